@@ -1,0 +1,66 @@
+"""Backend registry: names to `(gm, example_inputs) -> callable` functions.
+
+Built in: `eager` (runs the captured GraphModule as it is) and `auto` (the best available for the
+inputs: today `eager`; `aot_eager` and `triton` join as they land). Users add their own with
+`framejit.register_backend`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch.fx
+
+Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(name: str, fn: Backend | None = None) -> Any:
+    """Register `fn` under `name`; usable as a decorator (`@register_backend("mine")`)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_backend: name must be a non-empty str, got {name!r}")
+
+    def register(backend: Backend) -> Backend:
+        if not callable(backend):
+            raise TypeError(
+                f"register_backend({name!r}): expected a callable (gm, example_inputs) -> "
+                f"callable, got {type(backend).__name__}"
+            )
+        _BACKENDS[name] = backend
+        return backend
+
+    return register(fn) if fn is not None else register
+
+
+def list_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def lookup_backend(backend: str | Backend) -> Backend:
+    if callable(backend):
+        return backend
+    if not isinstance(backend, str):
+        raise TypeError(
+            f"backend must be a registered name or a callable (gm, example_inputs) -> callable, "
+            f"got {type(backend).__name__}"
+        )
+    try:
+        return _BACKENDS[backend]
+    except KeyError:
+        raise ValueError(
+            f"unknown backend {backend!r}; registered backends: {', '.join(list_backends())}"
+        ) from None
+
+
+@register_backend("eager")
+def eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Run the captured graph as Python: no lowering. Calls `forward` directly (no hooks)."""
+    return gm.forward
+
+
+@register_backend("auto")
+def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The best backend available for these inputs (`eager` until the AOT stage lands)."""
+    return eager(gm, example_inputs)

@@ -1,0 +1,47 @@
+"""framejit: a bytecode-level JIT compiler for PyTorch programs.
+
+    @framejit.jit
+    def step(x, w): ...
+
+See README.md for the API and docs/ARCHITECTURE.md for how a call flows through the package.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+# From a source checkout the subpackages live beside this folder (frontend/, guards/, ...);
+# an installed framejit has them inside it.
+_here = _os.path.dirname(_os.path.abspath(__file__))
+if not _os.path.isdir(_os.path.join(_here, "frontend")):
+    __path__.append(_os.path.dirname(_here))  # type: ignore[name-defined]  # noqa: F821
+
+from framejit import logs  # noqa: E402
+from framejit.config import config  # noqa: E402
+
+try:
+    logs.apply_env()
+except ValueError as _exc:  # a typo in FRAMEJIT_LOGS must not stop the user's program
+    import warnings as _warnings
+
+    _warnings.warn(str(_exc), stacklevel=2)
+
+from framejit.api import ExplainOutput, JitFunction, JitModule, disable, explain, jit, reset  # noqa: E402
+from framejit.backend import list_backends, register_backend  # noqa: E402
+from framejit.logs import set_logs  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ExplainOutput",
+    "JitFunction",
+    "JitModule",
+    "config",
+    "disable",
+    "explain",
+    "jit",
+    "list_backends",
+    "register_backend",
+    "reset",
+    "set_logs",
+]

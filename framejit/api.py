@@ -1,0 +1,321 @@
+"""The public entry points: jit, disable, reset, explain.
+
+`jit(fn)` returns a JitFunction: on each call it binds the arguments the way the frame would see
+them, runs the first cached entry whose guards hold, and otherwise asks the frontend to compile a
+new entry (up to `config.recompile_limit`, then the code runs eagerly with one warning).
+`jit(module)` returns a JitModule that shares the module's parameters, buffers, submodules and
+state_dict keys, and runs its forward through a JitFunction.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from framejit import logs
+from framejit.backend import lookup_backend
+from framejit.config import config
+from framejit.frontend.codegen import argnames_of
+from framejit.frontend.convert import compile_frame, guard_report
+from framejit.guards import CodeCache, clear_caches
+
+MODES = (None, "default", "reduce-overhead", "max-autotune")
+
+
+def _check_options(backend: Any, mode: Any, fullgraph: Any, dynamic: Any, options: Any) -> Any:
+    resolved = lookup_backend(backend)
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(map(repr, MODES))}")
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"fullgraph must be a bool, got {type(fullgraph).__name__}")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    return resolved
+
+
+def jit(
+    fn: Any = None,
+    *,
+    backend: Any = None,
+    mode: str | None = None,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    options: dict[str, Any] | None = None,
+) -> Any:
+    """Compile `fn` (a function, lambda, bound method or nn.Module) with framejit.
+
+    Usable bare (`@jit`) or with options (`@jit(backend="eager")`).
+    """
+    backend = config.backend if backend is None else backend
+    mode = mode if mode is not None else config.mode
+    resolved = _check_options(backend, mode, fullgraph, dynamic, options)
+    if fn is None:
+        return lambda f: jit(f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
+                             options=options)
+    settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
+    if isinstance(fn, torch.nn.Module):
+        return fn if config.disable else JitModule(fn, settings)
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return fn if config.disable else types.MethodType(JitFunction(fn.__func__, settings),
+                                                          fn.__self__)
+    if isinstance(fn, types.FunctionType):
+        return fn if config.disable else JitFunction(fn, settings)
+    if isinstance(fn, JitFunction):
+        return fn
+    call = getattr(type(fn), "__call__", None)
+    if callable(fn) and isinstance(call, types.FunctionType):
+        return fn if config.disable else types.MethodType(JitFunction(call, settings), fn)
+    raise TypeError(
+        f"framejit.jit expects a Python function, lambda, bound method or torch.nn.Module; "
+        f"got {type(fn).__name__} {fn!r:.60}"
+    )
+
+
+@dataclass(frozen=True)
+class _Settings:
+    backend: Any
+    mode: str | None
+    fullgraph: bool
+    dynamic: bool | None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _make_binder(fn: types.FunctionType) -> Any:
+    """A function with fn's signature returning the frame's arguments in co_varnames order."""
+    code = fn.__code__
+    names = argnames_of(code)
+    sig = inspect.signature(fn)
+    params = []
+    for p in sig.parameters.values():
+        text = p.name
+        if p.kind is p.VAR_POSITIONAL:
+            text = f"*{p.name}"
+        elif p.kind is p.VAR_KEYWORD:
+            text = f"**{p.name}"
+        params.append((p.kind, text))
+    parts: list[str] = []
+    seen_kwonly = False
+    last_posonly = None
+    for i, (kind, text) in enumerate(params):
+        if kind is inspect.Parameter.KEYWORD_ONLY and not seen_kwonly and not any(
+            k is inspect.Parameter.VAR_POSITIONAL for k, _ in params
+        ):
+            parts.append("*")
+            seen_kwonly = True
+        parts.append(text)
+        if kind is inspect.Parameter.POSITIONAL_ONLY:
+            last_posonly = len(parts)
+    if last_posonly is not None:
+        parts.insert(last_posonly, "/")
+    src = f"def bind({', '.join(parts)}):\n    return ({''.join(n + ', ' for n in names)})\n"
+    scope: dict[str, Any] = {}
+    exec(src, scope)  # noqa: S102 - generated from a signature
+    binder = scope["bind"]
+    binder.__defaults__ = fn.__defaults__
+    binder.__kwdefaults__ = fn.__kwdefaults__
+    return binder
+
+
+class JitFunction:
+    """A compiled function: guards -> transformed code, compiling on a miss."""
+
+    def __init__(self, fn: types.FunctionType, settings: _Settings) -> None:
+        self._fn = fn
+        self._settings = settings
+        code = fn.__code__
+        self._cache = CodeCache(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
+        _live_caches.add(self._cache)
+        self._bind = _make_binder(fn)
+        self._nargs = code.co_argcount
+        # Positional calls with exactly co_argcount arguments need no binding.
+        self._simple = not (code.co_flags & 0x0C) and code.co_kwonlyargcount == 0
+        self._warned = False
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        frame_args = args if (self._simple and not kwargs and len(args) == self._nargs) else None
+        if frame_args is None:
+            frame_args = self._bind(*args, **kwargs)
+        fn = self._fn
+        entries = self._cache.entries
+        for i, entry in enumerate(entries):
+            if entry.guards.check(fn, *frame_args):
+                if i:
+                    entries.insert(0, entries.pop(i))
+                return entry.fn(*args, **kwargs)
+        return self._miss(args, kwargs, frame_args)
+
+    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], frame_args: tuple) -> Any:
+        cache, fn = self._cache, self._fn
+        if cache.eager or self._settings.backend is None:
+            return fn(*args, **kwargs)
+        if cache.entries:
+            reasons = cache.failures(fn, frame_args)
+            reason = reasons[0] if reasons else "?"
+            cache.recompile_reasons.append(reason)
+            logs.artifact("recompiles", lambda: f"recompiling {fn.__qualname__}: "
+                          f"{reason}")
+            if len(cache.entries) >= config.recompile_limit:
+                cache.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
+                warnings.warn(
+                    f"framejit: {fn.__qualname__} recompiled {len(cache.entries)} times "
+                    f"(config.recompile_limit={config.recompile_limit}); running it eagerly "
+                    f"from now on. Reasons: " + "; ".join(cache.recompile_reasons[-3:]),
+                    stacklevel=3,
+                )
+                return fn(*args, **kwargs)
+        s = self._settings
+        result = compile_frame(fn, frame_args, s.backend, s.fullgraph)
+        cache.add(result.entry)
+        return result.entry.fn(*args, **kwargs)
+
+    @property
+    def cache(self) -> CodeCache:
+        return self._cache
+
+    def __repr__(self) -> str:
+        return f"<framejit.jit {self._fn.__qualname__}>"
+
+
+_live_caches: "weakref.WeakSet[CodeCache]" = weakref.WeakSet()
+
+
+class JitModule(torch.nn.Module):
+    """An nn.Module whose forward runs through framejit; it shares the original's state."""
+
+    def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
+        super().__init__()
+        object.__setattr__(self, "_orig_mod", mod)
+        # Same dict objects: parameters(), state_dict(), to(), named_modules() see the original.
+        self.__dict__["_parameters"] = mod._parameters
+        self.__dict__["_buffers"] = mod._buffers
+        self.__dict__["_modules"] = mod._modules
+        self.__dict__["training"] = mod.training
+        forward = type(mod).forward
+        if "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
+            target = mod.forward
+            self.__dict__["_jit_forward"] = jit(target, backend=settings.backend,
+                                                mode=settings.mode, fullgraph=settings.fullgraph)
+        else:
+            self.__dict__["_jit_forward"] = types.MethodType(JitFunction(forward, settings), mod)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        mod = self._orig_mod
+        if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or (
+            mod._backward_pre_hooks
+        ):
+            return mod(*args, **kwargs)  # the original's hooks must run: call it eagerly
+        return self._jit_forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_orig_mod"], name)
+
+    def train(self, mode: bool = True) -> JitModule:
+        self._orig_mod.train(mode)
+        self.__dict__["training"] = mode
+        return self
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"framejit.JitModule({self._orig_mod!r})"
+
+
+def disable(fn: Any = None) -> Any:
+    """Never compile `fn`: the translator will not inline it, and `jit(fn)` runs it as is."""
+    if fn is None:
+        return disable
+    if not callable(fn):
+        raise TypeError(f"framejit.disable expects a callable, got {type(fn).__name__}")
+    target = getattr(fn, "__func__", fn)
+    try:
+        target._framejit_disabled = True
+    except (AttributeError, TypeError):
+        pass
+    return fn
+
+
+def reset() -> None:
+    """Drop every compiled entry and cache (guards, graphs, transformed code)."""
+    for cache in _live_caches:
+        cache.entries.clear()
+        cache.eager = False
+        cache.eager_reason = ""
+        cache.recompile_reasons.clear()
+    clear_caches()
+
+
+@dataclass
+class ExplainOutput:
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[str]
+    graphs: list[torch.fx.GraphModule]
+    ops_per_graph: list[int]
+    guards: list[str]
+    compile_seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}, "
+                 f"compile time: {self.compile_seconds * 1e3:.1f} ms"]
+        for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph)):
+            lines.append(f"graph {i}: {ops} ops")
+            lines.append("  " + gm.code.strip().replace("\n", "\n  "))
+        for r in self.break_reasons:
+            lines.append(f"break: {r}")
+        lines.append(f"guards ({len(self.guards)}):")
+        lines += [f"  {g}" for g in self.guards]
+        return "\n".join(lines)
+
+
+def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
+    """Trace `fn(*args, **kwargs)` without running it or touching any cache; report what
+    framejit would capture: graphs, ops, graph breaks with their reasons, guards."""
+    if isinstance(fn, JitModule):
+        fn = fn._orig_mod
+    if isinstance(fn, JitFunction):
+        fn = fn._fn
+    if isinstance(fn, torch.nn.Module):
+        target, self_obj = type(fn).forward, fn
+    elif isinstance(fn, types.MethodType):
+        target, self_obj = fn.__func__, fn.__self__
+    elif isinstance(fn, types.FunctionType):
+        target, self_obj = fn, None
+    else:
+        raise TypeError(f"framejit.explain expects a function, method or nn.Module, "
+                        f"got {type(fn).__name__}")
+    if isinstance(target, JitFunction):
+        target = target._fn
+    call_args = (self_obj, *args) if self_obj is not None else args
+    frame_args = _make_binder(target)(*call_args, **kwargs)
+    result = compile_frame(target, frame_args, lambda gm, ex: gm.forward, fullgraph=False)
+    guards = [line.strip() for line in guard_report(target.__code__,
+                                                     result.entry.guards).splitlines()[1:]]
+    return ExplainOutput(
+        graph_count=len(result.graphs),
+        graph_break_count=len(result.break_reasons),
+        break_reasons=[r.describe() for r in result.break_reasons],
+        graphs=[g.gm for g in result.graphs],
+        ops_per_graph=[g.op_count for g in result.graphs],
+        guards=guards,
+        compile_seconds=result.seconds,
+    )

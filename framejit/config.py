@@ -1,0 +1,44 @@
+"""framejit's settings, read once from the environment at import.
+
+`framejit.config` is the single place a setting lives; the environment variables in the README
+only give the starting values. Changing an attribute takes effect on the next compilation
+(guards already compiled keep the settings they were made with).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "framejit")
+
+
+@dataclass
+class Config:
+    # FRAMEJIT_DISABLE=1: `jit` returns functions unchanged and nothing is ever hooked.
+    disable: bool = field(default_factory=lambda: _flag("FRAMEJIT_DISABLE"))
+    # Defaults used by `jit` when no backend/mode is given, and by whole-script mode.
+    backend: str = field(default_factory=lambda: os.environ.get("FRAMEJIT_BACKEND", "auto"))
+    mode: str | None = field(default_factory=lambda: os.environ.get("FRAMEJIT_MODE") or None)
+    cache_dir: str = field(
+        default_factory=lambda: os.environ.get("FRAMEJIT_CACHE_DIR") or _default_cache_dir()
+    )
+    # Entries kept per code object before framejit stops compiling it and runs it eagerly.
+    recompile_limit: int = 8
+    # How deep user-function calls are inlined before the translator gives up.
+    inline_depth_limit: int = 64
+    # Check every instruction's stack effect against dis.stack_effect (slow; for debugging).
+    debug_stack_check: bool = field(default_factory=lambda: _flag("FRAMEJIT_DEBUG"))
+    # Raise instead of falling back to eager when compilation fails for a reason other
+    # than unsupported code (an internal error); tests turn this on.
+    raise_internal_errors: bool = field(default_factory=lambda: _flag("FRAMEJIT_RAISE"))
+
+
+config = Config()

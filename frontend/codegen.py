@@ -1,0 +1,130 @@
+"""Codegen: the transformed code object that runs a compiled graph and rebuilds the result.
+
+The new code has the original's signature, cells and free variables, so it can run in the
+original's place (as a function made with the same globals, defaults and closure, or - with the
+frame hook - in the original frame). Its body:
+
+    graph inputs loaded from their Sources -> CALL compiled graph -> STORE ___graph_out
+    the return value rebuilt from graph outputs, constants and Sources -> RETURN_VALUE
+
+Inputs returned unchanged are loaded from their Source, so they keep their identity. Every
+object the body needs (the compiled graph, classes to rebuild) is a constant of the code.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bytecode import Bytecode, CellVar, FreeVar, Instr
+
+from framejit.frontend import versions
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import Source
+from framejit.frontend.variables.base import VariableTracker
+from framejit.frontend.variables.tensor import TensorVariable
+
+GRAPH_OUT = "___graph_out"
+
+
+class CodeGen:
+    def __init__(self, code: types.CodeType, lineno: int | None = None) -> None:
+        self.code = code
+        self.instructions: list[Instr] = []
+        self.output_index: dict[Any, int] = {}  # fx node -> index in the graph's output tuple
+        self.lineno = lineno or code.co_firstlineno
+
+    def _emit(self, *instrs: Instr) -> None:
+        self.instructions.extend(instrs)
+
+    # --- primitives ------------------------------------------------------------------------------
+    def load_local(self, name: str, is_cell: bool = False) -> None:
+        self._emit(Instr("LOAD_DEREF", CellVar(name)) if is_cell else Instr("LOAD_FAST", name))
+
+    def load_deref(self, name: str) -> None:
+        self._emit(Instr("LOAD_DEREF", FreeVar(name)))
+
+    def load_global(self, name: str) -> None:
+        self._emit(versions.emit_load_global(name))
+
+    def load_attr(self, name: str) -> None:
+        self._emit(versions.emit_load_attr(name))
+
+    def load_const(self, value: Any) -> None:
+        self._emit(Instr("LOAD_CONST", value))
+
+    def subscr(self) -> None:
+        self._emit(Instr("BINARY_SUBSCR"))
+
+    def push_null(self) -> None:
+        self._emit(Instr("PUSH_NULL"))
+
+    def call_const(self, fn: Any, emit_args: Callable[[], Any], nargs: int) -> None:
+        """Call the constant `fn` with `nargs` arguments pushed by `emit_args`."""
+        self.push_null()
+        self.load_const(fn)
+        emit_args()
+        self._emit(*versions.emit_call(nargs))
+
+    def build(self, kind: type, n: int) -> None:
+        op = {tuple: "BUILD_TUPLE", list: "BUILD_LIST", dict: "BUILD_MAP"}[kind]
+        self._emit(Instr(op, n))
+
+    def reconstruct(self, vt: VariableTracker) -> None:
+        if isinstance(vt, TensorVariable) and vt.node in self.output_index:
+            self._emit(Instr("LOAD_FAST", GRAPH_OUT))
+            self.load_const(self.output_index[vt.node])
+            self.subscr()
+            return
+        vt.reconstruct(self)
+
+    # --- the whole body ----------------------------------------------------------------------------
+    def call_graph(self, compiled: Any, inputs: Sequence[Source]) -> None:
+        self.call_const(compiled, lambda: [s.emit_load(self) for s in inputs], len(inputs))
+        self._emit(Instr("STORE_FAST", GRAPH_OUT))
+
+    def return_value(self, vt: VariableTracker) -> None:
+        self.reconstruct(vt)
+        self._emit(Instr("RETURN_VALUE"))
+
+    def finish(self) -> types.CodeType:
+        """A code object with the original's signature around the emitted body."""
+        code = self.code
+        bc = Bytecode()
+        bc.name = code.co_name
+        bc.qualname = code.co_qualname
+        bc.filename = code.co_filename
+        bc.first_lineno = code.co_firstlineno
+        bc.argcount = code.co_argcount
+        bc.posonlyargcount = code.co_posonlyargcount
+        bc.kwonlyargcount = code.co_kwonlyargcount
+        nargs = _total_args(code)
+        bc.argnames = list(code.co_varnames[:nargs])
+        bc.cellvars = list(code.co_cellvars)
+        bc.freevars = list(code.co_freevars)
+        bc.flags = code.co_flags
+        prologue: list[Instr] = [Instr("MAKE_CELL", CellVar(n)) for n in code.co_cellvars]
+        if code.co_freevars:
+            prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
+        prologue.append(Instr("RESUME", 0))
+        for inst in self.instructions:
+            inst.lineno = self.lineno
+        bc.extend(prologue + self.instructions)
+        try:
+            return bc.to_code()
+        except Exception as exc:  # a codegen bug; report it as a reason, not a crash
+            raise Unsupported("reconstruct", "building the transformed code", str(exc)) from None
+
+
+def _total_args(code: types.CodeType) -> int:
+    n = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & 0x04:  # CO_VARARGS
+        n += 1
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        n += 1
+    return n
+
+
+def argnames_of(code: types.CodeType) -> tuple[str, ...]:
+    return tuple(code.co_varnames[: _total_args(code)])

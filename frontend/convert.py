@@ -1,0 +1,203 @@
+"""compile_frame: the one entrance to the frontend, shared by `jit` and the frame hook.
+
+Given a function, the arguments of a frame about to run it and a backend, it traces the code,
+compiles the captured graph with the backend, generates the transformed code and compiles the
+guards, and returns a CacheEntry. When the code cannot be captured it returns an entry whose
+"transformed" function is the original one (so the frame runs eagerly, guarded by what was
+learned before the failure), or raises FullGraphError under fullgraph=True. Internal errors are
+treated the same way unless `config.raise_internal_errors` is set: a user's program never fails
+because framejit is on.
+"""
+
+from __future__ import annotations
+
+import dis
+import io
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from framejit import logs
+from framejit.config import config
+from framejit.frontend.codegen import CodeGen, argnames_of
+from framejit.frontend.errors import FullGraphError, Unsupported
+from framejit.frontend.output_graph import OutputGraph
+from framejit.frontend.sources import Source
+from framejit.frontend.translator import root_translator
+from framejit.frontend.variables.base import VariableTracker
+from framejit.frontend.variables.containers import (
+    BaseSequence,
+    DataclassVariable,
+    DictVariable,
+)
+from framejit.frontend.variables.tensor import TensorVariable
+from framejit.guards import CacheEntry, GlobalState, Guard, GuardKind, compile_guards
+
+log = logs.get_logger("frontend")
+
+
+@dataclass
+class CapturedGraph:
+    """What one compilation produced, for explain() and the logs."""
+
+    gm: torch.fx.GraphModule
+    inputs: list[str]  # the Source of each graph input, as text
+    op_count: int
+
+
+@dataclass
+class CompileResult:
+    entry: CacheEntry
+    graphs: list[CapturedGraph] = field(default_factory=list)
+    break_reasons: list[Unsupported] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def compile_frame(
+    fn: types.FunctionType,
+    args: tuple[Any, ...],
+    backend: Any,
+    fullgraph: bool = False,
+) -> CompileResult:
+    """Trace `fn`'s code for the frame arguments `args` (co_varnames order) and compile it."""
+    start = time.perf_counter()
+    code = fn.__code__
+    argnames = argnames_of(code)
+    output = OutputGraph(fn, dict(zip(argnames, args)))
+    tx = root_translator(code, fn, output, argnames)
+    try:
+        with torch.fx.traceback.preserve_node_meta():
+            result = tx.run()
+        entry, graphs = _finish(fn, code, output, result, backend, argnames, tx.lineno)
+    except Unsupported as exc:
+        if fullgraph:
+            raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
+        logs.artifact("graph_breaks", lambda: f"running {code.co_qualname} eagerly: "
+                      f"{exc.describe()}")
+        entry = _eager_entry(fn, output, argnames, exc)
+        return CompileResult(entry, [], [exc], time.perf_counter() - start)
+    except FullGraphError:
+        raise
+    except Exception as exc:
+        if config.raise_internal_errors:
+            raise
+        log.warning("framejit: internal error while compiling %s (%s:%d); running it eagerly: "
+                    "%s: %s", code.co_qualname, code.co_filename, code.co_firstlineno,
+                    type(exc).__name__, exc)
+        entry = _eager_entry(fn, OutputGraph(fn, {}), argnames, None)
+        return CompileResult(entry, [], [], time.perf_counter() - start)
+    return CompileResult(entry, graphs, [], time.perf_counter() - start)
+
+
+def _eager_entry(fn: types.FunctionType, output: OutputGraph, argnames: tuple[str, ...],
+                 reason: Unsupported | None) -> CacheEntry:
+    guards = [*output.guards, _global_state_guard(output)]
+    compiled = compile_guards(guards, argnames, name=f"guard_{fn.__code__.co_name}_eager")
+    return CacheEntry(compiled, fn, fn.__code__, [], [reason] if reason else [])
+
+
+def _global_state_guard(output: OutputGraph) -> Guard:
+    return Guard(None, GuardKind.GLOBAL_STATE, GlobalState.current(output.calls_modules),
+                 "global state when the frame was compiled")
+
+
+def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
+    """Tensors in the return value that the graph must return (not inputs returned as-is)."""
+    if isinstance(vt, TensorVariable):
+        if vt.source is None and all(o.node is not vt.node for o in out):
+            out.append(vt)
+    elif isinstance(vt, BaseSequence):
+        for item in vt.items:
+            _collect_outputs(item, out)
+    elif isinstance(vt, DictVariable):
+        for item in vt.items.values():
+            _collect_outputs(item, out)
+    elif isinstance(vt, DataclassVariable):
+        for item in vt.fields.values():
+            _collect_outputs(item, out)
+
+
+def _finish(
+    fn: types.FunctionType,
+    code: types.CodeType,
+    output: OutputGraph,
+    result: VariableTracker,
+    backend: Any,
+    argnames: tuple[str, ...],
+    lineno: int,
+) -> tuple[CacheEntry, list[CapturedGraph]]:
+    outputs: list[TensorVariable] = []
+    _collect_outputs(result, outputs)
+    cg = CodeGen(code, lineno)
+    graphs: list[CapturedGraph] = []
+    if output.op_count() > 0 or outputs:
+        graph = output.graph
+        graph.output(tuple(o.node for o in outputs))
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=f"{code.co_name}_graph")
+        inputs: list[Source] = [src for src, _ in output.placeholders]
+        _log_graph(code, gm, inputs)
+        compiled = backend(gm, list(output.input_values))
+        if not callable(compiled):
+            raise TypeError(f"backend {backend!r} returned {type(compiled).__name__}, "
+                            "expected a callable")
+        cg.output_index = {o.node: i for i, o in enumerate(outputs)}
+        cg.call_graph(compiled, inputs)
+        graphs.append(CapturedGraph(gm, [str(s) for s in inputs], output.op_count()))
+    cg.return_value(result)
+    new_code = cg.finish()
+    guards = [_global_state_guard(output), *output.guards]
+    compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
+    new_fn = types.FunctionType(new_code, fn.__globals__, code.co_name, fn.__defaults__,
+                                fn.__closure__)
+    new_fn.__kwdefaults__ = fn.__kwdefaults__
+    _log_code(code, new_code, compiled_guards)
+    return CacheEntry(compiled_guards, new_fn, new_code, [g.gm for g in graphs]), graphs
+
+
+def _log_graph(code: types.CodeType, gm: torch.fx.GraphModule, inputs: list[Source]) -> None:
+    if logs.enabled("graph"):
+        logs.artifact("graph", lambda: f"graph of {code.co_qualname}:\n{graph_table(gm)}")
+    if logs.enabled("graph_code"):
+        logs.artifact("graph_code", lambda: f"# graph of {code.co_qualname}\n{gm.code.strip()}",
+                      language="python")
+
+
+def _log_code(code: types.CodeType, new_code: types.CodeType, guards: Any) -> None:
+    if logs.enabled("bytecode"):
+        logs.artifact("bytecode", lambda: (
+            f"original bytecode of {code.co_qualname} ({code.co_filename}:"
+            f"{code.co_firstlineno}):\n{_dis(code)}\ntransformed bytecode:\n{_dis(new_code)}"))
+    if logs.enabled("guards"):
+        logs.artifact("guards", lambda: guard_report(code, guards))
+
+
+def _dis(code: types.CodeType) -> str:
+    buf = io.StringIO()
+    dis.dis(code, file=buf, depth=0)
+    return buf.getvalue()
+
+
+def guard_report(code: types.CodeType, guards: Any) -> str:
+    lines = [f"guards of {code.co_qualname} ({len(guards.guards)}):"]
+    for g in guards.guards:
+        lines.append(f"  {g}" + (f"    # {g.origin}" if g.origin else ""))
+    return "\n".join(lines)
+
+
+def graph_table(gm: torch.fx.GraphModule) -> str:
+    rows = [("opcode", "name", "target", "args", "kwargs")]
+    for n in gm.graph.nodes:
+        target = n.target if isinstance(n.target, str) else getattr(
+            n.target, "__name__", str(n.target))
+        rows.append((n.op, n.name, str(target), str(n.args), str(n.kwargs)))
+    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(5)]
+    out = []
+    for j, r in enumerate(rows):
+        out.append("  ".join(c[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

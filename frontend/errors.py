@@ -1,0 +1,84 @@
+"""Why the translator stopped: registered, coded reasons with hints and the user's file:line.
+
+`Unsupported` is the only exception the translator raises on purpose. Anything else escaping
+translation is an internal error; `compile_frame` turns both into "run this frame eagerly" (or
+an error under `fullgraph=True`) and logs them, so a user's program never fails because of
+framejit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# code -> hint shown to users. Every reason the translator can give is listed here.
+REASONS: dict[str, str] = {
+    "unsupported_opcode": "this bytecode instruction is not captured yet",
+    "data_dependent": "the result depends on tensor values; framejit captures only shapes",
+    "dynamic_shape_op": "the op's output shape depends on tensor values",
+    "unsupported_call": "calls to this function are not captured",
+    "unsupported_builtin": "this builtin is not captured with these arguments",
+    "side_effect": "mutating Python state seen outside the frame is not captured yet",
+    "unsupported_object": "values of this type are not understood by the translator",
+    "unsupported_attr": "this attribute is not captured",
+    "module_hooks": "modules with forward/backward hooks are called eagerly",
+    "recursion_limit": "user functions nest deeper than config.inline_depth_limit",
+    "unsupported_control_flow": "this control flow is not captured yet",
+    "reconstruct": "this value cannot be rebuilt after the graph runs",
+    "generator": "generator and coroutine code runs eagerly",
+    "exception": "raising or handling exceptions is not captured yet",
+    "tensor_op_failed": "the op failed on example inputs (eager will raise the same error)",
+}
+
+
+@dataclass(frozen=True)
+class Location:
+    filename: str
+    lineno: int
+    function: str
+    line: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.filename}:{self.lineno} in {self.function}"
+        return f"{text}: `{self.line}`" if self.line else text
+
+
+class Unsupported(Exception):
+    """The translator cannot capture `construct`; `code` is a key of REASONS."""
+
+    def __init__(self, code: str, construct: str, detail: str = "") -> None:
+        if code not in REASONS:
+            raise ValueError(f"unregistered unsupported reason {code!r}")
+        self.code = code
+        self.construct = construct
+        self.detail = detail
+        self.stack: list[Location] = []  # innermost user frame last; filled by the translator
+        super().__init__(construct)
+
+    @property
+    def hint(self) -> str:
+        return REASONS[self.code]
+
+    @property
+    def location(self) -> Location | None:
+        return self.stack[-1] if self.stack else None
+
+    def __str__(self) -> str:
+        where = f" — {self.location}" if self.location else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"`{self.construct}` is not captured: {self.hint}{detail}{where}"
+
+    def describe(self) -> str:
+        """Multi-line form with the user's stack, innermost last."""
+        lines = [str(self)]
+        if len(self.stack) > 1:
+            lines.append("  user stack:")
+            lines += [f"    {loc}" for loc in self.stack]
+        return "\n".join(lines)
+
+
+def unsupported(code: str, construct: str, detail: str = "") -> Unsupported:
+    return Unsupported(code, construct, detail)
+
+
+class FullGraphError(RuntimeError):
+    """`fullgraph=True` and the translator could not capture the whole function."""

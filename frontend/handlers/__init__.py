@@ -1,0 +1,112 @@
+"""The opcode handler registry: one handler per opcode, registered by name.
+
+`@handler("LOAD_FAST")` registers a function `(tx, inst) -> None`. Registration checks the name
+exists in `dis.opmap` on the Python versions the handler claims (`since=`/`until=`), and that no
+opcode is registered twice. Opcodes the translator deliberately does not capture are listed in
+UNSUPPORTED with the reason; a test checks that `dis.opmap` minus both sets is empty.
+"""
+
+from __future__ import annotations
+
+import dis
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend import versions
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+Handler = Callable[["Translator", Any], None]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handler(
+    *names: str, since: tuple[int, int] | None = None, until: tuple[int, int] | None = None
+) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        if not versions.active(since, until):
+            return fn
+        for name in names:
+            if name not in dis.opmap:
+                raise AssertionError(f"{name} is not an opcode on Python {versions.PY}")
+            if name in HANDLERS:
+                raise AssertionError(f"{name} registered twice")
+            HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+# Opcodes that end translation (the frame then runs eagerly), with the reason.
+_UNSUPPORTED_ALL: dict[str, str] = {
+    "BEFORE_WITH": "`with` blocks are not captured yet",
+    "BEFORE_ASYNC_WITH": "async code runs eagerly",
+    "WITH_EXCEPT_START": "`with` blocks are not captured yet",
+    "PUSH_EXC_INFO": "exception handlers are not captured yet",
+    "POP_EXCEPT": "exception handlers are not captured yet",
+    "CHECK_EXC_MATCH": "exception handlers are not captured yet",
+    "CHECK_EG_MATCH": "exception groups are not captured",
+    "RERAISE": "exception handlers are not captured yet",
+    "RAISE_VARARGS": "raising an exception is not captured",
+    "SETUP_ANNOTATIONS": "annotations at module level",
+    "LOAD_BUILD_CLASS": "defining a class inside a function",
+    "IMPORT_STAR": "import *",
+    "YIELD_VALUE": "generators run eagerly",
+    "RETURN_GENERATOR": "generators run eagerly",
+    "SEND": "generators run eagerly",
+    "GET_AWAITABLE": "coroutines run eagerly",
+    "GET_AITER": "async iteration runs eagerly",
+    "GET_ANEXT": "async iteration runs eagerly",
+    "END_ASYNC_FOR": "async iteration runs eagerly",
+    "GET_YIELD_FROM_ITER": "generators run eagerly",
+    "ASYNC_GEN_WRAP": "async generators run eagerly",
+    "CLEANUP_THROW": "generators run eagerly",
+    "END_SEND": "generators run eagerly",
+    "PRINT_EXPR": "interactive printing",
+    "DELETE_GLOBAL": "deleting a global is a side effect",
+    "STORE_GLOBAL": "writing a global is a side effect (not captured yet)",
+    "DELETE_ATTR": "deleting an attribute is a side effect",
+    "DELETE_DEREF": "deleting a closure variable",
+    "DELETE_NAME": "name-based code (class bodies, exec)",
+    "LOAD_NAME": "name-based code (class bodies, exec)",
+    "STORE_NAME": "name-based code (class bodies, exec)",
+    "LOAD_CLASSDEREF": "class bodies",
+    "LOAD_FROM_DICT_OR_DEREF": "class bodies",
+    "LOAD_FROM_DICT_OR_GLOBALS": "class bodies",
+    "LOAD_LOCALS": "class bodies",
+    "MATCH_CLASS": "`match` statements are not captured",
+    "MATCH_KEYS": "`match` statements are not captured",
+    "MATCH_MAPPING": "`match` statements are not captured",
+    "MATCH_SEQUENCE": "`match` statements are not captured",
+    "GET_LEN": "`match` statements are not captured",
+    "COPY_DICT_WITHOUT_KEYS": "`match` statements are not captured",
+    "LOAD_SUPER_ATTR": "super() is not captured yet",
+    "INSTRUMENTED_LINE": "monitoring instrumentation",
+    "INTERPRETER_EXIT": "interpreter internal",
+    "STORE_ATTR": "setting attributes is a side effect (not captured yet)",
+    "ENTER_EXECUTOR": "interpreter internal",
+}
+
+
+def unsupported_opcodes() -> dict[str, str]:
+    """Every opcode of this Python that has no handler, with the reason it is not captured."""
+    out = {n: r for n, r in _UNSUPPORTED_ALL.items() if n in dis.opmap and n not in HANDLERS}
+    for name in dis.opmap:
+        if name.startswith("INSTRUMENTED_") and name not in HANDLERS:
+            out[name] = "monitoring instrumentation (sys.monitoring)"
+    return out
+
+
+def _load_all() -> None:
+    from framejit.frontend.handlers import (  # noqa: F401
+        binary,
+        calls,
+        containers,
+        jumps,
+        load_store,
+        stack,
+    )
+
+
+_load_all()

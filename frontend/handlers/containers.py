@@ -1,0 +1,143 @@
+"""Building and unpacking containers: BUILD_*, *_APPEND/EXTEND/UPDATE, UNPACK_*, strings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.handlers import handler
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.containers import DictVariable, ListVariable, TupleVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+
+@handler("BUILD_TUPLE")
+def build_tuple(tx: Translator, inst: Any) -> None:
+    tx.push(TupleVariable(tx.popn(inst.arg)))
+
+
+@handler("BUILD_LIST")
+def build_list(tx: Translator, inst: Any) -> None:
+    tx.push(ListVariable(tx.popn(inst.arg)))
+
+
+@handler("BUILD_SET")
+def build_set(tx: Translator, inst: Any) -> None:
+    items = tx.popn(inst.arg)
+    if not all(i.is_constant() for i in items):
+        raise Unsupported("unsupported_object", "a set of non-constant values")
+    tx.push(ConstantVariable(frozenset(i.as_constant() for i in items)))
+
+
+def _key(vt: VariableTracker) -> Any:
+    if not vt.is_constant():
+        raise Unsupported("unsupported_object", f"a dict key of type {vt.type_name()}")
+    return vt.as_constant()
+
+
+@handler("BUILD_MAP")
+def build_map(tx: Translator, inst: Any) -> None:
+    flat = tx.popn(2 * inst.arg)
+    tx.push(DictVariable({_key(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
+
+
+@handler("BUILD_CONST_KEY_MAP")
+def build_const_key_map(tx: Translator, inst: Any) -> None:
+    keys = tx.pop().as_constant()
+    values = tx.popn(inst.arg)
+    tx.push(DictVariable(dict(zip(keys, values))))
+
+
+@handler("BUILD_STRING")
+def build_string(tx: Translator, inst: Any) -> None:
+    parts = tx.popn(inst.arg)
+    tx.push(ConstantVariable("".join(_key(p) for p in parts)))
+
+
+@handler("FORMAT_VALUE")
+def format_value(tx: Translator, inst: Any) -> None:
+    spec = tx.pop().as_constant() if inst.arg & 0x04 else ""
+    value = tx.pop()
+    if not value.is_constant():
+        raise Unsupported("data_dependent" if value.has_tensors() else "unsupported_object",
+                          f"formatting a {value.type_name()} into a string")
+    v = value.as_constant()
+    conv = inst.arg & 0x03
+    if conv == 1:
+        v = str(v)
+    elif conv == 2:
+        v = repr(v)
+    elif conv == 3:
+        v = ascii(v)
+    tx.push(ConstantVariable(format(v, spec)))
+
+
+@handler("LIST_APPEND")
+def list_append(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    tx.stack[-inst.arg].call_method(tx, "append", [value], {})
+
+
+@handler("LIST_EXTEND")
+def list_extend(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    tx.stack[-inst.arg].call_method(tx, "extend", [value], {})
+
+
+@handler("SET_ADD", "SET_UPDATE")
+def set_add(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    target = tx.stack[-inst.arg]
+    if not (target.is_constant() and value.is_constant()):
+        raise Unsupported("unsupported_object", "a set of non-constant values")
+    items = set(target.as_constant())
+    if inst.opname == "SET_ADD":
+        items.add(value.as_constant())
+    else:
+        items.update(value.as_constant())
+    tx.stack[-inst.arg] = ConstantVariable(frozenset(items))
+
+
+@handler("MAP_ADD")
+def map_add(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    key = tx.pop()
+    tx.stack[-inst.arg].call_method(tx, "__setitem__", [key, value], {})
+
+
+@handler("DICT_UPDATE", "DICT_MERGE")
+def dict_update(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    target = tx.stack[-inst.arg]
+    if not isinstance(value, DictVariable) or not isinstance(target, DictVariable):
+        raise Unsupported("unsupported_object", "** with a non-dict")
+    target.items.update(value.items)
+
+
+@handler("LIST_TO_TUPLE", until=(3, 11))
+def list_to_tuple(tx: Translator, inst: Any) -> None:
+    tx.push(TupleVariable(tx.pop().unpack(tx)))
+
+
+@handler("UNPACK_SEQUENCE")
+def unpack_sequence(tx: Translator, inst: Any) -> None:
+    items = tx.pop().unpack(tx)
+    if len(items) != inst.arg:
+        raise Unsupported("exception", f"unpacking {len(items)} values into {inst.arg}",
+                          "ValueError")
+    for item in reversed(items):
+        tx.push(item)
+
+
+@handler("UNPACK_EX")
+def unpack_ex(tx: Translator, inst: Any) -> None:
+    before, after = inst.arg & 0xFF, inst.arg >> 8
+    items = tx.pop().unpack(tx)
+    if len(items) < before + after:
+        raise Unsupported("exception", "star-unpacking too few values", "ValueError")
+    middle = ListVariable(items[before: len(items) - after])
+    out = [*items[:before], middle, *items[len(items) - after:]]
+    for item in reversed(out):
+        tx.push(item)

@@ -1,0 +1,95 @@
+"""Jumps and loops: conditional jumps on known values, GET_ITER / FOR_ITER over known items.
+
+A condition must be known while tracing (a constant, a shape, an `is None` test); a condition on
+tensor values cannot be captured. Loops unroll: FOR_ITER walks an IteratorVariable whose items
+are known.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend import versions
+from framejit.frontend.handlers import handler
+from framejit.frontend.variables.base import ConstantVariable
+from framejit.frontend.variables.containers import IteratorVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+
+@handler("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
+def jump(tx: Translator, inst: Any) -> None:
+    tx.jump_to(inst.argval)
+
+
+def _pop_jump_if(truth: bool):
+    def run(tx: Translator, inst: Any) -> None:
+        if tx.pop().truth(tx) is truth:
+            tx.jump_to(inst.argval)
+
+    return run
+
+
+def _pop_jump_if_none(is_none: bool):
+    def run(tx: Translator, inst: Any) -> None:
+        value = tx.pop()
+        none = value.is_constant() and value.as_constant() is None
+        if none is is_none:
+            tx.jump_to(inst.argval)
+
+    return run
+
+
+handler("POP_JUMP_IF_TRUE", since=(3, 12))(_pop_jump_if(True))
+handler("POP_JUMP_IF_FALSE", since=(3, 12))(_pop_jump_if(False))
+handler("POP_JUMP_IF_NONE", since=(3, 12))(_pop_jump_if_none(True))
+handler("POP_JUMP_IF_NOT_NONE", since=(3, 12))(_pop_jump_if_none(False))
+handler("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", until=(3, 11))(
+    _pop_jump_if(True))
+handler("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE", until=(3, 11))(
+    _pop_jump_if(False))
+handler("POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE", until=(3, 11))(
+    _pop_jump_if_none(True))
+handler("POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", until=(3, 11))(
+    _pop_jump_if_none(False))
+
+
+def _jump_or_pop(truth: bool):
+    def run(tx: Translator, inst: Any) -> None:
+        if tx.stack[-1].truth(tx) is truth:
+            tx.jump_to(inst.argval)
+        else:
+            tx.pop()
+
+    return run
+
+
+handler("JUMP_IF_TRUE_OR_POP", until=(3, 11))(_jump_or_pop(True))
+handler("JUMP_IF_FALSE_OR_POP", until=(3, 11))(_jump_or_pop(False))
+
+
+@handler("GET_ITER")
+def get_iter(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    if isinstance(value, IteratorVariable):
+        tx.push(value)
+    else:
+        tx.push(IteratorVariable(value.unpack(tx)))
+
+
+@handler("FOR_ITER")
+def for_iter(tx: Translator, inst: Any) -> None:
+    it = tx.stack[-1]
+    if not isinstance(it, IteratorVariable):
+        it = IteratorVariable(it.unpack(tx))
+        tx.stack[-1] = it
+    item = it.next()
+    if item is None:
+        tx.pop()
+        tx.jump_to(versions.for_iter_exit_offset(inst, tx.decoded.next_offset))
+    else:
+        tx.push(item)
+
+
+_ = ConstantVariable

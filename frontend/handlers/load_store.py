@@ -1,0 +1,144 @@
+"""Loads and stores: locals, constants, globals, closures, attributes, imports."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend import versions
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.handlers import handler
+from framejit.frontend.variables.base import NULL, CellVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+
+def _local(tx: Translator, name: str) -> Any:
+    from framejit.frontend.translator import realize
+
+    try:
+        vt = tx.locals[name]
+    except KeyError:
+        raise Unsupported("exception", f"local {name!r} referenced before assignment",
+                          "UnboundLocalError") from None
+    real = realize(tx, vt)
+    if real is not vt:
+        tx.locals[name] = real
+    return real
+
+
+@handler("LOAD_FAST")
+def load_fast(tx: Translator, inst: Any) -> None:
+    tx.push(_local(tx, inst.argval))
+
+
+@handler("LOAD_FAST_CHECK", since=(3, 12))
+def load_fast_check(tx: Translator, inst: Any) -> None:
+    tx.push(_local(tx, inst.argval))
+
+
+@handler("LOAD_FAST_AND_CLEAR", since=(3, 12))
+def load_fast_and_clear(tx: Translator, inst: Any) -> None:
+    # Inlined comprehensions save the outer binding of their loop variable; an unbound local
+    # is saved as NULL and restored as unbound by STORE_FAST.
+    from framejit.frontend.translator import realize
+
+    vt = tx.locals.pop(inst.argval, None)
+    tx.push(NULL if vt is None else realize(tx, vt))
+
+
+@handler("STORE_FAST")
+def store_fast(tx: Translator, inst: Any) -> None:
+    value = tx.pop()
+    if value is NULL:
+        tx.locals.pop(inst.argval, None)
+    else:
+        tx.locals[inst.argval] = value
+
+
+@handler("DELETE_FAST")
+def delete_fast(tx: Translator, inst: Any) -> None:
+    tx.locals.pop(inst.argval, None)
+
+
+@handler("LOAD_CONST")
+def load_const(tx: Translator, inst: Any) -> None:
+    tx.push(tx.wrap_value(inst.argval, None))
+
+
+@handler("LOAD_GLOBAL")
+def load_global(tx: Translator, inst: Any) -> None:
+    if inst.arg & 1:
+        tx.push(NULL)
+    tx.push(tx.load_global(inst.argval))
+
+
+@handler("MAKE_CELL")
+def make_cell(tx: Translator, inst: Any) -> None:
+    from framejit.frontend.translator import realize
+
+    name = inst.argval
+    current = tx.locals.pop(name, None)
+    tx.cells[name] = CellVariable(realize(tx, current) if current is not None else None, name)
+
+
+@handler("LOAD_CLOSURE")
+def load_closure(tx: Translator, inst: Any) -> None:
+    cell = tx.cells.get(inst.argval)
+    if not isinstance(cell, CellVariable):
+        raise Unsupported("unsupported_object", f"closing over free variable {inst.argval!r}",
+                          "a nested function capturing an outer closure")
+    tx.push(cell)
+
+
+@handler("LOAD_DEREF")
+def load_deref(tx: Translator, inst: Any) -> None:
+    tx.push(tx.load_deref(inst.argval))
+
+
+@handler("STORE_DEREF")
+def store_deref(tx: Translator, inst: Any) -> None:
+    tx.store_deref(inst.argval, tx.pop())
+
+
+@handler("LOAD_ATTR")
+def load_attr(tx: Translator, inst: Any) -> None:
+    obj = tx.pop()
+    attr = obj.getattr(tx, inst.argval)
+    if versions.load_attr_is_method(inst):
+        tx.push(NULL)
+    tx.push(attr)
+
+
+@handler("LOAD_METHOD", until=(3, 11))
+def load_method(tx: Translator, inst: Any) -> None:
+    obj = tx.pop()
+    tx.push(NULL)
+    tx.push(obj.getattr(tx, inst.argval))
+
+
+@handler("IMPORT_NAME")
+def import_name(tx: Translator, inst: Any) -> None:
+    level, fromlist = tx.popn(2)
+    name = inst.argval
+    if not level.is_constant() or level.as_constant() != 0:
+        raise Unsupported("unsupported_call", f"relative import of {name}")
+    module = sys.modules.get(name)
+    if module is None:
+        raise Unsupported("unsupported_call", f"import {name}", "module not imported yet")
+    if not fromlist.as_constant() and "." in name:
+        module = sys.modules[name.split(".")[0]]  # `import a.b` binds `a`
+    tx.push(tx.wrap_value(module, None))
+
+
+@handler("IMPORT_FROM")
+def import_from(tx: Translator, inst: Any) -> None:
+    module = tx.stack[-1]
+    tx.push(module.getattr(tx, inst.argval))
+
+
+@handler("LOAD_ASSERTION_ERROR")
+def load_assertion_error(tx: Translator, inst: Any) -> None:
+    tx.push(tx.wrap_value(AssertionError, None))
+

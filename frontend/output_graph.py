@@ -1,0 +1,224 @@
+"""OutputGraph: the fx.Graph under construction for one frame, with its inputs and guards.
+
+Invariants:
+- Every tensor that enters the graph from outside is a placeholder read from a Source; one
+  placeholder per Source, and placeholders precede every other node.
+- Every node that produces a tensor carries its FakeTensor in `node.meta["val"]`, computed by
+  running the op on fake inputs before the node is added; an op that fails on fakes never enters
+  the graph.
+- Guards accumulate here in the order the translator relied on facts.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import (
+    AttrSource,
+    FreeVarSource,
+    GlobalSource,
+    ItemSource,
+    LocalSource,
+    Source,
+    TypeSource,
+)
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.tensor import TensorVariable
+from framejit.guards import Guard, GuardKind
+
+
+class OutputGraph:
+    def __init__(self, fn: Any, args: dict[str, Any]) -> None:
+        self.fn = fn  # the function whose frame is traced: its globals and closure
+        self.frame_args = args  # name -> real value of every argument of the frame
+        self.graph = torch.fx.Graph()
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        self.placeholders: list[tuple[Source, torch.fx.Node]] = []
+        self.input_values: list[Any] = []  # real tensors, for the backend's example inputs
+        self._by_source: dict[Source, TensorVariable] = {}
+        self._wrapped: dict[Source, VariableTracker] = {}  # every wrapped source (all kinds)
+        self.guards: list[Guard] = []
+        self.calls_modules = False  # a module's forward was inlined: guard global module hooks
+
+    # --- reading the frame's real values ----------------------------------------------------
+    def read_source(self, src: Source) -> Any:
+        if isinstance(src, LocalSource):
+            return self.frame_args[src.name]
+        if isinstance(src, GlobalSource):
+            return self.fn.__globals__[src.name]
+        if isinstance(src, FreeVarSource):
+            return self.fn.__closure__[src.index].cell_contents
+        if isinstance(src, AttrSource):
+            return getattr(self.read_source(src.base), src.attr)
+        if isinstance(src, ItemSource):
+            return self.read_source(src.base)[src.key]
+        if isinstance(src, TypeSource):
+            return type(self.read_source(src.base))
+        raise AssertionError(f"cannot read {src!r}")
+
+    def cached_wrap(self, src: Source) -> VariableTracker | None:
+        return self._wrapped.get(src)
+
+    def remember_wrap(self, src: Source, vt: VariableTracker) -> None:
+        self._wrapped[src] = vt
+
+    # --- guards ---------------------------------------------------------------------------------
+    def add_guard(self, source: Source | None, kind: GuardKind, expected: Any, origin: str) -> None:
+        self.guards.append(Guard(source, kind, expected, origin))
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def add_input(self, source: Source, value: torch.Tensor) -> TensorVariable:
+        existing = self._by_source.get(source)
+        if existing is not None:
+            return existing
+        after = self.placeholders[-1][1] if self.placeholders else None
+        ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
+        with ctx:
+            node = self.graph.placeholder(self._unique_name(source.short_name()))
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node.meta["val"] = fake
+        node.meta["source"] = str(source)
+        vt = TensorVariable(node, fake, type(value), source)
+        self.placeholders.append((source, node))
+        self.input_values.append(value)
+        self._by_source[source] = vt
+        return vt
+
+    def _unique_name(self, base: str) -> str:
+        names = {n.name for n in self.graph.nodes}
+        name, i = base, 1
+        while name in names:
+            name, i = f"{base}_{i}", i + 1
+        return name
+
+    # --- ops --------------------------------------------------------------------------------------
+    def call_op(
+        self,
+        kind: str,
+        target: Any,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        """Add `target(*args, **kwargs)` to the graph (kind: call_function or call_method)."""
+        fake_args = [_to_fake(a) for a in args]
+        fake_kwargs = {k: _to_fake(v) for k, v in kwargs.items()}
+        label = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                else:
+                    result = target(*fake_args, **fake_kwargs)
+        except DynamicOutputShapeException:
+            raise Unsupported("dynamic_shape_op", f"{label}") from None
+        except DataDependentOutputException:
+            raise Unsupported("data_dependent", f"{label}") from None
+        except Unsupported:
+            raise
+        except Exception as exc:  # the same call would fail eagerly; let eager raise it
+            raise Unsupported(
+                "tensor_op_failed", f"{label}", f"{type(exc).__name__}: {str(exc)[:200]}"
+            ) from None
+        if not _contains_tensor(result):
+            if _is_plain_constant(result):
+                return ConstantVariable(result)
+            raise Unsupported("unsupported_call", f"{label} returning {type(result).__name__}")
+        node = self.graph.create_node(
+            kind, target, tuple(_to_node(a) for a in args), {k: _to_node(v) for k, v in kwargs.items()}
+        )
+        # An in-place op returns its first argument: keep that variable (and its Source).
+        if args and isinstance(args[0], TensorVariable) and result is args[0].fake:
+            node.meta["val"] = result
+            return args[0]
+        return self._wrap_result(node, result)
+
+    def _wrap_result(self, node: torch.fx.Node, value: Any) -> VariableTracker:
+        from framejit.frontend.variables.containers import NamedTupleVariable, TupleVariable
+
+        if isinstance(value, torch.Tensor):
+            node.meta["val"] = value
+            return TensorVariable(node, value)
+        if isinstance(value, (tuple, list)):
+            node.meta["val"] = value
+            items: list[VariableTracker] = []
+            for i, v in enumerate(value):
+                if isinstance(v, torch.Tensor) or isinstance(v, (tuple, list)):
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    items.append(self._wrap_result(item, v))
+                else:
+                    items.append(ConstantVariable(v))
+            if _is_structseq(type(value)):
+                return NamedTupleVariable(type(value), items)
+            if isinstance(value, list):
+                from framejit.frontend.variables.containers import ListVariable
+
+                return ListVariable(items)
+            return TupleVariable(items)
+        raise Unsupported("unsupported_call", f"an op returning {type(value).__name__}")
+
+    # --- finishing --------------------------------------------------------------------------------
+    def op_count(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
+
+
+def _is_structseq(cls: type) -> bool:
+    return cls.__module__ == "torch.return_types"
+
+
+def _contains_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_contains_tensor(v) for v in value)
+    return False
+
+
+def _is_plain_constant(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_is_plain_constant(v) for v in value)
+    return isinstance(
+        value, (bool, int, float, complex, str, type(None), torch.dtype, torch.device, torch.Size)
+    )
+
+
+def _to_fake(vt: VariableTracker) -> Any:
+    return _convert(vt, fake=True)
+
+
+def _to_node(vt: VariableTracker) -> Any:
+    return _convert(vt, fake=False)
+
+
+def _convert(vt: VariableTracker, fake: bool) -> Any:
+    from framejit.frontend.variables.containers import (
+        DictVariable,
+        ListVariable,
+        SliceVariable,
+        TupleVariable,
+    )
+
+    if isinstance(vt, TensorVariable):
+        return vt.fake if fake else vt.node
+    if isinstance(vt, ConstantVariable):
+        return vt.value
+    if isinstance(vt, TupleVariable):
+        return tuple(_convert(i, fake) for i in vt.items)
+    if isinstance(vt, ListVariable):
+        return [_convert(i, fake) for i in vt.items]
+    if isinstance(vt, DictVariable):
+        return {k: _convert(v, fake) for k, v in vt.items.items()}
+    if isinstance(vt, SliceVariable):
+        return slice(*(_convert(p, fake) for p in vt.parts))
+    if vt.is_constant():
+        return vt.as_constant()
+    raise Unsupported("unsupported_call", f"passing a {vt.type_name()} to a tensor op")

@@ -1,0 +1,173 @@
+"""Sources: where a value the translator saw came from, as a small tree of frozen dataclasses.
+
+Every Source prints itself (`str(source)`) as the Python expression a user would write to reach
+the value (`L['model']._modules['fc']._parameters['weight']`). The same tree is rendered two more
+ways: as an expression inside a compiled guard function (`guard_expr`), where arguments are the
+guard's parameters, globals come from `G` and free variables from the function `F`; and as
+bytecode that loads the value inside a transformed code object (`emit_load`).
+
+Invariant: a Source is pure; evaluating it has no side effects beyond attribute and item reads
+that the user's own code performed while it was traced.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+def _ident(text: str) -> str:
+    return re.sub(r"\W+", "_", text).strip("_") or "v"
+
+
+class Source:
+    """Base of the Source tree; sources built on another one have a `base` field."""
+
+    def guard_expr(self) -> str:
+        raise NotImplementedError(type(self).__name__)
+
+    def emit_load(self, cg: Any) -> None:
+        raise NotImplementedError(type(self).__name__)
+
+    def short_name(self) -> str:
+        """An identifier for fx placeholder names (`l_self_modules_fc_parameters_weight`)."""
+        return _ident(str(self).replace("L[", "l_").replace("G[", "g_"))
+
+    def root(self) -> Source:
+        src: Source = self
+        while getattr(src, "base", None) is not None:
+            src = src.base  # type: ignore[attr-defined]
+        return src
+
+    def chain(self) -> list[Source]:
+        """This source and every source it is built on, innermost first."""
+        out: list[Source] = []
+        src: Source | None = self
+        while src is not None:
+            out.append(src)
+            src = getattr(src, "base", None)
+        return out[::-1]
+
+
+@dataclass(frozen=True)
+class LocalSource(Source):
+    """An argument of the frame being compiled."""
+
+    name: str
+    is_cell: bool = False
+
+    def __str__(self) -> str:
+        return f"L[{self.name!r}]"
+
+    def guard_expr(self) -> str:
+        return f"L_{self.name}"
+
+    def emit_load(self, cg: Any) -> None:
+        cg.load_local(self.name, self.is_cell)
+
+
+@dataclass(frozen=True)
+class FreeVarSource(Source):
+    """A free variable of the frame being compiled (a cell of its closure)."""
+
+    name: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"C[{self.name!r}]"
+
+    def guard_expr(self) -> str:
+        return f"F.__closure__[{self.index}].cell_contents"
+
+    def emit_load(self, cg: Any) -> None:
+        cg.load_deref(self.name)
+
+
+@dataclass(frozen=True)
+class GlobalSource(Source):
+    name: str
+
+    def __str__(self) -> str:
+        return f"G[{self.name!r}]"
+
+    def guard_expr(self) -> str:
+        return f"G[{self.name!r}]"
+
+    def emit_load(self, cg: Any) -> None:
+        cg.load_global(self.name)
+
+
+@dataclass(frozen=True)
+class AttrSource(Source):
+    base: Source
+    attr: str
+
+    def __str__(self) -> str:
+        return f"{self.base}.{self.attr}"
+
+    def guard_expr(self) -> str:
+        return f"{self.base.guard_expr()}.{self.attr}"
+
+    def emit_load(self, cg: Any) -> None:
+        self.base.emit_load(cg)
+        cg.load_attr(self.attr)
+
+
+@dataclass(frozen=True)
+class ItemSource(Source):
+    """`base[key]` for a constant key (int, str, or another hashable constant)."""
+
+    base: Source
+    key: Any
+
+    def __str__(self) -> str:
+        return f"{self.base}[{self.key!r}]"
+
+    def guard_expr(self) -> str:
+        return f"{self.base.guard_expr()}[{self.key!r}]"
+
+    def emit_load(self, cg: Any) -> None:
+        self.base.emit_load(cg)
+        cg.load_const(self.key)
+        cg.subscr()
+
+
+@dataclass(frozen=True)
+class TypeSource(Source):
+    """`type(base)`: where methods and class attributes of an object are found."""
+
+    base: Source
+
+    def __str__(self) -> str:
+        return f"type({self.base})"
+
+    def guard_expr(self) -> str:
+        return f"type({self.base.guard_expr()})"
+
+    def emit_load(self, cg: Any) -> None:
+        cg.call_const(type, lambda: self.base.emit_load(cg), 1)
+
+
+def param_source(module: Source, name: str) -> Source:
+    return ItemSource(AttrSource(module, "_parameters"), name)
+
+
+def buffer_source(module: Source, name: str) -> Source:
+    return ItemSource(AttrSource(module, "_buffers"), name)
+
+
+def submodule_source(module: Source, name: str) -> Source:
+    return ItemSource(AttrSource(module, "_modules"), name)
+
+
+def closure_cell_source(fn: Source, index: int) -> Source:
+    return AttrSource(ItemSource(AttrSource(fn, "__closure__"), index), "cell_contents")
+
+
+def default_source(fn: Source, index: int) -> Source:
+    return ItemSource(AttrSource(fn, "__defaults__"), index)
+
+
+def kwdefault_source(fn: Source, name: str) -> Source:
+    return ItemSource(AttrSource(fn, "__kwdefaults__"), name)

@@ -1,0 +1,196 @@
+"""The base of the VariableTracker family, and the values that need no graph: constants.
+
+A VariableTracker (VT) is the translator's symbolic stand-in for one Python value. Most are
+immutable; the few that model mutable Python objects created inside the traced frame (lists,
+dicts, iterators, cells) mutate in place, and those coming from outside the frame (they have a
+Source) refuse mutation, because replaying it is the side-effect work of a later milestone.
+
+Every VT can say what Python type it stands for, and either knows its Source (so codegen can load
+it again after the graph runs) or knows how to rebuild itself (`reconstruct`).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import Source
+
+if TYPE_CHECKING:
+    from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.translator import Translator
+
+
+class VariableTracker:
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        raise Unsupported("unsupported_object", type(self).__name__)
+
+    def type_name(self) -> str:
+        try:
+            return self.python_type().__name__
+        except Unsupported:
+            return type(self).__name__
+
+    # Constants -----------------------------------------------------------------------------
+    def is_constant(self) -> bool:
+        return False
+
+    def as_constant(self) -> Any:
+        raise Unsupported("unsupported_object", f"{self.type_name()} used as a constant")
+
+    # Protocols -----------------------------------------------------------------------------
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        raise Unsupported("unsupported_attr", f"{self.type_name()}.{name}")
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        raise Unsupported("unsupported_call", f"calling {self.type_name()}")
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        """The items this value yields when iterated or star-unpacked."""
+        raise Unsupported("unsupported_object", f"iterating over {self.type_name()}")
+
+    def truth(self, tx: Translator) -> bool:
+        raise Unsupported("unsupported_control_flow", f"truth value of {self.type_name()}")
+
+    def has_tensors(self) -> bool:
+        return False
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+            return
+        raise Unsupported("reconstruct", f"returning a {self.type_name()} made inside the frame")
+
+
+class ConstantVariable(VariableTracker):
+    """A Python value whose identity does not matter and that never changes."""
+
+    __slots__ = ("value", "source")
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        self.value = value
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Constant({self.value!r})"
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.value
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.value)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        from framejit.frontend.variables.functions import ConstantMethodVariable
+
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as exc:
+            raise Unsupported("unsupported_attr", f"{self.type_name()}.{name}", str(exc)) from None
+        if callable(attr) and not isinstance(attr, type):
+            return ConstantMethodVariable(self.value, name)
+        return ConstantVariable(attr)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        try:
+            items = list(self.value)
+        except TypeError:
+            return super().unpack(tx)
+        return [ConstantVariable(v) for v in items]
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.load_const(self.value)
+
+
+class NullVariable(VariableTracker):
+    """The NULL that CALL expects below a plain callable (pushed by PUSH_NULL, LOAD_GLOBAL...)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.push_null()
+
+
+NULL = NullVariable()
+
+
+class CellVariable(VariableTracker):
+    """A cell of a frame being traced (a local captured by an inner function)."""
+
+    def __init__(self, contents: VariableTracker | None = None, name: str = "") -> None:
+        self.contents = contents
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Cell({self.name}={self.contents!r})"
+
+
+def constant_fold(fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> Any:
+    """Call `fn` on the constant values of `args`; the caller checked they are constants."""
+    return fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+
+
+def all_constant(args: list[VariableTracker], kwargs: dict[str, VariableTracker] | None = None) -> bool:
+    return all(a.is_constant() for a in args) and all(
+        v.is_constant() for v in (kwargs or {}).values()
+    )
+
+
+BINARY_OPS: dict[str, Any] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "@": operator.matmul,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
+    "+=": operator.iadd,
+    "-=": operator.isub,
+    "*=": operator.imul,
+    "/=": operator.itruediv,
+    "//=": operator.ifloordiv,
+    "%=": operator.imod,
+    "**=": operator.ipow,
+    "@=": operator.imatmul,
+    "&=": operator.iand,
+    "|=": operator.ior,
+    "^=": operator.ixor,
+    "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+}
+
+COMPARE_OPS: dict[str, Any] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
+}

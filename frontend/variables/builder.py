@@ -1,0 +1,184 @@
+"""Wrapping real Python values as VariableTrackers, installing the guards that make it sound.
+
+`wrap_source(tx, source)` reads the value the source reaches in the real frame and wraps it,
+guarding every fact the returned VT exposes as a constant: a tensor's metadata (TENSOR_MATCH), a
+number's value (CONSTANT_MATCH), a container's type and length, a module's identity and training
+flag, a function's code. `wrap_value(tx, value, None)` wraps values with no source: constants from
+trusted library modules, and values the translator made itself; it installs no guards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import AttrSource, ItemSource, Source
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.builtins import is_builtin
+from framejit.frontend.variables.containers import (
+    DictVariable,
+    ListVariable,
+    NamedTupleVariable,
+    TupleVariable,
+)
+from framejit.frontend.variables.functions import (
+    TorchFunctionVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
+from framejit.frontend.variables.objects import (
+    ClassVariable,
+    NNModuleVariable,
+    PythonModuleVariable,
+    UserObjectVariable,
+)
+from framejit.frontend.variables.torch_rules import is_torch_callable
+from framejit.guards import GuardKind, TensorMeta
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+CONSTANT_TYPES = (bool, int, float, complex, str, bytes, type(None), range, slice,
+                  type(Ellipsis), type(NotImplemented))
+TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+class BuiltinVariable(VariableTracker):
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Builtin({getattr(self.fn, '__name__', self.fn)})"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.fn
+
+    def call(self, tx: Translator, args: list[VariableTracker],
+             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from framejit.frontend.variables.builtins import call_builtin
+
+        return call_builtin(tx, self.fn, args, kwargs)
+
+
+def wrap_source(tx: Translator, source: Source) -> VariableTracker:
+    out = tx.output
+    cached = out.cached_wrap(source)
+    if cached is not None:
+        return cached
+    try:
+        value = out.read_source(source)
+    except Exception as exc:
+        raise Unsupported("exception", f"reading {source}", f"{type(exc).__name__}: {exc}") from None
+    vt = _wrap_guarded(tx, value, source)
+    out.remember_wrap(source, vt)
+    return vt
+
+
+def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> None:
+    tx.output.add_guard(source, kind, expected, tx.location_text())
+
+
+def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker:
+    t = type(value)
+    if t in TENSOR_TYPES:
+        _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value))
+        return tx.output.add_input(source, value)
+    if isinstance(value, torch.Tensor):
+        raise Unsupported("unsupported_object", f"tensor subclass {t.__qualname__}")
+    if t in CONSTANT_TYPES:
+        _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
+        return ConstantVariable(value, source)
+    if t is torch.dtype or isinstance(value, enum.Enum) or t is torch.layout:
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return ConstantVariable(value, source)
+    if t in (torch.device, torch.Size):
+        _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
+        return ConstantVariable(value, source)
+    if t in (tuple, list) or (isinstance(value, tuple) and hasattr(t, "_fields")):
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, source, GuardKind.LENGTH_CHECK, len(value))
+        items = [wrap_source(tx, ItemSource(source, i)) for i in range(len(value))]
+        if t is tuple:
+            return TupleVariable(items, source)
+        if t is list:
+            return ListVariable(items, source)
+        return NamedTupleVariable(t, items, source)
+    if t is dict:
+        if not all(isinstance(k, (str, int)) for k in value):
+            raise Unsupported("unsupported_object", "dict with non-str/int keys")
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))
+        return DictVariable({k: wrap_source(tx, ItemSource(source, k)) for k in value}, source)
+    if isinstance(value, torch.nn.Module):
+        _guard(tx, source, GuardKind.MODULE_MATCH, (value, value.training))
+        return NNModuleVariable(value, source)
+    if t is types.FunctionType:
+        # Same code is enough: closure contents and defaults are read (and guarded) lazily.
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, AttrSource(source, "__code__"), GuardKind.ID_MATCH, value.__code__)
+        if value.__globals__ is not tx.output.fn.__globals__:
+            _guard(tx, AttrSource(source, "__globals__"), GuardKind.ID_MATCH, value.__globals__)
+        return UserFunctionVariable(value, source)
+    if t is types.MethodType:
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        fn = wrap_source(tx, AttrSource(source, "__func__"))
+        obj = wrap_source(tx, AttrSource(source, "__self__"))
+        return UserMethodVariable(fn, obj, source)
+    if isinstance(value, types.ModuleType):
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return PythonModuleVariable(value, source)
+    if isinstance(value, type):
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return ClassVariable(value, source)
+    if is_torch_callable(value) or is_builtin(value):
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return wrap_value(tx, value, source)
+    if callable(value) and isinstance(value, (types.BuiltinFunctionType, types.MethodWrapperType,
+                                              types.WrapperDescriptorType)):
+        raise Unsupported("unsupported_call", f"{getattr(value, '__qualname__', value)}",
+                          "a C function")
+    _guard(tx, source, GuardKind.TYPE_MATCH, t)
+    return UserObjectVariable(value, source)
+
+
+def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTracker:
+    """Wrap without installing guards (the caller already guarded, or the value is fixed)."""
+    t = type(value)
+    if t in CONSTANT_TYPES or t in (torch.dtype, torch.device, torch.Size, torch.layout,
+                                    torch.memory_format) or isinstance(value, enum.Enum):
+        return ConstantVariable(value, source)
+    if t in (torch.finfo, torch.iinfo):
+        return ConstantVariable(value, source)
+    if isinstance(value, type):
+        return ClassVariable(value, source)
+    if isinstance(value, types.ModuleType):
+        return PythonModuleVariable(value, source)
+    if is_torch_callable(value):
+        return TorchFunctionVariable(value, source)
+    if is_builtin(value):
+        return BuiltinVariable(value, source)
+    if t is types.FunctionType:
+        return UserFunctionVariable(value, source)
+    if t in (tuple, list) and all(type(v) in CONSTANT_TYPES for v in value):
+        return ConstantVariable(value, source) if t is tuple else ListVariable(
+            [ConstantVariable(v) for v in value], source)
+    if t is frozenset and all(type(v) in CONSTANT_TYPES for v in value):
+        return ConstantVariable(value, source)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and source is None:
+        raise Unsupported("unsupported_object", f"{t.__qualname__} object without a source")
+    if source is not None:
+        return _wrap_guarded(tx, value, source)
+    raise Unsupported("unsupported_object", f"{t.__qualname__} object",
+                      "reached without a way to load it again")

@@ -1,0 +1,341 @@
+"""Python builtins (and `math`/`operator` functions) called inside traced code.
+
+Each builtin the translator understands has one entry in BUILTINS: a function
+`(tx, args, kwargs) -> VariableTracker | None`; None means "not with these arguments", and the
+caller then folds a call whose arguments are all constants or refuses it. Pure functions of
+constants (`math.sqrt(64)`, `max(2, 3)`) fold without an entry.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    VariableTracker,
+    all_constant,
+    constant_fold,
+)
+from framejit.frontend.variables.containers import (
+    DictVariable,
+    IteratorVariable,
+    ListVariable,
+    TupleVariable,
+)
+from framejit.frontend.variables.tensor import TensorVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+Args = list[VariableTracker]
+Kwargs = dict[str, VariableTracker]
+Handler = Callable[["Translator", Args, Kwargs], "VariableTracker | None"]
+
+# Builtins that are pure on constants and may be folded.
+PURE = {
+    abs, all, any, bool, chr, divmod, float, format, frozenset, int, isinstance, issubclass,
+    len, max, min, ord, pow, range, repr, round, set, slice, sorted, str, sum, tuple, list,
+    hash, complex, bin, hex, oct, callable, type, dict, reversed, enumerate, zip,
+}
+PURE |= {v for v in vars(math).values() if callable(v)}
+PURE |= {v for k, v in vars(operator).items() if callable(v) and not k.startswith("_")}
+
+BUILTINS: dict[Any, Handler] = {}
+
+
+def builtin(*fns: Any) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        for fn in fns:
+            if fn in BUILTINS:
+                raise AssertionError(f"builtin {fn} registered twice")
+            BUILTINS[fn] = handler
+        return handler
+
+    return register
+
+
+def is_builtin(fn: Any) -> bool:
+    return fn in BUILTINS or fn in PURE
+
+
+def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
+    handler = BUILTINS.get(fn)
+    if handler is not None:
+        result = handler(tx, args, kwargs)
+        if result is not None:
+            return result
+    if fn in PURE and all_constant(args, kwargs):
+        try:
+            value = constant_fold(fn, args, kwargs)
+        except Exception as exc:
+            raise Unsupported("exception", f"{_name(fn)}(...)", f"raises {exc!r}") from None
+        return tx.wrap_constant_result(value)
+    raise Unsupported("unsupported_builtin", f"{_name(fn)}()",
+                      ", ".join(a.type_name() for a in args))
+
+
+def call_builtin_class(tx: Translator, cls: type, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    """Constructing builtin types (`list(...)`, `dict(...)`, `torch.Size(...)`)."""
+    if cls in BUILTINS or cls in PURE:
+        return call_builtin(tx, cls, args, kwargs)
+    return None
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", repr(fn))
+
+
+@builtin(len)
+def _len(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs:
+        return None
+    (x,) = args
+    if isinstance(x, TensorVariable):
+        if x.fake.dim() == 0:
+            raise Unsupported("exception", "len() of a 0-d tensor", "TypeError")
+        return ConstantVariable(x.fake.shape[0])
+    if isinstance(x, (TupleVariable, ListVariable)):
+        return ConstantVariable(len(x.items))
+    if isinstance(x, DictVariable):
+        return ConstantVariable(len(x.items))
+    if x.is_constant():
+        return ConstantVariable(len(x.as_constant()))
+    return x.call_method(tx, "__len__", [], {})
+
+
+@builtin(isinstance)
+def _isinstance(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 2 or not args[1].is_constant():
+        return None
+    obj, classes = args
+    cls = classes.as_constant()
+    t = obj.python_type()
+    try:
+        return ConstantVariable(issubclass(t, cls))
+    except TypeError as exc:
+        raise Unsupported("exception", "isinstance()", str(exc)) from None
+
+
+@builtin(type)
+def _type(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs:
+        return None
+    return tx.wrap_value(args[0].python_type(), None)
+
+
+@builtin(callable)
+def _callable(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1:
+        return None
+    return ConstantVariable(callable(args[0].python_type()) and hasattr(
+        args[0].python_type(), "__call__") and not isinstance(args[0], TensorVariable)
+        and args[0].python_type() not in (int, float, str, bool, list, tuple, dict, type(None)))
+
+
+@builtin(getattr)
+def _getattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if not (2 <= len(args) <= 3) or not args[1].is_constant():
+        return None
+    obj, name = args[0], args[1].as_constant()
+    if len(args) == 3 and not tx.has_attr(obj, name):
+        return args[2]
+    return obj.getattr(tx, name)
+
+
+@builtin(hasattr)
+def _hasattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 2 or not args[1].is_constant():
+        return None
+    return ConstantVariable(tx.has_attr(args[0], args[1].as_constant()))
+
+
+def _iterable_items(tx: Translator, x: VariableTracker) -> list[VariableTracker]:
+    if isinstance(x, IteratorVariable):
+        return x.unpack(tx)
+    return x.unpack(tx)
+
+
+@builtin(list)
+def _list(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if kwargs or len(args) > 1:
+        return None
+    return ListVariable(_iterable_items(tx, args[0]) if args else [])
+
+
+@builtin(tuple)
+def _tuple(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if kwargs or len(args) > 1:
+        return None
+    return TupleVariable(_iterable_items(tx, args[0]) if args else [])
+
+
+@builtin(dict)
+def _dict(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) > 1:
+        return None
+    items: dict[Any, VariableTracker] = {}
+    if args:
+        src = args[0]
+        if isinstance(src, DictVariable):
+            items.update(src.items)
+        else:
+            for pair in _iterable_items(tx, src):
+                k, v = pair.unpack(tx)
+                if not k.is_constant():
+                    return None
+                items[k.as_constant()] = v
+    items.update(kwargs)
+    return DictVariable(items)
+
+
+@builtin(enumerate)
+def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    start = kwargs.get("start", args[1] if len(args) > 1 else ConstantVariable(0))
+    if not args or not start.is_constant():
+        return None
+    first = start.as_constant()
+    return IteratorVariable([
+        TupleVariable([ConstantVariable(first + i), item])
+        for i, item in enumerate(_iterable_items(tx, args[0]))
+    ])
+
+
+@builtin(zip)
+def _zip(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    strict = kwargs.get("strict", ConstantVariable(False)).as_constant()
+    columns = [_iterable_items(tx, a) for a in args]
+    if strict and len({len(c) for c in columns}) > 1:
+        raise Unsupported("exception", "zip(strict=True)", "ValueError: lengths differ")
+    return IteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+
+
+@builtin(reversed)
+def _reversed(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs:
+        return None
+    return IteratorVariable(_iterable_items(tx, args[0])[::-1])
+
+
+@builtin(iter)
+def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs:
+        return None
+    if isinstance(args[0], IteratorVariable):
+        return args[0]
+    return IteratorVariable(_iterable_items(tx, args[0]))
+
+
+@builtin(next)
+def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if not args or not isinstance(args[0], IteratorVariable):
+        return None
+    item = args[0].next()
+    if item is None:
+        if len(args) == 2:
+            return args[1]
+        raise Unsupported("exception", "next() on an exhausted iterator", "StopIteration")
+    return item
+
+
+@builtin(map)
+def _map(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) < 2 or kwargs:
+        return None
+    fn, columns = args[0], [_iterable_items(tx, a) for a in args[1:]]
+    return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
+
+
+@builtin(filter)
+def _filter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 2 or kwargs:
+        return None
+    fn, items = args[0], _iterable_items(tx, args[1])
+    if fn.is_constant() and fn.as_constant() is None:
+        return IteratorVariable([i for i in items if i.truth(tx)])
+    return IteratorVariable([i for i in items if fn.call(tx, [i], {}).truth(tx)])
+
+
+@builtin(sum)
+def _sum(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if not args or len(args) > 2:
+        return None
+    items = _iterable_items(tx, args[0])
+    total = kwargs.get("start", args[1] if len(args) == 2 else ConstantVariable(0))
+    if all(i.is_constant() for i in items) and total.is_constant():
+        return ConstantVariable(sum((i.as_constant() for i in items), total.as_constant()))
+    for item in items:
+        total = tx.binary_op(operator.add, total, item)
+    return total
+
+
+def _minmax(fn: Any) -> Handler:
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        items = _iterable_items(tx, args[0]) if len(args) == 1 else args
+        if any(isinstance(i, TensorVariable) for i in items):
+            raise Unsupported("data_dependent", f"{fn.__name__}() over tensors",
+                              f"use torch.{fn.__name__}imum or torch.{fn.__name__}")
+        if all(i.is_constant() for i in items) and all_constant([], kwargs):
+            return tx.wrap_constant_result(
+                fn([i.as_constant() for i in items], **{k: v.as_constant() for k, v in
+                                                         kwargs.items()}))
+        return None
+
+    return handler
+
+
+builtin(max)(_minmax(max))
+builtin(min)(_minmax(min))
+
+
+@builtin(abs, operator.abs, operator.neg, operator.pos, operator.invert, operator.not_)
+def _unary(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    return None  # constants fold through PURE; tensors go through Translator.unary_op
+
+
+def _to_python_number(kind: type) -> Handler:
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if args and isinstance(args[0], TensorVariable):
+            raise Unsupported("data_dependent", f"{kind.__name__}(tensor)")
+        if len(args) == 1 and kind is bool and not args[0].is_constant():
+            return ConstantVariable(args[0].truth(tx))
+        return None
+
+    return handler
+
+
+builtin(int)(_to_python_number(int))
+builtin(float)(_to_python_number(float))
+builtin(bool)(_to_python_number(bool))
+
+
+@builtin(print)
+def _print(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    raise Unsupported("unsupported_call", "print()", "printing happens outside the graph")
+
+
+@builtin(any, all)
+def _any_all(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) == 1 and not args[0].is_constant():
+        items = _iterable_items(tx, args[0])
+        if any(isinstance(i, TensorVariable) for i in items):
+            raise Unsupported("data_dependent", "any()/all() over tensors")
+    return None
+
+
+@builtin(torch.Size)
+def _size(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) == 1 and not args[0].is_constant():
+        items = _iterable_items(tx, args[0])
+        if all(i.is_constant() for i in items):
+            return ConstantVariable(torch.Size([i.as_constant() for i in items]))
+    return None
+
+
+BUILTIN_NAMES = {name: value for name, value in vars(builtins).items()}

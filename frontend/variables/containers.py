@@ -1,0 +1,360 @@
+"""Containers: tuples, lists, dicts, namedtuples, slices, dataclass instances and iterators.
+
+Containers made inside the traced frame are mutable here (the translator mutates them in place,
+as Python would). Containers read from outside the frame carry a Source; mutating those is a
+Python-visible side effect, which this milestone refuses (`side_effect`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import Source
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+
+if TYPE_CHECKING:
+    from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.translator import Translator
+
+
+def _const_index(tx: Translator, index: VariableTracker, what: str) -> Any:
+    if not index.is_constant():
+        raise Unsupported("unsupported_object", f"indexing a {what} with a {index.type_name()}")
+    return index.as_constant()
+
+
+class BaseSequence(VariableTracker):
+    """Shared behaviour of tuples and lists: items are VTs."""
+
+    kind: type = tuple
+
+    def __init__(self, items: list[VariableTracker], source: Source | None = None) -> None:
+        self.items = list(items)
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"{self.kind.__name__}{self.items!r}"
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def as_constant(self) -> Any:
+        return self.kind(i.as_constant() for i in self.items)
+
+    def has_tensors(self) -> bool:
+        return any(i.has_tensors() for i in self.items)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return list(self.items)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
+        key = _const_index(tx, index, self.kind.__name__)
+        if isinstance(key, slice):
+            return type(self)(self.items[key])
+        try:
+            return self.items[key]
+        except (IndexError, TypeError) as exc:
+            raise Unsupported("unsupported_object", f"{self.kind.__name__}[{key!r}]", str(exc))
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        from framejit.frontend.variables.functions import BoundMethodVariable
+
+        if hasattr(self.kind, name):
+            return BoundMethodVariable(self, name)
+        raise Unsupported("unsupported_attr", f"{self.kind.__name__}.{name}")
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name in ("index", "count", "__contains__"):
+            if not (self.is_constant() and all(a.is_constant() for a in args)):
+                raise Unsupported("unsupported_call", f"{self.kind.__name__}.{name} on tensors")
+            return ConstantVariable(
+                getattr(self.as_constant(), name)(*[a.as_constant() for a in args])
+            )
+        return self.mutate(tx, name, args, kwargs)
+
+    def mutate(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        raise Unsupported("unsupported_call", f"{self.kind.__name__}.{name}")
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        for item in self.items:
+            cg.reconstruct(item)
+        cg.build(self.kind, len(self.items))
+
+
+class TupleVariable(BaseSequence):
+    kind = tuple
+
+
+class ListVariable(BaseSequence):
+    kind = list
+
+    def mutate(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if self.source is not None:
+            raise Unsupported("side_effect", f"list.{name} on a list passed into the function")
+        items = self.items
+        if name == "append" and len(args) == 1:
+            items.append(args[0])
+        elif name == "extend" and len(args) == 1:
+            items.extend(args[0].unpack(tx))
+        elif name == "insert" and len(args) == 2:
+            items.insert(_const_index(tx, args[0], "list"), args[1])
+        elif name == "pop" and len(args) <= 1:
+            return items.pop(_const_index(tx, args[0], "list") if args else -1)
+        elif name == "reverse" and not args:
+            items.reverse()
+        elif name == "clear" and not args:
+            items.clear()
+        elif name == "copy" and not args:
+            return ListVariable(items)
+        elif name == "__setitem__" and len(args) == 2:
+            key = _const_index(tx, args[0], "list")
+            if isinstance(key, slice):
+                items[key] = args[1].unpack(tx)
+            else:
+                items[key] = args[1]
+        elif name == "__delitem__" and len(args) == 1:
+            del items[_const_index(tx, args[0], "list")]
+        elif name == "sort" and self.is_constant():
+            values = sorted(self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
+            self.items = [ConstantVariable(v) for v in values]
+        else:
+            raise Unsupported("unsupported_call", f"list.{name}")
+        return ConstantVariable(None)
+
+
+class NamedTupleVariable(BaseSequence):
+    """An instance of a namedtuple class or of a torch.return_types structseq."""
+
+    def __init__(self, cls: type, items: list[VariableTracker], source: Source | None = None):
+        super().__init__(items, source)
+        self.cls = cls
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def as_constant(self) -> Any:
+        return self._make([i.as_constant() for i in self.items])
+
+    def _make(self, values: list[Any]) -> Any:
+        if self.cls.__module__ == "torch.return_types":
+            return self.cls(values)
+        return self.cls(*values)
+
+    def fields(self) -> tuple[str, ...]:
+        fields = getattr(self.cls, "_fields", None)
+        if fields is None:  # structseq
+            return tuple(f for f in dir(self.cls) if not f.startswith("_") and f not in (
+                "count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields"))
+        return tuple(fields)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        fields = getattr(self.cls, "_fields", None)
+        if fields is not None and name in fields:
+            return self.items[fields.index(name)]
+        if self.cls.__module__ == "torch.return_types":
+            descriptor = getattr(self.cls, name, None)
+            if descriptor is not None and hasattr(descriptor, "__get__"):
+                # structseq fields are member descriptors in field order
+                order = [f for f in self.cls.__dict__ if not f.startswith("_")]
+                members = [f for f in order if type(self.cls.__dict__[f]).__name__ ==
+                           "member_descriptor"]
+                if name in members:
+                    return self.items[members.index(name)]
+        if fields is not None and name == "_asdict":
+            raise Unsupported("unsupported_attr", f"{self.cls.__name__}._asdict")
+        return super().getattr(tx, name)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.cls.__module__ == "torch.return_types":
+            cg.call_const(self.cls, lambda: TupleVariable(self.items).reconstruct(cg), 1)
+        else:
+            cg.call_const(self.cls, lambda: [cg.reconstruct(i) for i in self.items],
+                          len(self.items))
+
+
+class DictVariable(VariableTracker):
+    def __init__(self, items: dict[Any, VariableTracker], source: Source | None = None) -> None:
+        self.items = dict(items)  # constant keys -> VTs
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"dict{self.items!r}"
+
+    def python_type(self) -> type:
+        return dict
+
+    def is_constant(self) -> bool:
+        return all(v.is_constant() for v in self.items.values())
+
+    def as_constant(self) -> Any:
+        return {k: v.as_constant() for k, v in self.items.items()}
+
+    def has_tensors(self) -> bool:
+        return any(v.has_tensors() for v in self.items.values())
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return [ConstantVariable(k) for k in self.items]
+
+    def getitem(self, tx: Translator, key: VariableTracker) -> VariableTracker:
+        k = _const_index(tx, key, "dict")
+        if k not in self.items:
+            raise Unsupported("exception", f"dict[{k!r}] raises KeyError")
+        return self.items[k]
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        from framejit.frontend.variables.functions import BoundMethodVariable
+
+        if hasattr(dict, name):
+            return BoundMethodVariable(self, name)
+        raise Unsupported("unsupported_attr", f"dict.{name}")
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        items = self.items
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "get" and 1 <= len(args) <= 2:
+            k = _const_index(tx, args[0], "dict")
+            return items.get(k, args[1] if len(args) == 2 else ConstantVariable(None))
+        if name == "keys" and not args:
+            return TupleVariable([ConstantVariable(k) for k in items])
+        if name == "values" and not args:
+            return TupleVariable(list(items.values()))
+        if name == "items" and not args:
+            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(_const_index(tx, args[0], "dict") in items)
+        if name == "__len__":
+            return ConstantVariable(len(items))
+        if name == "copy" and not args:
+            return DictVariable(items)
+        if self.source is not None:
+            raise Unsupported("side_effect", f"dict.{name} on a dict passed into the function")
+        if name == "__setitem__" and len(args) == 2:
+            items[_const_index(tx, args[0], "dict")] = args[1]
+        elif name == "update" and len(args) <= 1:
+            if args:
+                other = args[0]
+                if not isinstance(other, DictVariable):
+                    raise Unsupported("unsupported_call", "dict.update with a non-dict")
+                items.update(other.items)
+            items.update(kwargs)
+        elif name == "pop" and 1 <= len(args) <= 2:
+            k = _const_index(tx, args[0], "dict")
+            if k in items:
+                return items.pop(k)
+            if len(args) == 2:
+                return args[1]
+            raise Unsupported("exception", f"dict.pop({k!r}) raises KeyError")
+        elif name == "setdefault" and 1 <= len(args) <= 2:
+            k = _const_index(tx, args[0], "dict")
+            return items.setdefault(k, args[1] if len(args) == 2 else ConstantVariable(None))
+        elif name == "__delitem__" and len(args) == 1:
+            del items[_const_index(tx, args[0], "dict")]
+        elif name == "clear":
+            items.clear()
+        else:
+            raise Unsupported("unsupported_call", f"dict.{name}")
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        for k, v in self.items.items():
+            cg.load_const(k)
+            cg.reconstruct(v)
+        cg.build(dict, len(self.items))
+
+
+class SliceVariable(VariableTracker):
+    """A slice with a non-constant part (constant slices are ConstantVariables)."""
+
+    def __init__(self, parts: list[VariableTracker]) -> None:
+        self.parts = parts
+
+    def python_type(self) -> type:
+        return slice
+
+
+class DataclassVariable(VariableTracker):
+    """An instance of a user dataclass created inside the frame."""
+
+    def __init__(self, cls: type, fields: dict[str, VariableTracker]) -> None:
+        self.cls = cls
+        self.fields = fields
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def has_tensors(self) -> bool:
+        return any(v.has_tensors() for v in self.fields.values())
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in self.fields:
+            return self.fields[name]
+        raise Unsupported("unsupported_attr", f"{self.cls.__name__}.{name}")
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        init = [f.name for f in dataclasses.fields(self.cls) if f.init]
+        if set(init) != set(self.fields):
+            raise Unsupported("reconstruct", f"dataclass {self.cls.__name__} with non-init fields")
+        cg.call_const(self.cls, lambda: [cg.reconstruct(self.fields[n]) for n in init], len(init))
+
+
+class IteratorVariable(VariableTracker):
+    """An iterator over a known list of items (range, list, zip, enumerate, dict keys...)."""
+
+    def __init__(self, items: list[VariableTracker]) -> None:
+        self.items = items
+        self.index = 0
+
+    def python_type(self) -> type:
+        return type(iter(()))
+
+    def next(self) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest

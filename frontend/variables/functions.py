@@ -1,0 +1,192 @@
+"""Callables: user functions (inlined), nested functions made in the frame, bound methods,
+torch functions (graph ops) and methods of constants and containers.
+
+Calling a user function never runs it: the translator inlines its bytecode with the arguments'
+VariableTrackers bound to its parameters (`Translator.inline_call`).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import AttrSource, Source
+from framejit.frontend.variables.base import (
+    CellVariable,
+    ConstantVariable,
+    VariableTracker,
+    all_constant,
+    constant_fold,
+)
+
+if TYPE_CHECKING:
+    from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.translator import Translator
+
+Args = list[VariableTracker]
+Kwargs = dict[str, VariableTracker]
+
+
+class UserFunctionVariable(VariableTracker):
+    """A Python function that exists outside the frame (global, attribute, closure, argument)."""
+
+    def __init__(self, fn: types.FunctionType, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"UserFunction({self.fn.__qualname__})"
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return tx.inline_user_function(self, args, kwargs)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable(getattr(self.fn, name))
+        if self.source is not None and hasattr(self.fn, name):
+            return tx.wrap_source(AttrSource(self.source, name))
+        raise Unsupported("unsupported_attr", f"function.{name}")
+
+
+class NestedFunctionVariable(VariableTracker):
+    """A function created by MAKE_FUNCTION inside the traced code."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        f_globals: dict[str, Any],
+        qualname: str,
+        defaults: list[VariableTracker],
+        kwdefaults: dict[str, VariableTracker],
+        closure: list[CellVariable],
+    ) -> None:
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+
+    def __repr__(self) -> str:
+        return f"NestedFunction({self.qualname})"
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return tx.inline_nested_function(self, args, kwargs)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
+        raise Unsupported("unsupported_attr", f"function.{name}")
+
+
+class UserMethodVariable(VariableTracker):
+    """`obj.method` for a Python function found on obj's class: calling binds obj first."""
+
+    def __init__(self, fn: VariableTracker, obj: VariableTracker, source: Source | None = None):
+        self.fn = fn
+        self.obj = obj
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"UserMethod({self.fn!r} of {self.obj!r})"
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return self.fn.call(tx, [self.obj, *args], kwargs)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name == "__self__":
+            return self.obj
+        if name == "__func__":
+            return self.fn
+        return self.fn.getattr(tx, name)
+
+
+class BoundMethodVariable(VariableTracker):
+    """A method of a VT that implements it itself (`lst.append`, `d.items`)."""
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"BoundMethod({self.obj!r}.{self.name})"
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+class TensorMethodVariable(BoundMethodVariable):
+    """`tensor.method` before it is called."""
+
+
+class ConstantMethodVariable(VariableTracker):
+    """A method of a constant (`"a,b".split`, `(2, 3).index`): folded when called."""
+
+    def __init__(self, value: Any, name: str) -> None:
+        self.value = value
+        self.name = name
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if not all_constant(args, kwargs):
+            raise Unsupported(
+                "unsupported_call", f"{type(self.value).__name__}.{self.name} on tensors"
+            )
+        result = constant_fold(getattr(self.value, self.name), args, kwargs)
+        return tx.wrap_constant_result(result)
+
+
+class TorchFunctionVariable(VariableTracker):
+    """A function from torch's namespaces: becomes a call_function node in the graph."""
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"TorchFunction({getattr(self.fn, '__name__', self.fn)})"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.fn
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        from framejit.frontend.variables.torch_rules import call_torch_function
+
+        return call_torch_function(tx, self.fn, args, kwargs)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.fn, name))
+        raise Unsupported("unsupported_attr", f"{self.fn}.{name}")
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.load_const(self.fn)
+
+
+def is_tensor_method_descriptor(fn: Any) -> bool:
+    """`torch.Tensor.add` and friends, used as plain functions."""
+    owner = getattr(fn, "__objclass__", None)
+    return owner is not None and owner in (torch._C.TensorBase, torch.Tensor)

@@ -1,0 +1,284 @@
+"""Objects from outside the frame: nn.Modules, user objects, classes and Python modules.
+
+Attributes are read lazily from the real object through Sources, so only what the traced code
+touches gets guarded. Module calls inline `forward` (after checking that no hooks would run);
+parameters, buffers and submodules are found the way nn.Module.__getattr__ finds them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import (
+    AttrSource,
+    Source,
+    TypeSource,
+    buffer_source,
+    param_source,
+    submodule_source,
+)
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+Args = list[VariableTracker]
+Kwargs = dict[str, VariableTracker]
+
+
+def _class_attr(cls: type, name: str) -> tuple[type, Any] | None:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass, klass.__dict__[name]
+    return None
+
+
+def _has_custom_getattribute(cls: type) -> bool:
+    return cls.__getattribute__ not in (object.__getattribute__, torch.nn.Module.__getattribute__)
+
+
+class UserObjectVariable(VariableTracker):
+    def __init__(self, obj: Any, source: Source | None) -> None:
+        self.obj = obj
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.obj).__name__})"
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def _need_source(self, what: str) -> Source:
+        if self.source is None:
+            raise Unsupported("unsupported_attr", what, "object has no source")
+        return self.source
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        cls = type(self.obj)
+        if _has_custom_getattribute(cls):
+            raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__")
+        found = _class_attr(cls, name)
+        if found is not None:
+            _, attr = found
+            if isinstance(attr, property):
+                if attr.fget is None:
+                    raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}")
+                return tx.call_function_value(attr.fget, [self], {})
+            if hasattr(type(attr), "__set__") and not isinstance(attr, types.FunctionType):
+                # another data descriptor (slots, C getters): read it as a value
+                return tx.wrap_source(AttrSource(self._need_source(name), name))
+        instance_dict = getattr(self.obj, "__dict__", {})
+        if name in instance_dict:
+            return tx.wrap_source(AttrSource(self._need_source(name), name))
+        if found is not None:
+            _, attr = found
+            cls_source = TypeSource(self.source) if self.source is not None else None
+            attr_source = AttrSource(cls_source, name) if cls_source is not None else None
+            if isinstance(attr, staticmethod):
+                return tx.wrap_value(attr.__func__, None)
+            if isinstance(attr, classmethod):
+                return UserMethodVariable(tx.wrap_value(attr.__func__, None),
+                                          tx.wrap_value(cls, cls_source))
+            if isinstance(attr, types.FunctionType):
+                return UserMethodVariable(UserFunctionVariable(attr, attr_source), self)
+            return tx.wrap_value(getattr(self.obj, name), AttrSource(self._need_source(name), name))
+        if hasattr(cls, "__getattr__"):
+            raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattr__")
+        raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
+
+    def has_attr(self, name: str) -> bool:
+        return hasattr(self.obj, name)
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        call = _class_attr(type(self.obj), "__call__")
+        if call is None or not isinstance(call[1], types.FunctionType):
+            raise Unsupported("unsupported_call", f"calling a {type(self.obj).__name__}")
+        return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
+
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if name == "__getitem__":
+            found = _class_attr(type(self.obj), "__getitem__")
+            if found is not None and isinstance(found[1], types.FunctionType):
+                return UserMethodVariable(UserFunctionVariable(found[1]), self).call(
+                    tx, args, kwargs)
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+
+# Containers whose __iter__/__len__/__getitem__ are answered from `_modules`.
+_MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+class NNModuleVariable(UserObjectVariable):
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        mod = self.obj
+        d = mod.__dict__
+        src = self.source
+        if name in d.get("_parameters", {}):
+            return tx.wrap_source(param_source(self._need_source(name), name))
+        if name in d.get("_buffers", {}):
+            if d["_buffers"][name] is None:
+                return ConstantVariable(None)
+            return tx.wrap_source(buffer_source(self._need_source(name), name))
+        if name in d.get("_modules", {}):
+            if d["_modules"][name] is None:
+                return ConstantVariable(None)
+            return tx.wrap_source(submodule_source(self._need_source(name), name))
+        del src
+        return super().getattr(tx, name)
+
+    def _children(self, tx: Translator) -> list[VariableTracker]:
+        src = self._need_source("iterating a module container")
+        return [tx.wrap_source(submodule_source(src, k)) for k in self.obj._modules]
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if isinstance(self.obj, (torch.nn.Sequential, torch.nn.ModuleList)):
+            return self._children(tx)
+        if isinstance(self.obj, torch.nn.ModuleDict):
+            return [ConstantVariable(k) for k in self.obj._modules]
+        raise Unsupported("unsupported_object", f"iterating over {type(self.obj).__name__}")
+
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        mod = self.obj
+        if isinstance(mod, _MODULE_CONTAINERS):
+            if name == "__len__":
+                return ConstantVariable(len(mod))
+            if name == "__getitem__" and len(args) == 1 and args[0].is_constant():
+                key = args[0].as_constant()
+                keys = list(mod._modules)
+                if isinstance(mod, torch.nn.ModuleDict):
+                    return tx.wrap_source(submodule_source(self._need_source("[]"), key))
+                if isinstance(key, int):
+                    return tx.wrap_source(submodule_source(self._need_source("[]"), keys[key]))
+                if isinstance(key, slice):
+                    from framejit.frontend.variables.containers import ListVariable
+
+                    return ListVariable(self._children(tx)[key])
+            if isinstance(mod, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
+                from framejit.frontend.variables.containers import TupleVariable
+
+                keys = [ConstantVariable(k) for k in mod._modules]
+                if name == "keys":
+                    return TupleVariable(keys)
+                src = self._need_source(name)
+                values = [tx.wrap_source(submodule_source(src, k)) for k in mod._modules]
+                if name == "values":
+                    return TupleVariable(values)
+                return TupleVariable([TupleVariable([k, v]) for k, v in zip(keys, values)])
+        return super().call_method(tx, name, args, kwargs)
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return tx.call_module(self, args, kwargs)
+
+
+class ClassVariable(VariableTracker):
+    def __init__(self, cls: type, source: Source | None = None) -> None:
+        self.cls = cls
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Class({self.cls.__qualname__})"
+
+    def python_type(self) -> type:
+        return type(self.cls)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.cls
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        found = _class_attr(self.cls, name)
+        if found is None:
+            if name in ("__name__", "__qualname__", "__module__"):
+                return ConstantVariable(getattr(self.cls, name))
+            raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
+        attr = found[1]
+        if isinstance(attr, staticmethod):
+            return tx.wrap_value(attr.__func__, None)
+        if isinstance(attr, classmethod):
+            return UserMethodVariable(tx.wrap_value(attr.__func__, None), self)
+        source = AttrSource(self.source, name) if self.source is not None else None
+        return tx.wrap_value(getattr(self.cls, name), source)
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        from framejit.frontend.variables.builtins import call_builtin_class
+        from framejit.frontend.variables.containers import DataclassVariable, NamedTupleVariable
+
+        cls = self.cls
+        handled = call_builtin_class(tx, cls, args, kwargs)
+        if handled is not None:
+            return handled
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            bound = _bind_signature(cls, args, kwargs, tx)
+            return NamedTupleVariable(cls, [bound[f] for f in cls._fields])
+        if dataclasses.is_dataclass(cls) and "__init__" in cls.__dict__ and _plain_dataclass(cls):
+            bound = _bind_signature(cls, args, kwargs, tx)
+            return DataclassVariable(cls, dict(bound))
+        raise Unsupported("unsupported_call", f"creating a {cls.__qualname__} object")
+
+
+def _plain_dataclass(cls: type) -> bool:
+    """Constructing it only stores its fields (no __post_init__ logic to trace)."""
+    return not hasattr(cls, "__post_init__")
+
+
+def _bind_signature(cls: type, args: Args, kwargs: Kwargs, tx: Translator) -> dict[str, Any]:
+    try:
+        sig = inspect.signature(cls)
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+    out: dict[str, Any] = {}
+    for name, param in sig.parameters.items():
+        if name in bound.arguments:
+            out[name] = bound.arguments[name]
+        elif param.default is not inspect.Parameter.empty:
+            out[name] = tx.wrap_value(param.default, None)
+    return out
+
+
+TRUSTED_MODULE_ROOTS = frozenset({"torch", "math", "operator", "functools", "itertools",
+                                  "collections", "typing", "dataclasses", "enum", "numbers",
+                                  "builtins", "cmath"})
+
+
+def is_trusted_module(mod: types.ModuleType) -> bool:
+    """Library modules whose attributes framejit treats as fixed (no guards)."""
+    root = mod.__name__.split(".")[0]
+    return root in TRUSTED_MODULE_ROOTS or root in sys.stdlib_module_names
+
+
+class PythonModuleVariable(VariableTracker):
+    def __init__(self, mod: types.ModuleType, source: Source | None = None) -> None:
+        self.mod = mod
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"PyModule({self.mod.__name__})"
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.mod
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        try:
+            value = getattr(self.mod, name)
+        except AttributeError:
+            raise Unsupported("exception", f"{self.mod.__name__}.{name}", "AttributeError")
+        if is_trusted_module(self.mod) or self.source is None:
+            return tx.wrap_value(value, None)
+        return tx.wrap_source(AttrSource(self.source, name))

@@ -1,0 +1,123 @@
+"""TensorVariable: a tensor living in the graph, carried with its FakeTensor example value.
+
+Shapes are static in this milestone: every size, stride, dtype and device read from a tensor is a
+Python constant (the TENSOR_MATCH guard on each graph input makes that sound). Reading a tensor's
+*values* into Python (`.item()`, `bool(x)`, `.tolist()`) cannot be captured.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import AttrSource, Source
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+
+if TYPE_CHECKING:
+    import torch.fx
+
+    from framejit.frontend.translator import Translator
+
+# Attributes whose value is metadata: a constant under static shapes.
+METADATA_ATTRS = frozenset({
+    "shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "is_meta", "requires_grad",
+    "layout", "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "itemsize", "nbytes",
+    "is_leaf",
+})
+
+# Methods whose result is metadata (no graph node needed).
+METADATA_METHODS = frozenset({
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
+    "element_size", "is_floating_point", "is_complex", "is_signed", "get_device",
+    "storage_offset", "is_inference", "is_conj", "is_neg", "has_names",
+})
+
+# Methods that read values into Python or act outside the graph.
+DATA_DEPENDENT_METHODS = frozenset({
+    "item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "__float__", "__index__",
+    "__len__", "__iter__", "__repr__", "__str__", "__format__", "untyped_storage", "storage",
+})
+OUTSIDE_GRAPH_METHODS = frozenset({
+    "backward", "register_hook", "retain_grad", "record_stream", "share_memory_",
+    "register_post_accumulate_grad_hook", "__setstate__", "__reduce_ex__", "__deepcopy__",
+})
+
+
+class TensorVariable(VariableTracker):
+    __slots__ = ("node", "fake", "cls", "source")
+
+    def __init__(
+        self,
+        node: torch.fx.Node,
+        fake: torch.Tensor,
+        cls: type = torch.Tensor,
+        source: Source | None = None,
+    ) -> None:
+        self.node = node
+        self.fake = fake
+        self.cls = cls
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.node.name}: {self.fake.dtype} {tuple(self.fake.shape)})"
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def has_tensors(self) -> bool:
+        return True
+
+    def truth(self, tx: Translator) -> bool:
+        raise Unsupported("data_dependent", "a tensor used as a condition (`if tensor:`)")
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        from framejit.frontend.variables.functions import TensorMethodVariable
+
+        if name in METADATA_ATTRS:
+            return ConstantVariable(getattr(self.fake, name))
+        if name == "grad":
+            if self.source is None:
+                raise Unsupported("unsupported_attr", "Tensor.grad of a tensor made in the graph")
+            return tx.wrap_source(AttrSource(self.source, "grad"))
+        descriptor = getattr(torch.Tensor, name, None)
+        if descriptor is None:
+            raise Unsupported("unsupported_attr", f"Tensor.{name}")
+        if callable(descriptor) and not isinstance(descriptor, property):
+            return TensorMethodVariable(self, name)
+        # A tensor-valued property such as T, mT, H, real, imag, data.
+        return tx.output.call_op("call_function", getattr, [self, ConstantVariable(name)], {})
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name in METADATA_METHODS:
+            if not all(a.is_constant() for a in args) or any(
+                not v.is_constant() for v in kwargs.values()
+            ):
+                raise Unsupported("unsupported_call", f"Tensor.{name} with non-constant arguments")
+            value = getattr(self.fake, name)(
+                *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
+            )
+            return ConstantVariable(value)
+        if name in DATA_DEPENDENT_METHODS:
+            raise Unsupported("data_dependent", f"Tensor.{name}()")
+        if name in OUTSIDE_GRAPH_METHODS:
+            raise Unsupported("unsupported_call", f"Tensor.{name}()")
+        if name == "type" and not args and not kwargs:
+            return ConstantVariable(self.fake.type().replace("Fake", ""))
+        return tx.output.call_op("call_method", name, [self, *args], kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if self.fake.dim() == 0:
+            raise Unsupported("unsupported_object", "iterating over a 0-d tensor")
+        return [
+            tx.output.call_op("call_function", operator.getitem, [self, ConstantVariable(i)], {})
+            for i in range(self.fake.shape[0])
+        ]

@@ -1,0 +1,93 @@
+"""Which torch callables become graph ops, which fold to constants, and which are refused.
+
+A callable from torch's operator namespaces (torch, torch.nn.functional, torch.special,
+torch.linalg, torch.fft, Tensor methods used as functions) becomes one `call_function` node.
+Functions that read global state answer from the state the GLOBAL_STATE guard pins; functions
+that change global state or leave the graph (seeding, saving, synchronizing) are refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    VariableTracker,
+    all_constant,
+    constant_fold,
+)
+from framejit.frontend.variables.tensor import TensorVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+GRAPH_MODULES = frozenset({
+    "torch", "torch.functional", "torch.nn.functional", "torch._C._nn", "torch._C._special",
+    "torch._C._linalg", "torch._C._fft", "torch.special", "torch.linalg", "torch.fft",
+    "torch._C._VariableFunctions", "torch.nn.modules.utils",
+})
+
+# Pure functions of constants: folded when every argument is a constant.
+FOLDABLE = {
+    torch.Size, torch.device, torch.finfo, torch.iinfo, torch.promote_types,
+    torch.result_type, torch.can_cast, torch.get_default_dtype, torch.is_grad_enabled,
+    torch.is_inference_mode_enabled, torch.are_deterministic_algorithms_enabled,
+    torch.is_autocast_enabled, torch.get_autocast_dtype if hasattr(torch, "get_autocast_dtype")
+    else torch.get_default_dtype,
+}
+
+# Refused: they change global state, leave the process, or need real data.
+REFUSED = {
+    torch.manual_seed, torch.seed, torch.initial_seed, torch.get_rng_state, torch.set_rng_state,
+    torch.set_grad_enabled, torch.no_grad, torch.enable_grad, torch.inference_mode,
+    torch.set_default_dtype, torch.use_deterministic_algorithms, torch.save, torch.load,
+    torch.from_numpy, torch.set_printoptions, torch.autocast, torch.compile,
+}
+
+
+def is_graph_function(fn: Any) -> bool:
+    """True for callables that should become graph ops when called with tensors."""
+    if fn in REFUSED or fn in FOLDABLE:
+        return False
+    if isinstance(fn, type):
+        return False
+    owner = getattr(fn, "__objclass__", None)
+    if owner in (torch._C.TensorBase, torch.Tensor):
+        return True
+    return getattr(fn, "__module__", None) in GRAPH_MODULES and callable(fn)
+
+
+def is_torch_callable(fn: Any) -> bool:
+    return fn in FOLDABLE or fn in REFUSED or is_graph_function(fn)
+
+
+def _fold_on_fakes(fn: Any, args: list[VariableTracker]) -> Any:
+    return fn(*[a.fake if isinstance(a, TensorVariable) else a.as_constant() for a in args])
+
+
+# Tensor queries that answer from metadata.
+METADATA_FUNCTIONS = {
+    torch.is_tensor: lambda args: isinstance(args[0], TensorVariable),
+    torch.numel: lambda args: _fold_on_fakes(torch.numel, args),
+    torch.is_floating_point: lambda args: _fold_on_fakes(torch.is_floating_point, args),
+    torch.is_complex: lambda args: _fold_on_fakes(torch.is_complex, args),
+}
+
+
+def call_torch_function(
+    tx: Translator, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+    if fn in REFUSED:
+        raise Unsupported("unsupported_call", f"torch.{getattr(fn, '__name__', name)}")
+    query = METADATA_FUNCTIONS.get(fn)
+    if query is not None and not kwargs:
+        return ConstantVariable(query(args))
+    if fn in FOLDABLE or not is_graph_function(fn):
+        if all_constant(args, kwargs):
+            return tx.wrap_constant_result(constant_fold(fn, args, kwargs))
+        raise Unsupported("unsupported_call", name)
+    return tx.output.call_op("call_function", fn, args, kwargs)

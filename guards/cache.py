@@ -1,0 +1,85 @@
+"""The per-code cache: compiled entries for one code object, most recently used first.
+
+Invariants:
+- An entry runs only if its guard check passed for the current arguments.
+- After `config.recompile_limit` entries a code object stops compiling: it is marked `eager`,
+  a warning names the reasons for the recompiles once, and it runs uncompiled from then on.
+- `clear_caches()` drops every entry everywhere (`framejit.reset()`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from types import CodeType
+from typing import Any, Callable
+
+from framejit.guards.compile import CompiledGuards
+
+
+@dataclass
+class CacheEntry:
+    guards: CompiledGuards
+    fn: Callable[..., Any]  # the transformed function: same signature as the original
+    code: CodeType  # its code object
+    graphs: list[Any] = field(default_factory=list)  # what the frontend captured (explain/logs)
+    break_reasons: list[Any] = field(default_factory=list)
+
+    @property
+    def check(self) -> Callable[..., bool]:
+        return self.guards.check
+
+
+@dataclass(eq=False)
+class CodeCache:
+    name: str  # "qualname (file:line)"; the code object itself is only the weak key
+    entries: list[CacheEntry] = field(default_factory=list)
+    # Set when this code must run uncompiled from now on (limit reached or nothing to compile).
+    eager: bool = False
+    eager_reason: str = ""
+    recompile_reasons: list[str] = field(default_factory=list)
+
+    def lookup(self, fn: Any, args: tuple[Any, ...]) -> CacheEntry | None:
+        entries = self.entries
+        for i, entry in enumerate(entries):
+            if entry.guards.check(fn, *args):
+                if i:
+                    entries.insert(0, entries.pop(i))
+                return entry
+        return None
+
+    def failures(self, fn: Any, args: tuple[Any, ...]) -> list[str]:
+        """Why each entry rejected these arguments, most recently used entry first."""
+        return [e.guards.why_failed(fn, *args) or "(guard holds)" for e in self.entries]
+
+    def add(self, entry: CacheEntry) -> None:
+        self.entries.insert(0, entry)
+
+    def mark_eager(self, reason: str) -> None:
+        self.eager = True
+        self.eager_reason = reason
+
+
+_caches: "weakref.WeakKeyDictionary[CodeType, CodeCache]" = weakref.WeakKeyDictionary()
+
+
+def cache_for(code: CodeType) -> CodeCache:
+    cache = _caches.get(code)
+    if cache is None:
+        cache = _caches[code] = CodeCache(
+            f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+        )
+    return cache
+
+
+def all_caches() -> list[CodeCache]:
+    return list(_caches.values())
+
+
+def clear_caches() -> None:
+    for cache in list(_caches.values()):
+        cache.entries.clear()
+        cache.eager = False
+        cache.eager_reason = ""
+        cache.recompile_reasons.clear()
+    _caches.clear()

@@ -1,0 +1,185 @@
+"""Compile a list of guards into ONE generated Python function, and explain failures.
+
+The generated function takes `(F, L_<arg0>, L_<arg1>, ...)`: the function object whose frame is
+being entered (its `__globals__` and `__closure__` reach globals and free variables) and the
+frame's arguments in `co_varnames` order. It returns True when every guard holds. Sources used
+by more than one guard are loaded once into a temporary, in the order the guards need them, so a
+temporary is only read after the guards on its base have passed. Any exception while checking
+means "does not hold".
+
+The source text is kept (`CompiledGuards.source`) so logs show exactly what runs, and a second
+function built from the same lines returns the index of the first failing guard for
+`why_failed`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from framejit.frontend.sources import (
+    AttrSource,
+    GlobalSource,
+    ItemSource,
+    Source,
+    TypeSource,
+)
+from framejit.guards.guard import Guard, GuardKind
+
+
+@dataclass
+class CompiledGuards:
+    guards: list[Guard]
+    check: Callable[..., bool]
+    source: str
+    argnames: tuple[str, ...]
+    _first_failure: Callable[..., int] = field(repr=False)
+
+    def why_failed(self, fn: Any, *args: Any) -> str | None:
+        """The first guard that does not hold for these arguments, with its actual value."""
+        index = self._first_failure(fn, *args)
+        if index < 0:
+            return None
+        guard = self.guards[index]
+        where = f" (from {guard.origin})" if guard.origin else ""
+        actual = ""
+        if guard.source is not None:
+            actual = f"; actual: {_describe_actual(guard, fn, args, self.argnames)}"
+        return f"{guard}{where}{actual}"
+
+
+def _describe_actual(guard: Guard, fn: Any, args: Sequence[Any], argnames: Sequence[str]) -> str:
+    scope = {f"L_{n}": v for n, v in zip(argnames, args)}
+    scope["F"] = fn
+    scope["G"] = getattr(fn, "__globals__", {})
+    try:
+        value = eval(guard.source.guard_expr(), scope)  # noqa: S307 - our own generated text
+    except Exception as exc:  # the value cannot even be reached
+        return f"<{type(exc).__name__}: {exc}>"
+    if guard.kind is GuardKind.TENSOR_MATCH and hasattr(value, "shape"):
+        return (
+            f"{type(value).__name__}(dtype={value.dtype}, device={value.device}, "
+            f"shape={tuple(value.shape)}, stride={tuple(value.stride())}, "
+            f"requires_grad={value.requires_grad})"
+        )
+    text = repr(value)
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+# Cheap checks first; tensors last. Within a kind, the order the translator installed them,
+# so a guard on a base comes before guards on its attributes.
+_COST = {
+    GuardKind.GLOBAL_STATE: 0,
+    GuardKind.ID_MATCH: 1,
+    GuardKind.MODULE_MATCH: 1,
+    GuardKind.TYPE_MATCH: 1,
+    GuardKind.CONSTANT_MATCH: 1,
+    GuardKind.LENGTH_CHECK: 2,
+    GuardKind.DICT_KEYS: 2,
+    GuardKind.MODULE_NO_HOOKS: 2,
+    GuardKind.TENSOR_MATCH: 3,
+}
+
+
+def _order(guards: Sequence[Guard]) -> list[Guard]:
+    # Dedupe, then a stable sort by (cost, depth of the source). Reordering is safe: the check
+    # is a conjunction, and a read that fails because its base changed counts as "fails".
+    unique: list[Guard] = []
+    seen: set[tuple[Any, ...]] = set()
+    for g in guards:
+        key = (g.source, g.kind, _hashable(g.expected))
+        if key not in seen:
+            seen.add(key)
+            unique.append(g)
+    return sorted(unique, key=lambda g: (_COST[g.kind], len(g.source.chain()) if g.source else 0))
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return id(value)
+
+
+def compile_guards(
+    guards: Sequence[Guard], argnames: Sequence[str], name: str = "guard"
+) -> CompiledGuards:
+    ordered = _order(guards)
+    consts: dict[int, tuple[str, Any]] = {}
+
+    def const(obj: Any) -> str:
+        entry = consts.get(id(obj))
+        if entry is None:
+            entry = (f"___c{len(consts)}", obj)
+            consts[id(obj)] = entry
+        return entry[0]
+
+    # Count how often each non-trivial source (and its prefixes) is reached.
+    uses: Counter[Source] = Counter()
+    for g in ordered:
+        if g.source is not None:
+            for s in g.source.chain():
+                uses[s] += 1
+    temps: dict[Source, str] = {}
+
+    def render(src: Source) -> str:
+        if src in temps:
+            return temps[src]
+        if isinstance(src, AttrSource):
+            return f"{render(src.base)}.{src.attr}"
+        if isinstance(src, ItemSource):
+            return f"{render(src.base)}[{src.key!r}]"
+        if isinstance(src, TypeSource):
+            return f"type({render(src.base)})"
+        return src.guard_expr()
+
+    body: list[str] = []
+    needs_globals = any(
+        g.source is not None and isinstance(g.source.root(), GlobalSource) for g in ordered
+    )
+    if needs_globals:
+        body.append("G = F.__globals__")
+    steps: list[tuple[list[str], str]] = []  # (temporaries to bind first, condition)
+    for g in ordered:
+        pre: list[str] = []
+        if g.source is not None:
+            for s in g.source.chain():
+                if s not in temps and uses[s] > 1 and getattr(s, "base", None) is not None:
+                    temp = f"___s{len(temps)}"
+                    pre.append(f"{temp} = {render(s)}")
+                    temps[s] = temp
+            x = render(g.source)
+        else:
+            x = ""
+        comment = f"  # {g.origin}" if g.origin else ""
+        steps.append((pre, f"if not ({g.check_expr(x, const)}):{comment}"))
+
+    params = ", ".join(["F", *(f"L_{n}" for n in argnames)])
+    head = [f"    {b}" for b in body]
+    check_lines = [f"def {name}({params}):", *head, "    try:"]
+    for pre, cond in steps:
+        check_lines += [f"        {p}" for p in pre]
+        check_lines += [f"        {cond}", "            return False"]
+    check_lines += ["    except Exception:", "        return False", "    return True"]
+    why_lines = [f"def {name}_first_failure({params}):", *head]
+    for index, (pre, cond) in enumerate(steps):
+        why_lines += ["    try:", *(f"        {p}" for p in pre)]
+        why_lines += [f"        {cond}", f"            return {index}"]
+        why_lines += ["    except Exception:", f"        return {index}"]
+    why_lines.append("    return -1")
+    check_src = "\n".join(check_lines) + "\n"
+    why_src = "\n".join(why_lines) + "\n"
+    scope: dict[str, Any] = {n: obj for n, obj in consts.values()}
+    exec(compile(check_src, f"<framejit guards {name}>", "exec"), scope)  # noqa: S102
+    exec(compile(why_src, f"<framejit guards {name} why>", "exec"), scope)  # noqa: S102
+    compiled = CompiledGuards(
+        guards=ordered,
+        check=scope[name],
+        source=check_src,
+        argnames=tuple(argnames),
+        _first_failure=scope[f"{name}_first_failure"],
+    )
+    return compiled

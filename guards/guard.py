@@ -1,0 +1,208 @@
+"""Guard kinds and how each prints as Python.
+
+A Guard is `(source, kind, expected)` plus the user line that made the translator rely on it.
+`Guard.check_expr(x, const)` renders the check over the already-rendered expression `x`, asking
+`const(obj)` for a name whenever the check needs an object that has no literal spelling (a dtype,
+a device, a class, a module). The kinds are a closed set; every one of them must be sound: if a
+check passes, the value is indistinguishable, for the compiled code, from the one traced.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from framejit.frontend.sources import Source
+
+
+class GuardKind(enum.Enum):
+    TYPE_MATCH = "TYPE_MATCH"            # type(x) is T
+    ID_MATCH = "ID_MATCH"                # x is obj
+    CONSTANT_MATCH = "CONSTANT_MATCH"    # type(x) is T and x == v
+    TENSOR_MATCH = "TENSOR_MATCH"        # type, dtype, device, sizes, strides, requires_grad, keys
+    LENGTH_CHECK = "LENGTH_CHECK"        # len(x) == n
+    DICT_KEYS = "DICT_KEYS"              # list(x) == [k0, k1, ...]
+    MODULE_MATCH = "MODULE_MATCH"        # x is module and x.training is flag
+    MODULE_NO_HOOKS = "MODULE_NO_HOOKS"  # no forward/backward hooks registered on x
+    GLOBAL_STATE = "GLOBAL_STATE"        # grad mode, autocast, default dtype, determinism
+
+
+_LITERAL_TYPES = (bool, int, str, bytes, type(None))
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Everything about a tensor that a traced graph may depend on, short of its values."""
+
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+    inference: bool
+    conj: bool
+    neg: bool
+
+    @staticmethod
+    def of(t: torch.Tensor) -> TensorMeta:
+        return TensorMeta(
+            type=type(t),
+            dtype=t.dtype,
+            device=t.device,
+            shape=tuple(t.shape),
+            stride=tuple(t.stride()),
+            requires_grad=t.requires_grad,
+            inference=t.is_inference(),
+            conj=t.is_conj(),
+            neg=t.is_neg(),
+        )
+
+
+@dataclass(frozen=True)
+class GlobalState:
+    grad_enabled: bool
+    default_dtype: torch.dtype
+    deterministic: bool
+    autocast_cpu: bool
+    autocast_cuda: bool
+    module_hooks: bool = False  # guard that no global nn.Module hooks exist
+
+    @staticmethod
+    def current(module_hooks: bool = False) -> GlobalState:
+        return GlobalState(
+            grad_enabled=torch.is_grad_enabled(),
+            default_dtype=torch.get_default_dtype(),
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+            autocast_cpu=torch.is_autocast_enabled("cpu"),
+            autocast_cuda=torch.is_autocast_enabled("cuda"),
+            module_hooks=module_hooks,
+        )
+
+
+def _global_module_hooks_present() -> bool:
+    from torch.nn.modules import module as m
+
+    return bool(
+        m._global_forward_hooks
+        or m._global_forward_pre_hooks
+        or m._global_backward_hooks
+        or m._global_backward_pre_hooks
+    )
+
+
+@dataclass(frozen=True)
+class Guard:
+    source: Source | None  # None only for GLOBAL_STATE
+    kind: GuardKind
+    expected: Any
+    origin: str = ""  # "file.py:12 in fn": the user line that made the translator rely on this
+
+    def __str__(self) -> str:
+        if self.kind is GuardKind.TENSOR_MATCH:
+            m = self.expected
+            extra = "".join(f" {k}" for k, v in (("inference", m.inference), ("conj", m.conj),
+                                                 ("neg", m.neg)) if v)
+            return (f"TENSOR_MATCH {self.source}: {m.type.__name__} {m.dtype} {m.device} "
+                    f"size={m.shape} stride={m.stride} requires_grad={m.requires_grad}{extra}")
+        if self.kind is GuardKind.GLOBAL_STATE:
+            s = self.expected
+            return (f"GLOBAL_STATE grad_enabled={s.grad_enabled} default_dtype={s.default_dtype}"
+                    f" deterministic={s.deterministic} autocast(cpu={s.autocast_cpu}, "
+                    f"cuda={s.autocast_cuda})" + (" no_global_module_hooks" if s.module_hooks
+                                                  else ""))
+        return self.check_expr(str(self.source) if self.source else "", _pretty_const)
+
+    def check_expr(self, x: str, const: Callable[[Any], str]) -> str:
+        kind, exp = self.kind, self.expected
+        if kind is GuardKind.TYPE_MATCH:
+            return f"type({x}) is {const(exp)}"
+        if kind is GuardKind.ID_MATCH:
+            return f"{x} is {const(exp)}"
+        if kind is GuardKind.CONSTANT_MATCH:
+            return _constant_check(x, exp, const)
+        if kind is GuardKind.TENSOR_MATCH:
+            return _tensor_check(x, exp, const)
+        if kind is GuardKind.LENGTH_CHECK:
+            return f"len({x}) == {exp}"
+        if kind is GuardKind.DICT_KEYS:
+            keys = ", ".join(_const_or_literal(k, const) for k in exp)
+            return f"list({x}) == [{keys}]"
+        if kind is GuardKind.MODULE_MATCH:
+            return f"{x} is {const(exp[0])} and {x}.training is {exp[1]}"
+        if kind is GuardKind.MODULE_NO_HOOKS:
+            return (
+                f"not ({x}._forward_hooks or {x}._forward_pre_hooks"
+                f" or {x}._backward_hooks or {x}._backward_pre_hooks)"
+            )
+        if kind is GuardKind.GLOBAL_STATE:
+            return _global_state_check(exp, const)
+        raise AssertionError(kind)
+
+
+def _const_or_literal(value: Any, const: Callable[[Any], str]) -> str:
+    if isinstance(value, _LITERAL_TYPES) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)
+    return const(value)
+
+
+def _constant_check(x: str, value: Any, const: Callable[[Any], str]) -> str:
+    t = type(value)
+    if t is float and math.isnan(value):
+        return f"type({x}) is float and {x} != {x}"
+    if value is None or value is Ellipsis or value is NotImplemented:
+        return f"{x} is {const(value) if value is not None else 'None'}"
+    if t is bool:
+        return f"{x} is {value}"
+    return f"type({x}) is {const(t)} and {x} == {_const_or_literal(value, const)}"
+
+
+def _tensor_check(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
+    parts = [
+        f"type({x}) is {const(m.type)}",
+        f"{x}.dtype is {const(m.dtype)}",
+        f"{x}.device == {const(m.device)}",
+        f"{x}.shape == {m.shape!r}",
+        f"{x}.stride() == {m.stride!r}",
+        f"{x}.requires_grad is {m.requires_grad}",
+        f"{x}.is_inference() is {m.inference}",
+    ]
+    if m.dtype.is_complex or m.conj:
+        parts.append(f"{x}.is_conj() is {m.conj}")
+    if m.neg:
+        parts.append(f"{x}.is_neg() is {m.neg}")
+    return " and ".join(parts)
+
+
+def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
+    t = const(torch)
+    parts = [
+        f"{t}.is_grad_enabled() is {s.grad_enabled}",
+        f"{t}.get_default_dtype() is {const(s.default_dtype)}",
+        f"{t}.are_deterministic_algorithms_enabled() is {s.deterministic}",
+        f"{t}.is_autocast_enabled('cpu') is {s.autocast_cpu}",
+        f"{t}.is_autocast_enabled('cuda') is {s.autocast_cuda}",
+    ]
+    if s.module_hooks:
+        parts.append(f"not {const(_global_module_hooks_present)}()")
+    return " and ".join(parts)
+
+
+def _pretty_const(obj: Any) -> str:
+    """How a guard prints for people: `torch.float32`, `cpu`, a class's qualified name."""
+    if isinstance(obj, type):
+        return f"{obj.__module__}.{obj.__qualname__}" if obj.__module__ != "builtins" else (
+            obj.__qualname__
+        )
+    if isinstance(obj, (torch.dtype, torch.device)):
+        return repr(obj)
+    if obj is torch:
+        return "torch"
+    if callable(obj) and hasattr(obj, "__name__"):
+        return obj.__name__
+    return f"<{type(obj).__name__} at {id(obj):#x}>"

@@ -1,0 +1,341 @@
+"""Run a small program eagerly and under `framejit.jit`, and compare the two.
+
+The corpus predicts how framejit does on code it has never seen, so every case is an
+ordinary PyTorch program checked the same way (`check`):
+
+- Inputs come from a zero-argument factory `make()`, called once under a fixed seed.
+  Every run (one eager, two compiled, and a second eager run to pair with the second
+  compiled one) gets its own `copy.deepcopy` of them, so in-place ops never leak.
+- The thing compiled is either the program itself or what a zero-argument `build()`
+  returns (a closure, a bound method, an `nn.Module`), built once under the same seed.
+  An `nn.Module` is deep-copied for the eager runs; the compiled module shares the
+  original's parameters, so their states are compared after each run.
+- Compiled results must equal eager ones: tensors by `torch.testing.assert_close` (dtype,
+  device, shape, values) plus `requires_grad`; containers, namedtuples, structseqs,
+  `torch.Size`, dataclasses and Python scalars by exact type and value.
+- Inputs the program mutates in place must end up equal to eager's mutated inputs.
+- Identity: a tensor eager returns as-is (an input, a parameter or buffer, or one tensor
+  returned twice) must be the same object in the compiled run (`identity=False` turns
+  this off for a case).
+- `framejit` compiles exactly `graphs` graphs over both compiled calls (or one of the
+  counts, when `graphs` is a tuple): the second call reuses the first's entry.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+SEED = 0
+
+# Graphs allowed for a program that does no tensor work at all (returns an input, a
+# constant, or a number derived from shapes): there is nothing to compute, so compiling
+# no graph and compiling one empty graph are both right.
+EMPTY = (0, 1)
+
+# Pass `fullgraph=True` when a case expects at most one graph, so a graph break fails
+# with framejit's own message naming the construct instead of a bare count mismatch.
+FULLGRAPH_WHEN_ONE_GRAPH = True
+
+
+@dataclasses.dataclass
+class Call:
+    """Positional and keyword arguments for one call of a program."""
+
+    args: tuple
+    kwargs: dict
+
+
+def call(*args: Any, **kwargs: Any) -> Call:
+    return Call(args, kwargs)
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float32, grad: bool = False) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype, requires_grad=grad)
+
+
+def ints(high: int, *shape: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    return torch.randint(0, high, shape, dtype=dtype)
+
+
+def bools(*shape: int) -> torch.Tensor:
+    return torch.rand(*shape) > 0.5
+
+
+# ---------------------------------------------------------------------------------------
+# comparing results
+
+
+def assert_same(actual: Any, expected: Any, path: str = "out", rtol=None, atol=None) -> None:
+    """Compiled `actual` equals eager `expected`: same types all the way down, close tensors."""
+    if type(actual) is not type(expected):
+        raise AssertionError(
+            f"{path}: type {type(actual).__qualname__} != eager {type(expected).__qualname__}"
+        )
+    if isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(
+            actual,
+            expected,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            msg=lambda m: f"{path}: {m}",
+        )
+        if actual.requires_grad != expected.requires_grad:
+            raise AssertionError(
+                f"{path}: requires_grad {actual.requires_grad} != eager {expected.requires_grad}"
+            )
+    elif isinstance(expected, nn.Module):
+        assert_same(actual.state_dict(), expected.state_dict(), f"{path}.state_dict()", rtol, atol)
+        if actual.training != expected.training:
+            raise AssertionError(f"{path}.training {actual.training} != eager {expected.training}")
+    elif dataclasses.is_dataclass(expected):
+        for field in dataclasses.fields(expected):
+            assert_same(
+                getattr(actual, field.name),
+                getattr(expected, field.name),
+                f"{path}.{field.name}",
+                rtol,
+                atol,
+            )
+    elif isinstance(expected, (tuple, list)):
+        if len(actual) != len(expected):
+            raise AssertionError(f"{path}: length {len(actual)} != eager {len(expected)}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same(a, e, f"{path}[{i}]", rtol, atol)
+    elif isinstance(expected, dict):
+        if list(actual) != list(expected):
+            raise AssertionError(f"{path}: keys {list(actual)} != eager {list(expected)}")
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{path}[{key!r}]", rtol, atol)
+    elif type(expected).__eq__ is object.__eq__ and hasattr(expected, "__dict__"):
+        # a plain user object (no __eq__ of its own): compare its attributes
+        assert_same(vars(actual), vars(expected), f"{path}.__dict__", rtol, atol)
+    elif isinstance(expected, float) and math.isnan(expected):
+        if not math.isnan(actual):
+            raise AssertionError(f"{path}: {actual!r} != eager nan")
+    elif actual != expected:
+        raise AssertionError(f"{path}: {actual!r} != eager {expected!r}")
+
+
+def tensor_leaves(value: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor reachable through containers, dataclasses and modules, with its path."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, nn.Module):
+        for name, tensor in value.named_parameters():
+            yield f"{path}.{name}", tensor
+        for name, tensor in value.named_buffers():
+            yield f"{path}.{name}", tensor
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from tensor_leaves(getattr(value, field.name), f"{path}.{field.name}")
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from tensor_leaves(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from tensor_leaves(item, f"{path}[{key!r}]")
+
+
+def assert_identity(
+    out: Any, inputs: dict[str, Any], eager_out: Any, eager_inputs: dict[str, Any]
+) -> None:
+    """Where eager returned a tensor as-is (an input, or one tensor twice), so must compiled."""
+    eager_input_paths: dict[int, str] = {}
+    for name, value in eager_inputs.items():
+        for path, tensor in tensor_leaves(value, name):
+            eager_input_paths.setdefault(id(tensor), path)
+    compiled_inputs = {
+        path: tensor
+        for name, value in inputs.items()
+        for path, tensor in tensor_leaves(value, name)
+    }
+    eager_leaves = list(tensor_leaves(eager_out, "out"))
+    compiled_leaves = dict(tensor_leaves(out, "out"))
+    first_seen: dict[int, str] = {}
+    for path, tensor in eager_leaves:
+        got = compiled_leaves[path]
+        if id(tensor) in eager_input_paths:
+            source = eager_input_paths[id(tensor)]
+            if got is not compiled_inputs[source]:
+                raise AssertionError(
+                    f"{path}: eager returns input {source} itself; compiled returns another tensor"
+                )
+        if id(tensor) in first_seen:
+            earlier = first_seen[id(tensor)]
+            if got is not compiled_leaves[earlier]:
+                raise AssertionError(
+                    f"{path}: eager returns the same tensor as {earlier}; compiled returns two"
+                )
+        else:
+            first_seen[id(tensor)] = path
+
+
+# ---------------------------------------------------------------------------------------
+# running one case
+
+
+def _arguments(make: Callable[[], Any]) -> Call:
+    torch.manual_seed(SEED)
+    made = make()
+    if isinstance(made, Call):
+        return made
+    assert isinstance(made, tuple), "make() must return a tuple of arguments or call(...)"
+    return Call(made, {})
+
+
+def _run(fn: Callable, arguments: Call, grad: bool | None) -> tuple[Any, Call]:
+    arguments = copy.deepcopy(arguments)
+    with torch.set_grad_enabled(torch.is_grad_enabled() if grad is None else grad):
+        out = fn(*arguments.args, **arguments.kwargs)
+    return out, arguments
+
+
+def _named(fn: Any, arguments: Call) -> dict[str, Any]:
+    named: dict[str, Any] = {f"args[{i}]": a for i, a in enumerate(arguments.args)}
+    named.update({f"kwargs[{k!r}]": v for k, v in arguments.kwargs.items()})
+    if isinstance(fn, nn.Module):
+        named["fn"] = fn
+    return named
+
+
+def check(
+    fn: Callable | None,
+    make: Callable[[], Any],
+    *,
+    graphs: int | tuple[int, ...] = 1,
+    build: Callable[[], Any] | None = None,
+    grad: bool | None = None,
+    identity: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+    fullgraph: bool | None = None,
+) -> None:
+    """Compare `framejit.jit(fn)` with eager `fn` on inputs from `make()`; see the module doc.
+
+    `build`, when given instead of `fn`, makes the thing to compile (under the fixed seed).
+    `grad` runs every call with grad mode on (True) or off (False); None leaves it as is.
+    """
+    import framejit.testing  # also binds `framejit`; imported here so cases load without it
+
+    if build is not None:
+        assert fn is None, "give fn or build, not both"
+        torch.manual_seed(SEED)
+        fn = build()
+    assert fn is not None
+    arguments = _arguments(make)
+    eager_fn = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
+
+    counter = framejit.testing.CompileCounter()
+    if fullgraph is None:
+        fullgraph = (
+            FULLGRAPH_WHEN_ONE_GRAPH
+            and max(graphs if isinstance(graphs, tuple) else (graphs,)) <= 1
+        )
+    compiled_fn = framejit.jit(fn, backend=counter, fullgraph=fullgraph)
+
+    for run in ("first call", "second call"):
+        eager_out, eager_args = _run(eager_fn, arguments, grad)
+        out, args = _run(compiled_fn, arguments, grad)
+        where = f"{run}: "
+        try:
+            assert_same(out, eager_out, "out", rtol, atol)
+            assert_same(args.args, eager_args.args, "args (after the call)", rtol, atol)
+            assert_same(args.kwargs, eager_args.kwargs, "kwargs (after the call)", rtol, atol)
+            if isinstance(fn, nn.Module):
+                assert_same(fn, eager_fn, "module (after the call)", rtol, atol)
+            if identity:
+                assert_identity(out, _named(fn, args), eager_out, _named(eager_fn, eager_args))
+        except AssertionError as error:
+            raise AssertionError(where + str(error)) from None
+
+    allowed = graphs if isinstance(graphs, tuple) else (graphs,)
+    assert counter.frame_count in allowed, (
+        f"framejit compiled {counter.frame_count} graph(s) over two calls; expected "
+        + " or ".join(map(str, allowed))
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# registering cases
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    fn: Callable | None
+    build: Callable[[], Any] | None
+    make: Callable[[], Any]
+    options: dict
+
+    def run(self) -> None:
+        check(self.fn, self.make, build=self.build, **self.options)
+
+
+GRAD_MODES = {"no_grad": False, "grad": True}
+
+
+class Corpus:
+    """The cases of one file; `params()` feeds `pytest.mark.parametrize`, one id per case.
+
+    `@corpus.program(make)` registers a function to compile as it is;
+    `@corpus.builder(make)` registers a zero-argument factory of the thing to compile
+    (a closure, a bound method, a module). `grad_modes=True` registers the case twice,
+    once under `torch.no_grad()` and once with grad enabled (ids `name-no_grad`, `name-grad`).
+    """
+
+    def __init__(self) -> None:
+        self.cases: list[Case] = []
+
+    def _add(self, name, fn, build, make, grad_modes: bool, options: dict) -> None:
+        if any(case.name.split("-")[0] == name for case in self.cases):
+            raise ValueError(f"case {name!r} registered twice")
+        if grad_modes:
+            for mode, grad in GRAD_MODES.items():
+                self.cases.append(
+                    Case(f"{name}-{mode}", fn, build, make, {**options, "grad": grad})
+                )
+        else:
+            self.cases.append(Case(name, fn, build, make, options))
+
+    def program(
+        self,
+        make: Callable[[], Any],
+        *,
+        name: str | None = None,
+        grad_modes: bool = False,
+        **options: Any,
+    ):
+        def register(fn: Callable) -> Callable:
+            self._add(name or fn.__name__, fn, None, make, grad_modes, options)
+            return fn
+
+        return register
+
+    def builder(
+        self,
+        make: Callable[[], Any],
+        *,
+        name: str | None = None,
+        grad_modes: bool = False,
+        **options: Any,
+    ):
+        def register(build: Callable[[], Any]) -> Callable[[], Any]:
+            self._add(name or build.__name__, None, build, make, grad_modes, options)
+            return build
+
+        return register
+
+    def params(self) -> list:
+        return [pytest.param(case, id=case.name) for case in self.cases]
+
+    def __len__(self) -> int:
+        return len(self.cases)
