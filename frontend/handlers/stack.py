@@ -11,8 +11,13 @@ if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
 
 
-@handler("NOP", "RESUME", "CACHE", "EXTENDED_ARG", "PRECALL", "COPY_FREE_VARS")
+@handler("NOP", "RESUME", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS")
 def nop(tx: Translator, inst: Any) -> None:
+    pass
+
+
+@handler("PRECALL", until=(3, 11))
+def precall(tx: Translator, inst: Any) -> None:
     pass
 
 
