@@ -129,6 +129,15 @@ class OutputGraph:
             raise Unsupported(
                 "tensor_op_failed", f"{label}", f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
+        if result is None:
+            # Ops that return None act by mutation (setitem, copy into an out= buffer...):
+            # they must stay in the graph even though nothing uses their result.
+            node = self.graph.create_node(
+                kind, target, tuple(_to_node(a) for a in args),
+                {k: _to_node(v) for k, v in kwargs.items()},
+            )
+            node.meta["val"] = None
+            return ConstantVariable(None)
         if not _contains_tensor(result):
             if _is_plain_constant(result):
                 return ConstantVariable(result)

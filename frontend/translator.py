@@ -86,7 +86,7 @@ def decode(code: types.CodeType) -> Decoded:
     return d
 
 
-class _RealCell:
+class _RealCell(VariableTracker):
     """A free variable backed by a real cell, read through its Source when loaded."""
 
     def __init__(self, source: Source | None, cell: Any) -> None:
@@ -449,6 +449,8 @@ class Translator:
             raise Unsupported("exception", f"calling {qualname}", f"TypeError: {exc}") from None
         bound.apply_defaults()
         out: dict[str, VariableTracker] = {}
+        # inspect renames comprehension arguments (".0" -> "implicit0"): map back by position
+        real_names = dict(zip(sig.parameters, code.co_varnames))
         for name, value in bound.arguments.items():
             kind = sig.parameters[name].kind
             if isinstance(value, _Default):
@@ -459,7 +461,7 @@ class Translator:
                 value = TupleVariable(list(value))
             elif kind is inspect.Parameter.VAR_KEYWORD:
                 value = DictVariable(dict(value))
-            out[name] = value
+            out[real_names[name]] = value
         return out
 
     def _inline(self, code: types.CodeType, f_globals: dict[str, Any],

@@ -14,6 +14,7 @@ function built from the same lines returns the index of the first failing guard 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,7 @@ def _hashable(value: Any) -> Any:
 def compile_guards(
     guards: Sequence[Guard], argnames: Sequence[str], name: str = "guard"
 ) -> CompiledGuards:
+    name = re.sub(r"\W", "_", name)
     ordered = _order(guards)
     consts: dict[int, tuple[str, Any]] = {}
 

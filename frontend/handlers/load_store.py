@@ -86,10 +86,9 @@ def make_cell(tx: Translator, inst: Any) -> None:
 @handler("LOAD_CLOSURE")
 def load_closure(tx: Translator, inst: Any) -> None:
     cell = tx.cells.get(inst.argval)
-    if not isinstance(cell, CellVariable):
-        raise Unsupported("unsupported_object", f"closing over free variable {inst.argval!r}",
-                          "a nested function capturing an outer closure")
-    tx.push(cell)
+    if cell is None:
+        raise Unsupported("exception", f"free variable {inst.argval!r}", "not found")
+    tx.push(cell)  # a CellVariable, or a real cell of an enclosing function
 
 
 @handler("LOAD_DEREF")

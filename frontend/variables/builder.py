@@ -159,7 +159,7 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
     if t in CONSTANT_TYPES or t in (torch.dtype, torch.device, torch.Size, torch.layout,
                                     torch.memory_format) or isinstance(value, enum.Enum):
         return ConstantVariable(value, source)
-    if t in (torch.finfo, torch.iinfo):
+    if t in (torch.finfo, torch.iinfo, types.CodeType):
         return ConstantVariable(value, source)
     if isinstance(value, type):
         return ClassVariable(value, source)

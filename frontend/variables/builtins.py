@@ -294,9 +294,72 @@ builtin(max)(_minmax(max))
 builtin(min)(_minmax(min))
 
 
-@builtin(abs, operator.abs, operator.neg, operator.pos, operator.invert, operator.not_)
-def _unary(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    return None  # constants fold through PURE; tensors go through Translator.unary_op
+def _unary(op: Any) -> Handler:
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if len(args) != 1 or kwargs or args[0].is_constant():
+            return None  # constants fold through PURE
+        return tx.unary_op(op, args[0])
+
+    return handler
+
+
+def _binary(op: Any, compare: bool = False) -> Handler:
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if len(args) != 2 or kwargs or all_constant(args):
+            return None
+        return (tx.compare_op if compare else tx.binary_op)(op, args[0], args[1])
+
+    return handler
+
+
+for _op in (operator.neg, operator.pos, operator.invert):
+    builtin(_op)(_unary(_op))
+builtin(abs, operator.abs)(_unary(operator.abs))
+builtin(pow)(_binary(operator.pow))
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_",
+              "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
+              "ipow", "imatmul", "iand", "ior", "ixor"):
+    builtin(getattr(operator, _name))(_binary(getattr(operator, _name)))
+for _name in ("lt", "le", "eq", "ne", "gt", "ge"):
+    builtin(getattr(operator, _name))(_binary(getattr(operator, _name), compare=True))
+
+
+@builtin(operator.getitem)
+def _op_getitem(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    return tx.getitem(args[0], args[1]) if len(args) == 2 and not kwargs else None
+
+
+@builtin(operator.not_)
+def _op_not(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    return ConstantVariable(not args[0].truth(tx)) if len(args) == 1 else None
+
+
+@builtin(operator.truth)
+def _op_truth(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    return ConstantVariable(args[0].truth(tx)) if len(args) == 1 else None
+
+
+@builtin(operator.is_)
+def _op_is(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    return None if len(args) != 2 else ConstantVariable(tx.is_op(args[0], args[1]))
+
+
+@builtin(operator.is_not)
+def _op_is_not(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    return None if len(args) != 2 else ConstantVariable(not tx.is_op(args[0], args[1]))
+
+
+@builtin(sorted)
+def _sorted(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or not all_constant([], kwargs):
+        return None
+    items = _iterable_items(tx, args[0])
+    if not all(i.is_constant() for i in items):
+        raise Unsupported("data_dependent" if any(i.has_tensors() for i in items)
+                          else "unsupported_builtin", "sorted() of non-constant values")
+    values = sorted((i.as_constant() for i in items),
+                    **{k: v.as_constant() for k, v in kwargs.items()})
+    return ListVariable([ConstantVariable(v) for v in values])
 
 
 def _to_python_number(kind: type) -> Handler:
