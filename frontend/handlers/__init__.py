@@ -84,7 +84,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "LOAD_SUPER_ATTR": "super() is not captured yet",
     "INSTRUMENTED_LINE": "monitoring instrumentation",
     "INTERPRETER_EXIT": "interpreter internal",
-    "STORE_ATTR": "setting attributes is a side effect (not captured yet)",
     "ENTER_EXECUTOR": "interpreter internal",
 }
 

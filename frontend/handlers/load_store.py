@@ -117,6 +117,13 @@ def load_method(tx: Translator, inst: Any) -> None:
     tx.push(obj.getattr(tx, inst.argval))
 
 
+@handler("STORE_ATTR")
+def store_attr(tx: Translator, inst: Any) -> None:
+    obj = tx.pop()
+    value = tx.pop()
+    obj.setattr(tx, inst.argval, value)
+
+
 @handler("IMPORT_NAME")
 def import_name(tx: Translator, inst: Any) -> None:
     level, fromlist = tx.popn(2)

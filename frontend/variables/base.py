@@ -59,6 +59,10 @@ class VariableTracker:
     ) -> VariableTracker:
         return self.getattr(tx, name).call(tx, args, kwargs)
 
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        raise Unsupported("side_effect", f"setting {self.type_name()}.{name}",
+                          "objects from outside the frame are not mutated while tracing")
+
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         """The items this value yields when iterated or star-unpacked."""
         raise Unsupported("unsupported_object", f"iterating over {self.type_name()}")

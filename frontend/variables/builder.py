@@ -9,7 +9,9 @@ trusted library modules, and values the translator made itself; it installs no g
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import enum
 import types
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ from framejit.frontend.variables.containers import (
     TupleVariable,
 )
 from framejit.frontend.variables.functions import (
+    PartialVariable,
     TorchFunctionVariable,
     UserFunctionVariable,
     UserMethodVariable,
@@ -115,12 +118,19 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         if t is list:
             return ListVariable(items, source)
         return NamedTupleVariable(t, items, source)
-    if t is dict:
+    if t is dict or t is collections.OrderedDict:
         if not all(isinstance(k, (str, int)) for k in value):
             raise Unsupported("unsupported_object", "dict with non-str/int keys")
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))
-        return DictVariable({k: wrap_source(tx, ItemSource(source, k)) for k in value}, source)
+        return DictVariable({k: wrap_source(tx, ItemSource(source, k)) for k in value}, source,
+                            cls=t)
+    if t is functools.partial:
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        return PartialVariable(wrap_source(tx, AttrSource(source, "func")),
+                               wrap_source(tx, AttrSource(source, "args")).unpack(tx),
+                               dict(wrap_source(tx, AttrSource(source, "keywords")).items),
+                               source)
     if isinstance(value, torch.nn.Module):
         _guard(tx, source, GuardKind.MODULE_MATCH, (value, value.training))
         return NNModuleVariable(value, source)

@@ -62,16 +62,19 @@ def builtin(*fns: Any) -> Callable[[Handler], Handler]:
 
 
 def is_builtin(fn: Any) -> bool:
-    return fn in BUILTINS or fn in PURE
+    try:
+        return fn in BUILTINS or fn in PURE
+    except TypeError:  # unhashable values are never builtins
+        return False
 
 
 def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
-    handler = BUILTINS.get(fn)
+    handler = BUILTINS.get(fn) if is_builtin(fn) else None
     if handler is not None:
         result = handler(tx, args, kwargs)
         if result is not None:
             return result
-    if fn in PURE and all_constant(args, kwargs):
+    if is_builtin(fn) and fn in PURE and all_constant(args, kwargs):
         try:
             value = constant_fold(fn, args, kwargs)
         except Exception as exc:
@@ -83,7 +86,7 @@ def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Variabl
 
 def call_builtin_class(tx: Translator, cls: type, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     """Constructing builtin types (`list(...)`, `dict(...)`, `torch.Size(...)`)."""
-    if cls in BUILTINS or cls in PURE:
+    if is_builtin(cls):
         return call_builtin(tx, cls, args, kwargs)
     return None
 

@@ -203,21 +203,25 @@ class NamedTupleVariable(BaseSequence):
 
 
 class DictVariable(VariableTracker):
-    def __init__(self, items: dict[Any, VariableTracker], source: Source | None = None) -> None:
+    """A dict (or a dict subclass such as OrderedDict: `cls`) with constant keys."""
+
+    def __init__(self, items: dict[Any, VariableTracker], source: Source | None = None,
+                 cls: type = dict) -> None:
         self.items = dict(items)  # constant keys -> VTs
         self.source = source
+        self.cls = cls
 
     def __repr__(self) -> str:
-        return f"dict{self.items!r}"
+        return f"{self.cls.__name__}{self.items!r}"
 
     def python_type(self) -> type:
-        return dict
+        return self.cls
 
     def is_constant(self) -> bool:
         return all(v.is_constant() for v in self.items.values())
 
     def as_constant(self) -> Any:
-        return {k: v.as_constant() for k, v in self.items.items()}
+        return self.cls({k: v.as_constant() for k, v in self.items.items()})
 
     def has_tensors(self) -> bool:
         return any(v.has_tensors() for v in self.items.values())
@@ -265,7 +269,7 @@ class DictVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(items))
         if name == "copy" and not args:
-            return DictVariable(items)
+            return DictVariable(items, cls=self.cls)
         if self.source is not None:
             raise Unsupported("side_effect", f"dict.{name} on a dict passed into the function")
         if name == "__setitem__" and len(args) == 2:
@@ -296,10 +300,16 @@ class DictVariable(VariableTracker):
         return ConstantVariable(None)
 
     def reconstruct(self, cg: CodeGen) -> None:
-        for k, v in self.items.items():
-            cg.load_const(k)
-            cg.reconstruct(v)
-        cg.build(dict, len(self.items))
+        def build() -> None:
+            for k, v in self.items.items():
+                cg.load_const(k)
+                cg.reconstruct(v)
+            cg.build(dict, len(self.items))
+
+        if self.cls is dict:
+            build()
+        else:
+            cg.call_const(self.cls, build, 1)
 
 
 class SliceVariable(VariableTracker):

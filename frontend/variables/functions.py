@@ -190,3 +190,36 @@ def is_tensor_method_descriptor(fn: Any) -> bool:
     """`torch.Tensor.add` and friends, used as plain functions."""
     owner = getattr(fn, "__objclass__", None)
     return owner is not None and owner in (torch._C.TensorBase, torch.Tensor)
+
+
+class PartialVariable(VariableTracker):
+    """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the merged args."""
+
+    def __init__(self, fn: VariableTracker, args: Args, kwargs: Kwargs,
+                 source: Source | None = None) -> None:
+        self.fn = fn
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"partial({self.fn!r})"
+
+    def python_type(self) -> type:
+        import functools
+
+        return functools.partial
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        from framejit.frontend.variables.containers import DictVariable, TupleVariable
+
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleVariable(self.args)
+        if name == "keywords":
+            return DictVariable(self.kwargs)
+        raise Unsupported("unsupported_attr", f"functools.partial.{name}")

@@ -7,7 +7,9 @@ parameters, buffers and submodules are found the way nn.Module.__getattr__ finds
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import inspect
 import sys
 import types
@@ -211,19 +213,114 @@ class ClassVariable(VariableTracker):
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         from framejit.frontend.variables.builtins import call_builtin_class
-        from framejit.frontend.variables.containers import DataclassVariable, NamedTupleVariable
+        from framejit.frontend.variables.containers import (
+            DataclassVariable,
+            DictVariable,
+            NamedTupleVariable,
+        )
+        from framejit.frontend.variables.functions import PartialVariable
 
         cls = self.cls
         handled = call_builtin_class(tx, cls, args, kwargs)
         if handled is not None:
             return handled
+        if cls is functools.partial and args:
+            return PartialVariable(args[0], args[1:], kwargs)
+        if cls is collections.OrderedDict:
+            return DictVariable(call_builtin_class(tx, dict, args, kwargs).items, cls=cls)
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             bound = _bind_signature(cls, args, kwargs, tx)
             return NamedTupleVariable(cls, [bound[f] for f in cls._fields])
         if dataclasses.is_dataclass(cls) and "__init__" in cls.__dict__ and _plain_dataclass(cls):
             bound = _bind_signature(cls, args, kwargs, tx)
             return DataclassVariable(cls, dict(bound))
+        if _plain_class(cls):
+            obj = NewObjectVariable(cls)
+            init = _class_attr(cls, "__init__")
+            if init is not None and isinstance(init[1], types.FunctionType):
+                UserMethodVariable(UserFunctionVariable(init[1]), obj).call(tx, args, kwargs)
+            elif args or kwargs:
+                raise Unsupported("exception", f"{cls.__qualname__}() takes no arguments")
+            return obj
         raise Unsupported("unsupported_call", f"creating a {cls.__qualname__} object")
+
+
+def _plain_class(cls: type) -> bool:
+    """A Python class whose instances are ordinary objects with a __dict__ (no custom __new__,
+    __setattr__, __getattribute__ or slots, not a builtin or torch subclass)."""
+    if type(cls) is not type or cls.__new__ is not object.__new__:
+        return False
+    if issubclass(cls, torch.nn.Module) or cls.__setattr__ is not object.__setattr__:
+        return False
+    if _has_custom_getattribute(cls):
+        return False
+    return all("__slots__" not in k.__dict__ for k in cls.__mro__[:-1]) and cls.__mro__[-1] is \
+        object and all(k.__module__ != "builtins" for k in cls.__mro__[:-1])
+
+
+class NewObjectVariable(VariableTracker):
+    """An instance of a plain user class created inside the traced frame."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.attrs: dict[str, VariableTracker] = {}
+
+    def __repr__(self) -> str:
+        return f"New({self.cls.__qualname__})"
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def has_tensors(self) -> bool:
+        return any(v.has_tensors() for v in self.attrs.values())
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        found = _class_attr(self.cls, name)
+        if found is not None and isinstance(found[1], property):
+            if found[1].fget is None:
+                raise Unsupported("unsupported_attr", f"{self.cls.__name__}.{name}")
+            return tx.call_function_value(found[1].fget, [self], {})
+        if name in self.attrs:
+            return self.attrs[name]
+        if found is None:
+            raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
+        attr = found[1]
+        if isinstance(attr, staticmethod):
+            return tx.wrap_value(attr.__func__, None)
+        if isinstance(attr, classmethod):
+            return UserMethodVariable(tx.wrap_value(attr.__func__, None), ClassVariable(self.cls))
+        if isinstance(attr, types.FunctionType):
+            return UserMethodVariable(UserFunctionVariable(attr), self)
+        return tx.wrap_value(attr, None)
+
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        found = _class_attr(self.cls, name)
+        if found is not None and hasattr(type(found[1]), "__set__"):
+            raise Unsupported("unsupported_attr", f"setting {self.cls.__name__}.{name}",
+                              "a data descriptor")
+        self.attrs[name] = value
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        call = _class_attr(self.cls, "__call__")
+        if call is None or not isinstance(call[1], types.FunctionType):
+            raise Unsupported("unsupported_call", f"calling a {self.cls.__name__}")
+        return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
+
+    def reconstruct(self, cg: Any) -> None:
+        from framejit.frontend.variables.containers import DictVariable
+
+        def emit() -> None:
+            cg.load_const(self.cls)
+            DictVariable(self.attrs).reconstruct(cg)
+
+        cg.call_const(rebuild_object, emit, 2)
+
+
+def rebuild_object(cls: type, attrs: dict[str, Any]) -> Any:
+    """Recreate an object the traced code built: used by transformed code."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
 
 
 def _plain_dataclass(cls: type) -> bool:

@@ -48,9 +48,16 @@ REFUSED = {
 }
 
 
+def _member(fn: Any, table: Any) -> bool:
+    try:
+        return fn in table
+    except TypeError:  # unhashable: not a function of ours
+        return False
+
+
 def is_graph_function(fn: Any) -> bool:
     """True for callables that should become graph ops when called with tensors."""
-    if fn in REFUSED or fn in FOLDABLE:
+    if not callable(fn) or _member(fn, REFUSED) or _member(fn, FOLDABLE):
         return False
     if isinstance(fn, type):
         return False
@@ -61,7 +68,7 @@ def is_graph_function(fn: Any) -> bool:
 
 
 def is_torch_callable(fn: Any) -> bool:
-    return fn in FOLDABLE or fn in REFUSED or is_graph_function(fn)
+    return _member(fn, FOLDABLE) or _member(fn, REFUSED) or is_graph_function(fn)
 
 
 def _fold_on_fakes(fn: Any, args: list[VariableTracker]) -> Any:
@@ -81,12 +88,12 @@ def call_torch_function(
     tx: Translator, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
 ) -> VariableTracker:
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
-    if fn in REFUSED:
+    if _member(fn, REFUSED):
         raise Unsupported("unsupported_call", f"torch.{getattr(fn, '__name__', name)}")
-    query = METADATA_FUNCTIONS.get(fn)
+    query = METADATA_FUNCTIONS.get(fn) if _member(fn, METADATA_FUNCTIONS) else None
     if query is not None and not kwargs:
         return ConstantVariable(query(args))
-    if fn in FOLDABLE or not is_graph_function(fn):
+    if _member(fn, FOLDABLE) or not is_graph_function(fn):
         if all_constant(args, kwargs):
             return tx.wrap_constant_result(constant_fold(fn, args, kwargs))
         raise Unsupported("unsupported_call", name)
