@@ -28,12 +28,14 @@ except ValueError as _exc:  # a typo in FRAMEJIT_LOGS must not stop the user's p
 
 from framejit.api import ExplainOutput, JitFunction, JitModule, disable, explain, jit, reset  # noqa: E402
 from framejit.backend import list_backends, register_backend  # noqa: E402
+from framejit.frontend.errors import FullGraphError  # noqa: E402
 from framejit.logs import set_logs  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ExplainOutput",
+    "FullGraphError",
     "JitFunction",
     "JitModule",
     "config",

@@ -62,6 +62,9 @@ def jit(
         return lambda f: jit(f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
                              options=options)
     settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
+    if mode not in (None, "default"):
+        logs.artifact("perf_hints", f"mode={mode!r} has no effect yet: CUDA graph trees and the "
+                      "Triton backend are not built")
     if isinstance(fn, torch.nn.Module):
         return fn if config.disable else JitModule(fn, settings)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
