@@ -67,6 +67,36 @@ class CodeGen:
         emit_args()
         self._emit(*versions.emit_call(nargs))
 
+    def call_on_top(self, fn: Any) -> None:
+        """Replace the value on top of the stack by fn(value)."""
+        self._emit(Instr("PUSH_NULL"), Instr("SWAP", 2), Instr("LOAD_CONST", fn), Instr("SWAP", 2),
+                   *versions.emit_call(1))
+
+    def load_sources(self, sources: Sequence[Source]) -> None:
+        """Load each source in order; a prefix shared by several is computed once into a local."""
+        uses: dict[Source, int] = {}
+        for src in sources:
+            for prefix in src.chain()[:-1]:
+                uses[prefix] = uses.get(prefix, 0) + 1
+        temps: dict[Source, str] = {}
+
+        def load(src: Source) -> None:
+            if src in temps:
+                self._emit(Instr("LOAD_FAST", temps[src]))
+                return
+            base = getattr(src, "base", None)
+            if base is None:
+                src.emit_load(self)
+            else:
+                load(base)
+                src.emit_step(self)  # type: ignore[attr-defined]
+            if uses.get(src, 0) > 1:
+                temps[src] = f"___src{len(temps)}"
+                self._emit(Instr("COPY", 1), Instr("STORE_FAST", temps[src]))
+
+        for src in sources:
+            load(src)
+
     def build(self, kind: type, n: int) -> None:
         op = {tuple: "BUILD_TUPLE", list: "BUILD_LIST", dict: "BUILD_MAP"}[kind]
         self._emit(Instr(op, n))
@@ -81,7 +111,7 @@ class CodeGen:
 
     # --- the whole body ----------------------------------------------------------------------------
     def call_graph(self, compiled: Any, inputs: Sequence[Source]) -> None:
-        self.call_const(compiled, lambda: [s.emit_load(self) for s in inputs], len(inputs))
+        self.call_const(compiled, lambda: self.load_sources(inputs), len(inputs))
         self._emit(Instr("STORE_FAST", GRAPH_OUT))
 
     def return_value(self, vt: VariableTracker) -> None:

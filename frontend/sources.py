@@ -111,6 +111,10 @@ class AttrSource(Source):
 
     def emit_load(self, cg: Any) -> None:
         self.base.emit_load(cg)
+        self.emit_step(cg)
+
+    def emit_step(self, cg: Any) -> None:
+        """With the base's value on the stack, replace it by this source's value."""
         cg.load_attr(self.attr)
 
 
@@ -129,6 +133,9 @@ class ItemSource(Source):
 
     def emit_load(self, cg: Any) -> None:
         self.base.emit_load(cg)
+        self.emit_step(cg)
+
+    def emit_step(self, cg: Any) -> None:
         cg.load_const(self.key)
         cg.subscr()
 
@@ -147,6 +154,9 @@ class TypeSource(Source):
 
     def emit_load(self, cg: Any) -> None:
         cg.call_const(type, lambda: self.base.emit_load(cg), 1)
+
+    def emit_step(self, cg: Any) -> None:
+        cg.call_on_top(type)
 
 
 def param_source(module: Source, name: str) -> Source:

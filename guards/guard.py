@@ -12,12 +12,25 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from framejit.config import config
 from framejit.frontend.sources import Source
+
+try:  # the C++ TENSOR_MATCH (setup.py builds it when torch is present at install time)
+    from framejit.guards import _tensor_check
+except ImportError:
+    _tensor_check = None  # type: ignore[assignment]
+if _tensor_check is not None and _tensor_check.TORCH_VERSION_STR != torch.__version__:
+    _tensor_check = None  # built against another torch: its ABI is not ours
+
+
+def cpp_tensor_guards() -> bool:
+    """Whether TENSOR_MATCH guards compile to the C++ check (else to Python expressions)."""
+    return _tensor_check is not None and config.cpp_guards
 
 
 class GuardKind(enum.Enum):
@@ -48,9 +61,14 @@ class TensorMeta:
     inference: bool
     conj: bool
     neg: bool
+    # The same facts (plus the full dispatch key set) for the C++ check; None without it.
+    spec: Any = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(t: torch.Tensor) -> TensorMeta:
+        spec = None
+        if _tensor_check is not None and t.layout == torch.strided:
+            spec = _tensor_check.spec(t)
         return TensorMeta(
             type=type(t),
             dtype=t.dtype,
@@ -61,6 +79,7 @@ class TensorMeta:
             inference=t.is_inference(),
             conj=t.is_conj(),
             neg=t.is_neg(),
+            spec=spec,
         )
 
 
@@ -127,7 +146,7 @@ class Guard:
         if kind is GuardKind.CONSTANT_MATCH:
             return _constant_check(x, exp, const)
         if kind is GuardKind.TENSOR_MATCH:
-            return _tensor_check(x, exp, const)
+            return _tensor_match(x, exp, const)
         if kind is GuardKind.LENGTH_CHECK:
             return f"len({x}) == {exp}"
         if kind is GuardKind.DICT_KEYS:
@@ -162,7 +181,9 @@ def _constant_check(x: str, value: Any, const: Callable[[Any], str]) -> str:
     return f"type({x}) is {const(t)} and {x} == {_const_or_literal(value, const)}"
 
 
-def _tensor_check(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
+def _tensor_match(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
+    if m.spec is not None and cpp_tensor_guards():
+        return f"{const(_tensor_check.check)}({x}, {const(m.spec)})"
     parts = [
         f"type({x}) is {const(m.type)}",
         f"{x}.dtype is {const(m.dtype)}",

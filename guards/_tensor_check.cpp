@@ -1,0 +1,121 @@
+// framejit.guards._tensor_check: the TENSOR_MATCH guard in C++.
+//
+// Why: a TENSOR_MATCH written in Python reads seven attributes (~350 ns per tensor); a model's
+// parameters make that the bulk of a guard check. Here one call compares the exact Python type,
+// dtype, device, sizes, strides, requires_grad and the full dispatch key set (which covers
+// inference-mode, conjugate and negative bits) of a tensor against a spec taken from the tensor
+// the graph was traced with.
+//
+// Invariant: check(t, spec) is True only if every one of those facts is equal. It never raises
+// for a non-tensor argument (it returns False). Built against one torch version: the Python side
+// refuses to use it if torch's version differs from TORCH_VERSION_STR.
+
+#include <Python.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <vector>
+
+#ifndef FRAMEJIT_TORCH_VERSION
+#define FRAMEJIT_TORCH_VERSION "unknown"
+#endif
+
+namespace {
+
+struct Spec {
+  PyObject_HEAD
+  PyObject* cls;  // exact Python type expected (owned)
+  at::ScalarType dtype;
+  c10::Device device;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  bool requires_grad;
+  c10::DispatchKeySet keys;
+};
+
+void spec_dealloc(PyObject* self) {
+  Spec* s = reinterpret_cast<Spec*>(self);
+  Py_XDECREF(s->cls);
+  s->sizes.~vector();
+  s->strides.~vector();
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject SpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// spec(tensor) -> Spec describing it. Raises TypeError for non-tensors or non-strided layouts.
+PyObject* make_spec(PyObject* /*module*/, PyObject* arg) {
+  if (!THPVariable_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "spec() expects a tensor");
+    return nullptr;
+  }
+  const at::Tensor& t = THPVariable_Unpack(arg);
+  if (t.layout() != c10::kStrided) {
+    PyErr_SetString(PyExc_TypeError, "spec() supports strided tensors only");
+    return nullptr;
+  }
+  Spec* s = PyObject_New(Spec, &SpecType);
+  if (s == nullptr) return nullptr;
+  new (&s->sizes) std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+  new (&s->strides) std::vector<int64_t>(t.strides().begin(), t.strides().end());
+  s->cls = reinterpret_cast<PyObject*>(Py_TYPE(arg));
+  Py_INCREF(s->cls);
+  s->dtype = t.scalar_type();
+  new (&s->device) c10::Device(t.device());
+  s->requires_grad = t.requires_grad();
+  s->keys = t.key_set();
+  return reinterpret_cast<PyObject*>(s);
+}
+
+inline bool matches(PyObject* obj, const Spec* s) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) != s->cls) return false;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (t.key_set() != s->keys || t.scalar_type() != s->dtype || t.device() != s->device ||
+      t.requires_grad() != s->requires_grad || t.layout() != c10::kStrided) {
+    return false;
+  }
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  if (sizes.size() != s->sizes.size()) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] != s->sizes[i] || strides[i] != s->strides[i]) return false;
+  }
+  return true;
+}
+
+// check(tensor, spec) -> bool
+PyObject* check(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || Py_TYPE(args[1]) != &SpecType) {
+    PyErr_SetString(PyExc_TypeError, "check(tensor, spec)");
+    return nullptr;
+  }
+  if (!THPVariable_Check(args[0])) Py_RETURN_FALSE;
+  if (matches(args[0], reinterpret_cast<Spec*>(args[1]))) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef methods[] = {
+    {"spec", make_spec, METH_O, "spec(tensor) -> the facts check() compares"},
+    {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(check)), METH_FASTCALL,
+     "check(tensor, spec) -> True if the tensor matches the spec"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tensor_check",
+                          "TENSOR_MATCH guards in C++", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__tensor_check(void) {
+  SpecType.tp_name = "framejit.guards._tensor_check.Spec";
+  SpecType.tp_basicsize = sizeof(Spec);
+  SpecType.tp_dealloc = spec_dealloc;
+  SpecType.tp_flags = Py_TPFLAGS_DEFAULT;
+  SpecType.tp_doc = "expected tensor metadata for a TENSOR_MATCH guard";
+  if (PyType_Ready(&SpecType) < 0) return nullptr;
+  PyObject* m = PyModule_Create(&module_def);
+  if (m == nullptr) return nullptr;
+  if (PyModule_AddStringConstant(m, "TORCH_VERSION_STR", FRAMEJIT_TORCH_VERSION) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
