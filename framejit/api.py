@@ -35,7 +35,7 @@ def _check_options(backend: Any, mode: Any, fullgraph: Any, dynamic: Any, option
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(map(repr, MODES))}")
     if not isinstance(fullgraph, bool):
         raise TypeError(f"fullgraph must be a bool, got {type(fullgraph).__name__}")
-    if dynamic not in (None, True, False):
+    if dynamic is not None and not isinstance(dynamic, bool):
         raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
@@ -65,18 +65,19 @@ def jit(
     if mode not in (None, "default"):
         logs.artifact("perf_hints", f"mode={mode!r} has no effect yet: CUDA graph trees and the "
                       "Triton backend are not built")
+    if config.disable or getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False):
+        return fn
     if isinstance(fn, torch.nn.Module):
-        return fn if config.disable else JitModule(fn, settings)
+        return JitModule(fn, settings)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return fn if config.disable else types.MethodType(JitFunction(fn.__func__, settings),
-                                                          fn.__self__)
+        return types.MethodType(JitFunction(fn.__func__, settings), fn.__self__)
     if isinstance(fn, types.FunctionType):
-        return fn if config.disable else JitFunction(fn, settings)
+        return JitFunction(fn, settings)
     if isinstance(fn, JitFunction):
         return fn
     call = getattr(type(fn), "__call__", None)
     if callable(fn) and isinstance(call, types.FunctionType):
-        return fn if config.disable else types.MethodType(JitFunction(call, settings), fn)
+        return types.MethodType(JitFunction(call, settings), fn)
     raise TypeError(
         f"framejit.jit expects a Python function, lambda, bound method or torch.nn.Module; "
         f"got {type(fn).__name__} {fn!r:.60}"
@@ -196,23 +197,36 @@ _live_caches: "weakref.WeakSet[CodeCache]" = weakref.WeakSet()
 
 
 class JitModule(torch.nn.Module):
-    """An nn.Module whose forward runs through framejit; it shares the original's state."""
+    """An nn.Module whose forward runs through framejit; it shares the original's state.
+
+    Parameters, buffers and submodules are the original's own dicts; `training` and every other
+    attribute read or written on the wrapper go to the original, so the two never disagree.
+    """
+
+    _OWN = frozenset({"_orig_mod", "_jit_forward"})
 
     def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
-        super().__init__()
         object.__setattr__(self, "_orig_mod", mod)
+        super().__init__()
         # Same dict objects: parameters(), state_dict(), to(), named_modules() see the original.
         self.__dict__["_parameters"] = mod._parameters
         self.__dict__["_buffers"] = mod._buffers
         self.__dict__["_modules"] = mod._modules
-        self.__dict__["training"] = mod.training
         forward = type(mod).forward
         if "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
-            target = mod.forward
-            self.__dict__["_jit_forward"] = jit(target, backend=settings.backend,
-                                                mode=settings.mode, fullgraph=settings.fullgraph)
+            jitted = jit(mod.forward, backend=settings.backend, mode=settings.mode,
+                         fullgraph=settings.fullgraph)
         else:
-            self.__dict__["_jit_forward"] = types.MethodType(JitFunction(forward, settings), mod)
+            jitted = types.MethodType(JitFunction(forward, settings), mod)
+        object.__setattr__(self, "_jit_forward", jitted)
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        return self.__dict__["_orig_mod"].training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        self.__dict__["_orig_mod"].training = mode
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
@@ -223,14 +237,21 @@ class JitModule(torch.nn.Module):
         return self._jit_forward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self.__dict__["_orig_mod"], name)
+        return getattr(self.__dict__["_orig_mod"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        elif name == "training":
+            self.__dict__["_orig_mod"].training = value
+        else:
+            setattr(self.__dict__["_orig_mod"], name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self.__dict__["_orig_mod"], name)
 
     def train(self, mode: bool = True) -> JitModule:
         self._orig_mod.train(mode)
-        self.__dict__["training"] = mode
         return self
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:

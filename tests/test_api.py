@@ -288,8 +288,6 @@ def test_jit_module_runs_hooks_of_the_original() -> None:
     assert seen == [1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: JitModule copies `training` at creation "
-                   "and never reads it again, so `original.eval()` leaves wrapper.training True")
 def test_jit_module_training_flag_follows_the_original() -> None:
     net = Net()
     jitted = framejit.jit(net, backend="eager")
@@ -297,8 +295,6 @@ def test_jit_module_training_flag_follows_the_original() -> None:
     assert jitted.training is net.training
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: setting a plain attribute on a JitModule "
-                   "stores it on the wrapper; the original's forward never sees it")
 def test_jit_module_attribute_set_through_the_wrapper() -> None:
     class Scaled(nn.Module):
         def __init__(self) -> None:
@@ -361,8 +357,6 @@ def test_dynamic_must_be_none_or_a_bool(dynamic: Any) -> None:
         framejit.jit(mul_add, dynamic=dynamic)
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: `dynamic not in (None, True, False)` "
-                   "accepts 1, 0 and 1.0 because they compare equal to True/False")
 @pytest.mark.parametrize("dynamic", [1, 0, 1.0])
 def test_dynamic_rejects_numbers_equal_to_a_bool(dynamic: Any) -> None:
     with pytest.raises(TypeError, match="dynamic"):
@@ -599,8 +593,6 @@ def test_disabled_function_called_from_a_jitted_one() -> None:
     assert f"{__file__}:{line_of(fn, 'helper(x)')}" in reason
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: disable() promises `jit(fn) runs it as "
-                   "is`, but JitFunction compiles a disabled function like any other")
 def test_jit_of_a_disabled_function_compiles_nothing() -> None:
     @framejit.disable
     def fn(x: torch.Tensor) -> torch.Tensor:

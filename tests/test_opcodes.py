@@ -103,10 +103,6 @@ def real_opcodes() -> set[str]:
     return {name for name, op in dis.opmap.items() if op < MIN_PSEUDO}
 
 
-# Opcodes neither handled nor listed as unsupported, per version (a gap in handlers/__init__.py).
-KNOWN_GAPS = {(3, 11): {"PREP_RERAISE_STAR"}, (3, 12): {"RESERVED"}}
-
-
 def test_pseudo_opcodes_are_the_ones_dis_reports() -> None:
     pseudo = set(dis.opmap) - real_opcodes()
     if PY312:
@@ -116,16 +112,9 @@ def test_pseudo_opcodes_are_the_ones_dis_reports() -> None:
         assert pseudo == set()
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: frontend/handlers/__init__.py neither "
-                   "handles nor lists as unsupported PREP_RERAISE_STAR (3.11) / RESERVED (3.12)")
 def test_every_opcode_is_handled_or_listed_as_unsupported() -> None:
     missing = real_opcodes() - set(HANDLERS) - set(unsupported_opcodes())
     assert missing == set()
-
-
-def test_no_opcode_is_missing_beyond_the_known_gaps() -> None:
-    missing = real_opcodes() - set(HANDLERS) - set(unsupported_opcodes())
-    assert missing <= KNOWN_GAPS.get(sys.version_info[:2], set())
 
 
 def test_handlers_and_unsupported_are_disjoint_real_opcodes() -> None:
@@ -348,8 +337,6 @@ def returns_a_set(x: torch.Tensor, a: int, b: int) -> Any:
     return x + 1, {a, b}
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: BUILD_SET/SET_ADD make a frozenset "
-                   "ConstantVariable, so a set built in the frame is returned as a frozenset")
 def test_set_built_in_the_frame_is_returned_as_a_set() -> None:
     check(returns_a_set, lambda: (t(3), 1, 2), "BUILD_SET")
 

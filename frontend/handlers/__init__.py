@@ -85,6 +85,8 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "INSTRUMENTED_LINE": "monitoring instrumentation",
     "INTERPRETER_EXIT": "interpreter internal",
     "ENTER_EXECUTOR": "interpreter internal",
+    "PREP_RERAISE_STAR": "exception groups (except*) are not captured",
+    "RESERVED": "interpreter internal (never in real bytecode)",
 }
 
 

@@ -28,7 +28,7 @@ def build_set(tx: Translator, inst: Any) -> None:
     items = tx.popn(inst.arg)
     if not all(i.is_constant() for i in items):
         raise Unsupported("unsupported_object", "a set of non-constant values")
-    tx.push(ConstantVariable(frozenset(i.as_constant() for i in items)))
+    tx.push(ConstantVariable({i.as_constant() for i in items}))
 
 
 def _key(vt: VariableTracker) -> Any:
@@ -97,7 +97,7 @@ def set_add(tx: Translator, inst: Any) -> None:
         items.add(value.as_constant())
     else:
         items.update(value.as_constant())
-    tx.stack[-inst.arg] = ConstantVariable(frozenset(items))
+    tx.stack[-inst.arg] = ConstantVariable(items)
 
 
 @handler("MAP_ADD")

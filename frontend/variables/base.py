@@ -123,6 +123,10 @@ class ConstantVariable(VariableTracker):
         return [ConstantVariable(v) for v in items]
 
     def reconstruct(self, cg: CodeGen) -> None:
+        if type(self.value) in (set, list, dict):  # mutable: a fresh copy for every call
+            copy = {set: frozenset, list: tuple, dict: lambda d: tuple(d.items())}[type(self.value)]
+            cg.call_const(type(self.value), lambda: cg.load_const(copy(self.value)), 1)
+            return
         cg.load_const(self.value)
 
 
