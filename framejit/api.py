@@ -207,7 +207,9 @@ class JitModule(torch.nn.Module):
 
     def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
         object.__setattr__(self, "_orig_mod", mod)
-        super().__init__()
+        training = mod.training
+        super().__init__()  # sets self.training = True, which the property forwards to `mod`
+        mod.training = training
         # Same dict objects: parameters(), state_dict(), to(), named_modules() see the original.
         self.__dict__["_parameters"] = mod._parameters
         self.__dict__["_buffers"] = mod._buffers

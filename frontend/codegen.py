@@ -72,6 +72,10 @@ class CodeGen:
         self._emit(Instr("PUSH_NULL"), Instr("SWAP", 2), Instr("LOAD_CONST", fn), Instr("SWAP", 2),
                    *versions.emit_call(1))
 
+    def call_method_on_top(self, name: str) -> None:
+        """Replace the object on top of the stack by obj.name()."""
+        self._emit(versions.emit_load_method(name), *versions.emit_call(0))
+
     def load_sources(self, sources: Sequence[Source]) -> None:
         """Load each source in order; a prefix shared by several is computed once into a local."""
         uses: dict[Source, int] = {}

@@ -150,6 +150,9 @@ def _finish(
     cg.return_value(result)
     new_code = cg.finish()
     guards = [_global_state_guard(output), *output.guards]
+    aliasing = output.aliasing_guard()
+    if aliasing is not None:
+        guards.append(aliasing)
     compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
     new_fn = types.FunctionType(new_code, fn.__globals__, code.co_name, fn.__defaults__,
                                 fn.__closure__)

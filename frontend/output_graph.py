@@ -29,6 +29,7 @@ from framejit.frontend.sources import (
     GlobalSource,
     ItemSource,
     LocalSource,
+    MethodCallSource,
     Source,
     TypeSource,
 )
@@ -49,6 +50,10 @@ class OutputGraph:
         self._wrapped: dict[Source, VariableTracker] = {}  # every wrapped source (all kinds)
         self.guards: list[Guard] = []
         self.calls_modules = False  # a module's forward was inlined: guard global module hooks
+        # The graph mutates tensors in place or compares tensors by identity: then distinct
+        # input sources must stay distinct objects (NO_ALIASING guard).
+        self.identity_sensitive = False
+        self._by_id: dict[int, TensorVariable] = {}  # id(real tensor) -> its input variable
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:
@@ -64,6 +69,8 @@ class OutputGraph:
             return self.read_source(src.base)[src.key]
         if isinstance(src, TypeSource):
             return type(self.read_source(src.base))
+        if isinstance(src, MethodCallSource):
+            return getattr(self.read_source(src.base), src.name)()
         raise AssertionError(f"cannot read {src!r}")
 
     def cached_wrap(self, src: Source) -> VariableTracker | None:
@@ -81,6 +88,11 @@ class OutputGraph:
         existing = self._by_source.get(source)
         if existing is not None:
             return existing
+        alias = self._by_id.get(id(value))
+        if alias is not None:  # the same tensor reached through another source
+            self.add_guard(source, GuardKind.DUPLICATE_INPUT, alias.source, "")
+            self._by_source[source] = alias
+            return alias
         after = self.placeholders[-1][1] if self.placeholders else None
         ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
         with ctx:
@@ -92,7 +104,15 @@ class OutputGraph:
         self.placeholders.append((source, node))
         self.input_values.append(value)
         self._by_source[source] = vt
+        self._by_id[id(value)] = vt
         return vt
+
+    def aliasing_guard(self) -> Guard | None:
+        """Distinct tensor inputs must stay distinct, when the graph could tell."""
+        if not self.identity_sensitive or len(self.placeholders) < 2:
+            return None
+        return Guard(None, GuardKind.NO_ALIASING, tuple(s for s, _ in self.placeholders),
+                     "the graph mutates or compares its input tensors")
 
     def _unique_name(self, base: str) -> str:
         names = {n.name for n in self.graph.nodes}
@@ -137,6 +157,7 @@ class OutputGraph:
                 {k: _to_node(v) for k, v in kwargs.items()},
             )
             node.meta["val"] = None
+            self.identity_sensitive = True
             return ConstantVariable(None)
         if not _contains_tensor(result):
             if _is_plain_constant(result):
@@ -148,6 +169,7 @@ class OutputGraph:
         # An in-place op returns its first argument: keep that variable (and its Source).
         if args and isinstance(args[0], TensorVariable) and result is args[0].fake:
             node.meta["val"] = result
+            self.identity_sensitive = True
             return args[0]
         return self._wrap_result(node, result)
 

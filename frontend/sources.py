@@ -159,6 +159,27 @@ class TypeSource(Source):
         cg.call_on_top(type)
 
 
+@dataclass(frozen=True)
+class MethodCallSource(Source):
+    """`base.name()`: a metadata query (storage_offset) that a guard must pin."""
+
+    base: Source
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.base}.{self.name}()"
+
+    def guard_expr(self) -> str:
+        return f"{self.base.guard_expr()}.{self.name}()"
+
+    def emit_load(self, cg: Any) -> None:
+        self.base.emit_load(cg)
+        self.emit_step(cg)
+
+    def emit_step(self, cg: Any) -> None:
+        cg.call_method_on_top(self.name)
+
+
 def param_source(module: Source, name: str) -> Source:
     return ItemSource(AttrSource(module, "_parameters"), name)
 

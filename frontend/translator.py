@@ -332,6 +332,7 @@ class Translator:
         if a is b:
             return True
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            self.output.identity_sensitive = True
             return a.node is b.node
         if a.is_constant() and b.is_constant():
             return a.as_constant() is b.as_constant()
@@ -386,11 +387,7 @@ class Translator:
         if "forward" in mod.__dict__:
             forward = module.getattr(self, "forward")
             return forward.call(self, args, kwargs)
-        fn = type(mod).forward
-        if not isinstance(fn, types.FunctionType):
-            raise Unsupported("unsupported_call", f"{type(mod).__name__}.forward is not Python")
-        src = AttrSource(TypeSource(module.source), "forward") if module.source else None
-        return UserFunctionVariable(fn, src).call(self, [module, *args], kwargs)
+        return module.getattr(self, "forward").call(self, args, kwargs)
 
     def inline_user_function(self, fn_vt: UserFunctionVariable, args: list[VariableTracker],
                              kwargs: dict[str, VariableTracker]) -> VariableTracker:

@@ -24,6 +24,7 @@ from framejit.frontend.sources import (
     AttrSource,
     GlobalSource,
     ItemSource,
+    MethodCallSource,
     Source,
     TypeSource,
 )
@@ -81,6 +82,8 @@ _COST = {
     GuardKind.DICT_KEYS: 2,
     GuardKind.MODULE_NO_HOOKS: 2,
     GuardKind.TENSOR_MATCH: 3,
+    GuardKind.DUPLICATE_INPUT: 3,
+    GuardKind.NO_ALIASING: 4,
 }
 
 
@@ -105,6 +108,15 @@ def _hashable(value: Any) -> Any:
         return id(value)
 
 
+def _sources_of(g: Guard) -> list[Source]:
+    out = [g.source] if g.source is not None else []
+    if g.kind is GuardKind.DUPLICATE_INPUT:
+        out.append(g.expected)
+    elif g.kind is GuardKind.NO_ALIASING:
+        out.extend(g.expected)
+    return out
+
+
 def compile_guards(
     guards: Sequence[Guard], argnames: Sequence[str], name: str = "guard"
 ) -> CompiledGuards:
@@ -122,8 +134,8 @@ def compile_guards(
     # Count how often each non-trivial source (and its prefixes) is reached.
     uses: Counter[Source] = Counter()
     for g in ordered:
-        if g.source is not None:
-            for s in g.source.chain():
+        for src in _sources_of(g):
+            for s in src.chain():
                 uses[s] += 1
     temps: dict[Source, str] = {}
 
@@ -136,28 +148,28 @@ def compile_guards(
             return f"{render(src.base)}[{src.key!r}]"
         if isinstance(src, TypeSource):
             return f"type({render(src.base)})"
+        if isinstance(src, MethodCallSource):
+            return f"{render(src.base)}.{src.name}()"
         return src.guard_expr()
 
     body: list[str] = []
     needs_globals = any(
-        g.source is not None and isinstance(g.source.root(), GlobalSource) for g in ordered
+        isinstance(src.root(), GlobalSource) for g in ordered for src in _sources_of(g)
     )
     if needs_globals:
         body.append("G = F.__globals__")
     steps: list[tuple[list[str], str]] = []  # (temporaries to bind first, condition)
     for g in ordered:
         pre: list[str] = []
-        if g.source is not None:
-            for s in g.source.chain():
+        for src in _sources_of(g):
+            for s in src.chain():
                 if s not in temps and uses[s] > 1 and getattr(s, "base", None) is not None:
                     temp = f"___s{len(temps)}"
                     pre.append(f"{temp} = {render(s)}")
                     temps[s] = temp
-            x = render(g.source)
-        else:
-            x = ""
+        x = render(g.source) if g.source is not None else ""
         comment = f"  # {g.origin}" if g.origin else ""
-        steps.append((pre, f"if not ({g.check_expr(x, const)}):{comment}"))
+        steps.append((pre, f"if not ({g.check_expr(x, const, render)}):{comment}"))
 
     params = ", ".join(["F", *(f"L_{n}" for n in argnames)])
     head = [f"    {b}" for b in body]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 import math
+import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,8 @@ class GuardKind(enum.Enum):
     MODULE_MATCH = "MODULE_MATCH"        # x is module and x.training is flag
     MODULE_NO_HOOKS = "MODULE_NO_HOOKS"  # no forward/backward hooks registered on x
     GLOBAL_STATE = "GLOBAL_STATE"        # grad mode, autocast, default dtype, determinism
+    DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
+    NO_ALIASING = "NO_ALIASING"          # the tensors at these sources are distinct objects
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
@@ -91,16 +95,21 @@ class GlobalState:
     autocast_cpu: bool
     autocast_cuda: bool
     module_hooks: bool = False  # guard that no global nn.Module hooks exist
+    autocast_cpu_dtype: torch.dtype | None = None  # only when autocast is on for the device
+    autocast_cuda_dtype: torch.dtype | None = None
 
     @staticmethod
     def current(module_hooks: bool = False) -> GlobalState:
+        cpu, cuda = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
         return GlobalState(
             grad_enabled=torch.is_grad_enabled(),
             default_dtype=torch.get_default_dtype(),
             deterministic=torch.are_deterministic_algorithms_enabled(),
-            autocast_cpu=torch.is_autocast_enabled("cpu"),
-            autocast_cuda=torch.is_autocast_enabled("cuda"),
+            autocast_cpu=cpu,
+            autocast_cuda=cuda,
             module_hooks=module_hooks,
+            autocast_cpu_dtype=torch.get_autocast_dtype("cpu") if cpu else None,
+            autocast_cuda_dtype=torch.get_autocast_dtype("cuda") if cuda else None,
         )
 
 
@@ -123,21 +132,30 @@ class Guard:
     origin: str = ""  # "file.py:12 in fn": the user line that made the translator rely on this
 
     def __str__(self) -> str:
+        """The guard as a Python expression people can read (what `guards` logs print)."""
         if self.kind is GuardKind.TENSOR_MATCH:
             m = self.expected
-            extra = "".join(f" {k}" for k, v in (("inference", m.inference), ("conj", m.conj),
-                                                 ("neg", m.neg)) if v)
-            return (f"TENSOR_MATCH {self.source}: {m.type.__name__} {m.dtype} {m.device} "
-                    f"size={m.shape} stride={m.stride} requires_grad={m.requires_grad}{extra}")
+            extra = "".join(f", {k}=True" for k, v in (("inference", m.inference),
+                                                        ("conj", m.conj), ("neg", m.neg)) if v)
+            return (f"check_tensor({self.source}, {m.type.__name__}, {m.dtype}, {m.device!r}, "
+                    f"size={m.shape}, stride={m.stride}, requires_grad={m.requires_grad}"
+                    f"{extra})")
         if self.kind is GuardKind.GLOBAL_STATE:
-            s = self.expected
-            return (f"GLOBAL_STATE grad_enabled={s.grad_enabled} default_dtype={s.default_dtype}"
-                    f" deterministic={s.deterministic} autocast(cpu={s.autocast_cpu}, "
-                    f"cuda={s.autocast_cuda})" + (" no_global_module_hooks" if s.module_hooks
-                                                  else ""))
-        return self.check_expr(str(self.source) if self.source else "", _pretty_const)
+            st = self.expected
+            autocast = "".join(
+                f", autocast_{d}_dtype={dt}" for d, dt in (("cpu", st.autocast_cpu_dtype),
+                                                            ("cuda", st.autocast_cuda_dtype)) if dt)
+            return (f"global_state(grad_enabled={st.grad_enabled}, default_dtype="
+                    f"{st.default_dtype}, deterministic={st.deterministic}, autocast_cpu="
+                    f"{st.autocast_cpu}, autocast_cuda={st.autocast_cuda}{autocast}"
+                    + (", no_global_module_hooks=True)" if st.module_hooks else ")"))
+        return self.check_expr(str(self.source) if self.source else "", _pretty_const, str)
 
-    def check_expr(self, x: str, const: Callable[[Any], str]) -> str:
+    def check_expr(
+        self, x: str, const: Callable[[Any], str], render: Callable[[Source], str] = str
+    ) -> str:
+        """The check as Python over `x` (this guard's source, rendered); `render` renders the
+        other sources some kinds compare against."""
         kind, exp = self.kind, self.expected
         if kind is GuardKind.TYPE_MATCH:
             return f"type({x}) is {const(exp)}"
@@ -161,6 +179,11 @@ class Guard:
             )
         if kind is GuardKind.GLOBAL_STATE:
             return _global_state_check(exp, const)
+        if kind is GuardKind.DUPLICATE_INPUT:
+            return f"{x} is {render(exp)}"
+        if kind is GuardKind.NO_ALIASING:
+            ids = ", ".join(f"id({render(src)})" for src in exp)
+            return f"len({{{ids}}}) == {len(exp)}"
         raise AssertionError(kind)
 
 
@@ -178,7 +201,10 @@ def _constant_check(x: str, value: Any, const: Callable[[Any], str]) -> str:
         return f"{x} is {const(value) if value is not None else 'None'}"
     if t is bool:
         return f"{x} is {value}"
-    return f"type({x}) is {const(t)} and {x} == {_const_or_literal(value, const)}"
+    check = f"type({x}) is {const(t)} and {x} == {_const_or_literal(value, const)}"
+    if t is float and value == 0.0:  # 0.0 == -0.0, but 1/x tells them apart
+        check += f" and {const(math.copysign)}(1.0, {x}) == {math.copysign(1.0, value)}"
+    return check
 
 
 def _tensor_match(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
@@ -209,21 +235,34 @@ def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
         f"{t}.is_autocast_enabled('cpu') is {s.autocast_cpu}",
         f"{t}.is_autocast_enabled('cuda') is {s.autocast_cuda}",
     ]
+    if s.autocast_cpu_dtype is not None:
+        parts.append(f"{t}.get_autocast_dtype('cpu') is {const(s.autocast_cpu_dtype)}")
+    if s.autocast_cuda_dtype is not None:
+        parts.append(f"{t}.get_autocast_dtype('cuda') is {const(s.autocast_cuda_dtype)}")
     if s.module_hooks:
         parts.append(f"not {const(_global_module_hooks_present)}()")
     return " and ".join(parts)
 
 
 def _pretty_const(obj: Any) -> str:
-    """How a guard prints for people: `torch.float32`, `cpu`, a class's qualified name."""
-    if isinstance(obj, type):
-        return f"{obj.__module__}.{obj.__qualname__}" if obj.__module__ != "builtins" else (
-            obj.__qualname__
-        )
-    if isinstance(obj, (torch.dtype, torch.device)):
-        return repr(obj)
+    """How an object prints inside a guard for people: valid Python, readable names."""
     if obj is torch:
         return "torch"
-    if callable(obj) and hasattr(obj, "__name__"):
+    if isinstance(obj, type):
+        name = obj.__qualname__ if obj.__module__ == "builtins" else (
+            f"{obj.__module__}.{obj.__qualname__}")
+        return _identifier_path(name)
+    if isinstance(obj, (torch.dtype, torch.device)):
+        return repr(obj)
+    if isinstance(obj, types.ModuleType):
         return obj.__name__
-    return f"<{type(obj).__name__} at {id(obj):#x}>"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return _identifier_path(obj.__qualname__)
+    if isinstance(obj, types.CodeType):
+        return f"code_{_identifier_path(obj.co_qualname).replace('.', '_')}_{id(obj):#x}"
+    return f"{_identifier_path(type(obj).__qualname__).replace('.', '_')}_{id(obj):#x}"
+
+
+def _identifier_path(name: str) -> str:
+    """`f.<locals>.g` -> `f._locals_.g`: a dotted name that parses as Python."""
+    return ".".join(re.sub(r"\W", "_", part) or "_" for part in name.split("."))

@@ -518,9 +518,9 @@ def test_explain_a_simple_function() -> None:
     assert len(out.graphs) == 1 and isinstance(out.graphs[0], torch.fx.GraphModule)
     assert out.ops_per_graph == [3]
     assert_same(out.graphs[0](x, y), (mul_add(x, y),))
-    assert any(g.startswith("GLOBAL_STATE") for g in out.guards)
-    assert any("TENSOR_MATCH L['x']" in g and "size=(3,)" in g for g in out.guards)
-    assert any("TENSOR_MATCH L['y']" in g for g in out.guards)
+    assert any(g.startswith("global_state(") for g in out.guards)
+    assert any("check_tensor(L['x']" in g and "size=(3,)" in g for g in out.guards)
+    assert any("check_tensor(L['y']" in g for g in out.guards)
     line = line_of(mul_add, "return")
     assert any(f"{__file__}:{line}" in g for g in out.guards)
     text = str(out)

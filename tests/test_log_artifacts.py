@@ -97,9 +97,6 @@ def test_guards_printed_with_the_user_line(capsys: pytest.CaptureFixture[str]) -
     assert any("grad_enabled=True" in g for g in guards)
 
 
-@pytest.mark.xfail(strict=True, reason="framejit bug: the guards log prints TENSOR_MATCH and "
-                   "GLOBAL_STATE as summaries (`TENSOR_MATCH L['x']: Tensor ...`), not as the "
-                   "Python that the compiled guard function runs")
 def test_every_guard_printed_is_python(capsys: pytest.CaptureFixture[str]) -> None:
     framejit.set_logs(guards=True)
     run_scaled_relu(2)
@@ -141,7 +138,7 @@ def test_recompiles_names_the_guard_and_its_actual_value(
     assert f"{__file__}:{line_of(scaled_relu, 'y = x * n')}" in line
     jitted(torch.randn(2, 2), 5)
     (line,) = artifact_lines(capsys.readouterr().err, "recompiles")
-    assert "TENSOR_MATCH L['x']" in line and "size=(3,)" in line
+    assert "check_tensor(L['x']" in line and "size=(3,)" in line
     assert "actual: Tensor(" in line and "shape=(2, 2)" in line
 
 

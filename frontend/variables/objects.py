@@ -81,17 +81,24 @@ class UserObjectVariable(VariableTracker):
         if name in instance_dict:
             return tx.wrap_source(AttrSource(self._need_source(name), name))
         if found is not None:
-            _, attr = found
+            owner, attr = found
             cls_source = TypeSource(self.source) if self.source is not None else None
             attr_source = AttrSource(cls_source, name) if cls_source is not None else None
+            # What a library class defines is fixed; a user class can be patched: guard it.
+            guarded = attr_source is not None and not _trusted_class(owner)
             if isinstance(attr, staticmethod):
+                if guarded:
+                    return tx.wrap_source(attr_source)
                 return tx.wrap_value(attr.__func__, None)
             if isinstance(attr, classmethod):
-                return UserMethodVariable(tx.wrap_value(attr.__func__, None),
-                                          tx.wrap_value(cls, cls_source))
+                fn = tx.wrap_source(AttrSource(attr_source, "__func__")) if guarded else (
+                    tx.wrap_value(attr.__func__, None))
+                return UserMethodVariable(fn, tx.wrap_value(cls, cls_source))
             if isinstance(attr, types.FunctionType):
-                return UserMethodVariable(UserFunctionVariable(attr, attr_source), self)
-            return tx.wrap_value(getattr(self.obj, name), AttrSource(self._need_source(name), name))
+                fn = tx.wrap_source(attr_source) if guarded else UserFunctionVariable(
+                    attr, attr_source)
+                return UserMethodVariable(fn, self)
+            return tx.wrap_source(AttrSource(self._need_source(name), name))
         if hasattr(cls, "__getattr__"):
             raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattr__")
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
@@ -208,8 +215,9 @@ class ClassVariable(VariableTracker):
             return tx.wrap_value(attr.__func__, None)
         if isinstance(attr, classmethod):
             return UserMethodVariable(tx.wrap_value(attr.__func__, None), self)
-        source = AttrSource(self.source, name) if self.source is not None else None
-        return tx.wrap_value(getattr(self.cls, name), source)
+        if self.source is not None:
+            return tx.wrap_source(AttrSource(self.source, name))
+        return tx.wrap_value(getattr(self.cls, name), None)
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         from framejit.frontend.variables.builtins import call_builtin_class
@@ -346,6 +354,10 @@ def _bind_signature(cls: type, args: Args, kwargs: Kwargs, tx: Translator) -> di
 TRUSTED_MODULE_ROOTS = frozenset({"torch", "math", "operator", "functools", "itertools",
                                   "collections", "typing", "dataclasses", "enum", "numbers",
                                   "builtins", "cmath"})
+
+
+def _trusted_class(cls: type) -> bool:
+    return str(getattr(cls, "__module__", "")).split(".")[0] in TRUSTED_MODULE_ROOTS
 
 
 def is_trusted_module(mod: types.ModuleType) -> bool:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.sources import AttrSource, Source
+from framejit.frontend.sources import AttrSource, MethodCallSource, Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 
 if TYPE_CHECKING:
@@ -76,6 +76,8 @@ class TensorVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         from framejit.frontend.variables.functions import TensorMethodVariable
 
+        if name == "is_leaf" and self.source is not None:
+            return tx.wrap_source(AttrSource(self.source, name))  # not part of TENSOR_MATCH
         if name in METADATA_ATTRS:
             return ConstantVariable(getattr(self.fake, name))
         if name == "grad":
@@ -97,6 +99,13 @@ class TensorVariable(VariableTracker):
         args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
+        if name == "storage_offset" and not args and not kwargs:
+            # Not part of TENSOR_MATCH (views of one buffer at many offsets share an entry):
+            # pinned by its own guard when read, and only answerable for inputs.
+            if self.source is None:
+                raise Unsupported("unsupported_call", "Tensor.storage_offset() of a tensor "
+                                  "computed in the graph")
+            return tx.wrap_source(MethodCallSource(self.source, name))
         if name in METADATA_METHODS:
             if not all(a.is_constant() for a in args) or any(
                 not v.is_constant() for v in kwargs.values()
