@@ -14,10 +14,10 @@ import os as _os
 # an installed framejit has them inside it.
 _here = _os.path.dirname(_os.path.abspath(__file__))
 if not _os.path.isdir(_os.path.join(_here, "frontend")):
-    __path__.append(_os.path.dirname(_here))  # type: ignore[name-defined]  # noqa: F821
+    __path__.append(_os.path.dirname(_here))  # type: ignore[name-defined]
 
-from framejit import logs  # noqa: E402
-from framejit.config import config  # noqa: E402
+from framejit import logs
+from framejit.config import config
 
 try:
     logs.apply_env()
@@ -26,10 +26,10 @@ except ValueError as _exc:  # a typo in FRAMEJIT_LOGS must not stop the user's p
 
     _warnings.warn(str(_exc), stacklevel=2)
 
-from framejit.api import ExplainOutput, JitFunction, JitModule, disable, explain, jit, reset  # noqa: E402
-from framejit.backend import list_backends, register_backend  # noqa: E402
-from framejit.frontend.errors import FullGraphError  # noqa: E402
-from framejit.logs import set_logs  # noqa: E402
+from framejit.api import ExplainOutput, JitFunction, JitModule, disable, explain, jit, reset
+from framejit.backend import list_backends, register_backend
+from framejit.frontend.errors import FullGraphError
+from framejit.logs import set_logs
 
 __version__ = "0.1.0"
 

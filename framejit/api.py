@@ -59,12 +59,16 @@ def jit(
     mode = mode if mode is not None else config.mode
     resolved = _check_options(backend, mode, fullgraph, dynamic, options)
     if fn is None:
-        return lambda f: jit(f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic,
-                             options=options)
+        return lambda f: jit(
+            f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options
+        )
     settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
     if mode not in (None, "default"):
-        logs.artifact("perf_hints", f"mode={mode!r} has no effect yet: CUDA graph trees and the "
-                      "Triton backend are not built")
+        logs.artifact(
+            "perf_hints",
+            f"mode={mode!r} has no effect yet: CUDA graph trees and the "
+            "Triton backend are not built",
+        )
     if config.disable or getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False):
         return fn
     if isinstance(fn, torch.nn.Module):
@@ -75,7 +79,7 @@ def jit(
         return JitFunction(fn, settings)
     if isinstance(fn, JitFunction):
         return fn
-    call = getattr(type(fn), "__call__", None)
+    call = type(fn).__dict__.get("__call__") if callable(fn) else None
     if callable(fn) and isinstance(call, types.FunctionType):
         return types.MethodType(JitFunction(call, settings), fn)
     raise TypeError(
@@ -109,9 +113,11 @@ def _make_binder(fn: types.FunctionType) -> Any:
     parts: list[str] = []
     seen_kwonly = False
     last_posonly = None
-    for i, (kind, text) in enumerate(params):
-        if kind is inspect.Parameter.KEYWORD_ONLY and not seen_kwonly and not any(
-            k is inspect.Parameter.VAR_POSITIONAL for k, _ in params
+    for kind, text in params:
+        if (
+            kind is inspect.Parameter.KEYWORD_ONLY
+            and not seen_kwonly
+            and not any(k is inspect.Parameter.VAR_POSITIONAL for k, _ in params)
         ):
             parts.append("*")
             seen_kwonly = True
@@ -169,8 +175,7 @@ class JitFunction:
             reasons = cache.failures(fn, frame_args)
             reason = reasons[0] if reasons else "?"
             cache.recompile_reasons.append(reason)
-            logs.artifact("recompiles", lambda: f"recompiling {fn.__qualname__}: "
-                          f"{reason}")
+            logs.artifact("recompiles", lambda: f"recompiling {fn.__qualname__}: {reason}")
             if len(cache.entries) >= config.recompile_limit:
                 cache.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
                 warnings.warn(
@@ -193,7 +198,7 @@ class JitFunction:
         return f"<framejit.jit {self._fn.__qualname__}>"
 
 
-_live_caches: "weakref.WeakSet[CodeCache]" = weakref.WeakSet()
+_live_caches: weakref.WeakSet[CodeCache] = weakref.WeakSet()
 
 
 class JitModule(torch.nn.Module):
@@ -216,8 +221,12 @@ class JitModule(torch.nn.Module):
         self.__dict__["_modules"] = mod._modules
         forward = type(mod).forward
         if "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
-            jitted = jit(mod.forward, backend=settings.backend, mode=settings.mode,
-                         fullgraph=settings.fullgraph)
+            jitted = jit(
+                mod.forward,
+                backend=settings.backend,
+                mode=settings.mode,
+                fullgraph=settings.fullgraph,
+            )
         else:
             jitted = types.MethodType(JitFunction(forward, settings), mod)
         object.__setattr__(self, "_jit_forward", jitted)
@@ -232,8 +241,11 @@ class JitModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
-        if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or (
-            mod._backward_pre_hooks
+        if (
+            mod._forward_hooks
+            or mod._forward_pre_hooks
+            or mod._backward_hooks
+            or (mod._backward_pre_hooks)
         ):
             return mod(*args, **kwargs)  # the original's hooks must run: call it eagerly
         return self._jit_forward(*args, **kwargs)
@@ -301,8 +313,10 @@ class ExplainOutput:
     compile_seconds: float
 
     def __str__(self) -> str:
-        lines = [f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}, "
-                 f"compile time: {self.compile_seconds * 1e3:.1f} ms"]
+        lines = [
+            f"graphs: {self.graph_count}, graph breaks: {self.graph_break_count}, "
+            f"compile time: {self.compile_seconds * 1e3:.1f} ms"
+        ]
         for i, (gm, ops) in enumerate(zip(self.graphs, self.ops_per_graph)):
             lines.append(f"graph {i}: {ops} ops")
             lines.append("  " + gm.code.strip().replace("\n", "\n  "))
@@ -327,15 +341,17 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
     elif isinstance(fn, types.FunctionType):
         target, self_obj = fn, None
     else:
-        raise TypeError(f"framejit.explain expects a function, method or nn.Module, "
-                        f"got {type(fn).__name__}")
+        raise TypeError(
+            f"framejit.explain expects a function, method or nn.Module, got {type(fn).__name__}"
+        )
     if isinstance(target, JitFunction):
         target = target._fn
     call_args = (self_obj, *args) if self_obj is not None else args
     frame_args = _make_binder(target)(*call_args, **kwargs)
     result = compile_frame(target, frame_args, lambda gm, ex: gm.forward, fullgraph=False)
-    guards = [line.strip() for line in guard_report(target.__code__,
-                                                     result.entry.guards).splitlines()[1:]]
+    guards = [
+        line.strip() for line in guard_report(target.__code__, result.entry.guards).splitlines()[1:]
+    ]
     return ExplainOutput(
         graph_count=len(result.graphs),
         graph_break_count=len(result.break_reasons),

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bytecode import Bytecode, CellVar, FreeVar, Instr
-
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
@@ -69,8 +68,13 @@ class CodeGen:
 
     def call_on_top(self, fn: Any) -> None:
         """Replace the value on top of the stack by fn(value)."""
-        self._emit(Instr("PUSH_NULL"), Instr("SWAP", 2), Instr("LOAD_CONST", fn), Instr("SWAP", 2),
-                   *versions.emit_call(1))
+        self._emit(
+            Instr("PUSH_NULL"),
+            Instr("SWAP", 2),
+            Instr("LOAD_CONST", fn),
+            Instr("SWAP", 2),
+            *versions.emit_call(1),
+        )
 
     def call_method_on_top(self, name: str) -> None:
         """Replace the object on top of the stack by obj.name()."""
@@ -113,7 +117,7 @@ class CodeGen:
             return
         vt.reconstruct(self)
 
-    # --- the whole body ----------------------------------------------------------------------------
+    # --- the whole body --------------------------------------------------------------------------
     def call_graph(self, compiled: Any, inputs: Sequence[Source]) -> None:
         self.call_const(compiled, lambda: self.load_sources(inputs), len(inputs))
         self._emit(Instr("STORE_FAST", GRAPH_OUT))

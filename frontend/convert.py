@@ -20,9 +20,6 @@ from typing import Any
 
 import torch
 import torch.fx
-
-from framejit import logs
-from framejit.config import config
 from framejit.frontend.codegen import CodeGen, argnames_of
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.output_graph import OutputGraph
@@ -36,6 +33,9 @@ from framejit.frontend.variables.containers import (
 )
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import CacheEntry, GlobalState, Guard, GuardKind, compile_guards
+
+from framejit import logs
+from framejit.config import config
 
 log = logs.get_logger("frontend")
 
@@ -76,8 +76,8 @@ def compile_frame(
     except Unsupported as exc:
         if fullgraph:
             raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
-        logs.artifact("graph_breaks", lambda: f"running {code.co_qualname} eagerly: "
-                      f"{exc.describe()}")
+        if logs.enabled("graph_breaks"):
+            logs.artifact("graph_breaks", f"running {code.co_qualname} eagerly: {exc.describe()}")
         entry = _eager_entry(fn, output, argnames, exc)
         return CompileResult(entry, [], [exc], time.perf_counter() - start)
     except FullGraphError:
@@ -85,24 +85,37 @@ def compile_frame(
     except Exception as exc:
         if config.raise_internal_errors:
             raise
-        log.warning("framejit: internal error while compiling %s (%s:%d); running it eagerly: "
-                    "%s: %s", code.co_qualname, code.co_filename, code.co_firstlineno,
-                    type(exc).__name__, exc)
+        log.warning(
+            "framejit: internal error while compiling %s (%s:%d); running it eagerly: %s: %s",
+            code.co_qualname,
+            code.co_filename,
+            code.co_firstlineno,
+            type(exc).__name__,
+            exc,
+        )
         entry = _eager_entry(fn, OutputGraph(fn, {}), argnames, None)
         return CompileResult(entry, [], [], time.perf_counter() - start)
     return CompileResult(entry, graphs, [], time.perf_counter() - start)
 
 
-def _eager_entry(fn: types.FunctionType, output: OutputGraph, argnames: tuple[str, ...],
-                 reason: Unsupported | None) -> CacheEntry:
+def _eager_entry(
+    fn: types.FunctionType,
+    output: OutputGraph,
+    argnames: tuple[str, ...],
+    reason: Unsupported | None,
+) -> CacheEntry:
     guards = [*output.guards, _global_state_guard(output)]
     compiled = compile_guards(guards, argnames, name=f"guard_{fn.__code__.co_name}_eager")
     return CacheEntry(compiled, fn, fn.__code__, [], [reason] if reason else [])
 
 
 def _global_state_guard(output: OutputGraph) -> Guard:
-    return Guard(None, GuardKind.GLOBAL_STATE, GlobalState.current(output.calls_modules),
-                 "global state when the frame was compiled")
+    return Guard(
+        None,
+        GuardKind.GLOBAL_STATE,
+        GlobalState.current(output.calls_modules),
+        "global state when the frame was compiled",
+    )
 
 
 def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
@@ -142,8 +155,9 @@ def _finish(
         _log_graph(code, gm, inputs)
         compiled = backend(gm, list(output.input_values))
         if not callable(compiled):
-            raise TypeError(f"backend {backend!r} returned {type(compiled).__name__}, "
-                            "expected a callable")
+            raise TypeError(
+                f"backend {backend!r} returned {type(compiled).__name__}, expected a callable"
+            )
         cg.output_index = {o.node: i for i, o in enumerate(outputs)}
         cg.call_graph(compiled, inputs)
         graphs.append(CapturedGraph(gm, [str(s) for s in inputs], output.op_count()))
@@ -154,8 +168,9 @@ def _finish(
     if aliasing is not None:
         guards.append(aliasing)
     compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
-    new_fn = types.FunctionType(new_code, fn.__globals__, code.co_name, fn.__defaults__,
-                                fn.__closure__)
+    new_fn = types.FunctionType(
+        new_code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__
+    )
     new_fn.__kwdefaults__ = fn.__kwdefaults__
     _log_code(code, new_code, compiled_guards)
     return CacheEntry(compiled_guards, new_fn, new_code, [g.gm for g in graphs]), graphs
@@ -165,15 +180,22 @@ def _log_graph(code: types.CodeType, gm: torch.fx.GraphModule, inputs: list[Sour
     if logs.enabled("graph"):
         logs.artifact("graph", lambda: f"graph of {code.co_qualname}:\n{graph_table(gm)}")
     if logs.enabled("graph_code"):
-        logs.artifact("graph_code", lambda: f"# graph of {code.co_qualname}\n{gm.code.strip()}",
-                      language="python")
+        logs.artifact(
+            "graph_code",
+            lambda: f"# graph of {code.co_qualname}\n{gm.code.strip()}",
+            language="python",
+        )
 
 
 def _log_code(code: types.CodeType, new_code: types.CodeType, guards: Any) -> None:
     if logs.enabled("bytecode"):
-        logs.artifact("bytecode", lambda: (
-            f"original bytecode of {code.co_qualname} ({code.co_filename}:"
-            f"{code.co_firstlineno}):\n{_dis(code)}\ntransformed bytecode:\n{_dis(new_code)}"))
+        logs.artifact(
+            "bytecode",
+            lambda: (
+                f"original bytecode of {code.co_qualname} ({code.co_filename}:"
+                f"{code.co_firstlineno}):\n{_dis(code)}\ntransformed bytecode:\n{_dis(new_code)}"
+            ),
+        )
     if logs.enabled("guards"):
         logs.artifact("guards", lambda: guard_report(code, guards))
 
@@ -194,8 +216,9 @@ def guard_report(code: types.CodeType, guards: Any) -> str:
 def graph_table(gm: torch.fx.GraphModule) -> str:
     rows = [("opcode", "name", "target", "args", "kwargs")]
     for n in gm.graph.nodes:
-        target = n.target if isinstance(n.target, str) else getattr(
-            n.target, "__name__", str(n.target))
+        target = (
+            n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+        )
         rows.append((n.op, n.name, str(target), str(n.args), str(n.kwargs)))
     widths = [min(60, max(len(r[i]) for r in rows)) for i in range(5)]
     out = []

@@ -16,12 +16,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import (
-    DataDependentOutputException,
-    DynamicOutputShapeException,
-    FakeTensorMode,
-)
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import (
     AttrSource,
@@ -36,6 +30,11 @@ from framejit.frontend.sources import (
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import Guard, GuardKind
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 
 
 class OutputGraph:
@@ -111,8 +110,12 @@ class OutputGraph:
         """Distinct tensor inputs must stay distinct, when the graph could tell."""
         if not self.identity_sensitive or len(self.placeholders) < 2:
             return None
-        return Guard(None, GuardKind.NO_ALIASING, tuple(s for s, _ in self.placeholders),
-                     "the graph mutates or compares its input tensors")
+        return Guard(
+            None,
+            GuardKind.NO_ALIASING,
+            tuple(s for s, _ in self.placeholders),
+            "the graph mutates or compares its input tensors",
+        )
 
     def _unique_name(self, base: str) -> str:
         names = {n.name for n in self.graph.nodes}
@@ -153,7 +156,9 @@ class OutputGraph:
             # Ops that return None act by mutation (setitem, copy into an out= buffer...):
             # they must stay in the graph even though nothing uses their result.
             node = self.graph.create_node(
-                kind, target, tuple(_to_node(a) for a in args),
+                kind,
+                target,
+                tuple(_to_node(a) for a in args),
                 {k: _to_node(v) for k, v in kwargs.items()},
             )
             node.meta["val"] = None
@@ -164,7 +169,10 @@ class OutputGraph:
                 return ConstantVariable(result)
             raise Unsupported("unsupported_call", f"{label} returning {type(result).__name__}")
         node = self.graph.create_node(
-            kind, target, tuple(_to_node(a) for a in args), {k: _to_node(v) for k, v in kwargs.items()}
+            kind,
+            target,
+            tuple(_to_node(a) for a in args),
+            {k: _to_node(v) for k, v in kwargs.items()},
         )
         # An in-place op returns its first argument: keep that variable (and its Source).
         if args and isinstance(args[0], TensorVariable) and result is args[0].fake:
@@ -183,7 +191,7 @@ class OutputGraph:
             node.meta["val"] = value
             items: list[VariableTracker] = []
             for i, v in enumerate(value):
-                if isinstance(v, torch.Tensor) or isinstance(v, (tuple, list)):
+                if isinstance(v, (torch.Tensor, tuple, list)):
                     item = self.graph.call_function(operator.getitem, (node, i))
                     items.append(self._wrap_result(item, v))
                 else:

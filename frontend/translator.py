@@ -23,8 +23,6 @@ import weakref
 from typing import Any
 
 import torch
-
-from framejit.config import config
 from framejit.frontend import versions
 from framejit.frontend.errors import Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
@@ -33,7 +31,6 @@ from framejit.frontend.sources import (
     AttrSource,
     FreeVarSource,
     Source,
-    TypeSource,
     closure_cell_source,
     default_source,
     kwdefault_source,
@@ -58,6 +55,8 @@ from framejit.frontend.variables.functions import (
 from framejit.frontend.variables.objects import NNModuleVariable
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GuardKind
+
+from framejit.config import config
 
 MAX_STEPS = 2_000_000  # instructions per traced frame, inlined calls included
 
@@ -125,7 +124,7 @@ class Translator:
         self.fn_source: Source | None = None  # the function being inlined, when it has one
         self.steps = 0
 
-    # --- the loop ------------------------------------------------------------------------------
+    # --- the loop --------------------------------------------------------------------------------
     def run(self) -> VariableTracker:
         instructions = self.decoded.instructions
         unsupported = unsupported_opcodes()
@@ -138,8 +137,11 @@ class Translator:
                     self.lineno = inst.positions.lineno
                 self.steps += 1
                 if self.steps > MAX_STEPS:
-                    raise Unsupported("unsupported_control_flow", "a loop that does not end",
-                                      f"more than {MAX_STEPS} instructions")
+                    raise Unsupported(
+                        "unsupported_control_flow",
+                        "a loop that does not end",
+                        f"more than {MAX_STEPS} instructions",
+                    )
                 fn = HANDLERS.get(inst.opname)
                 if fn is None:
                     reason = unsupported.get(inst.opname, "unknown opcode")
@@ -187,7 +189,7 @@ class Translator:
     def jump_to(self, offset: int) -> None:
         self.ip = self.decoded.index_of[offset]
 
-    # --- where we are ------------------------------------------------------------------------------
+    # --- where we are ----------------------------------------------------------------------------
     def location(self) -> Location:
         import linecache
 
@@ -205,7 +207,7 @@ class Translator:
             tx = tx.parent
         return out
 
-    # --- wrapping values ----------------------------------------------------------------------------
+    # --- wrapping values -------------------------------------------------------------------------
     def wrap_source(self, source: Source) -> VariableTracker:
         return builder.wrap_source(self, source)
 
@@ -229,15 +231,13 @@ class Translator:
             vt.getattr(self, name)
             return True
         except Unsupported as exc:
-            if exc.code == "exception" or exc.code == "unsupported_attr" and not hasattr(
-                vt, "obj"
-            ):
+            if exc.code == "exception" or exc.code == "unsupported_attr" and not hasattr(vt, "obj"):
                 return False
             if hasattr(vt, "obj"):
                 return hasattr(vt.obj, name)
             raise
 
-    # --- globals and closures -----------------------------------------------------------------------
+    # --- globals and closures --------------------------------------------------------------------
     def load_global(self, name: str) -> VariableTracker:
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
@@ -245,11 +245,12 @@ class Translator:
             if _trusted_globals(self.f_globals):
                 return self.wrap_value(self.f_globals[name], None)
             if self.fn_source is not None:
-                return self.wrap_source(
-                    _item(AttrSource(self.fn_source, "__globals__"), name)
-                )
-            raise Unsupported("unsupported_object", f"global {name!r} of another module",
-                              "reached through a function with no source")
+                return self.wrap_source(_item(AttrSource(self.fn_source, "__globals__"), name))
+            raise Unsupported(
+                "unsupported_object",
+                f"global {name!r} of another module",
+                "reached through a function with no source",
+            )
         builtins_dict = self.f_globals.get("__builtins__", __builtins__)
         if isinstance(builtins_dict, types.ModuleType):
             builtins_dict = vars(builtins_dict)
@@ -263,8 +264,9 @@ class Translator:
             raise Unsupported("exception", f"free variable {name!r}", "not found")
         if isinstance(cell, CellVariable):
             if cell.contents is None:
-                raise Unsupported("exception", f"free variable {name!r} referenced before "
-                                  "assignment", "NameError")
+                raise Unsupported(
+                    "exception", f"free variable {name!r} referenced before assignment", "NameError"
+                )
             return cell.contents
         if cell.source is not None:
             return self.wrap_source(cell.source)
@@ -280,7 +282,7 @@ class Translator:
             return
         raise Unsupported("side_effect", f"assigning nonlocal {name!r}")
 
-    # --- operators --------------------------------------------------------------------------------
+    # --- operators -------------------------------------------------------------------------------
     def binary_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return self.output.call_op("call_function", op, [a, b], {})
@@ -288,26 +290,32 @@ class Translator:
             try:
                 return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
             except Exception as exc:
-                raise Unsupported("exception", f"{op.__name__} on constants",
-                                  f"raises {exc!r}") from None
-        if isinstance(a, BaseSequence) and isinstance(b, BaseSequence):
-            if op in (operator.add, operator.iadd) and a.python_type() is b.python_type():
-                if op is operator.iadd and isinstance(a, ListVariable):
-                    a.mutate(self, "extend", [b], {})
-                    return a
-                return type(a)(a.items + b.items) if isinstance(a, (ListVariable, TupleVariable)) \
-                    else TupleVariable(a.items + b.items)
+                raise Unsupported(
+                    "exception", f"{op.__name__} on constants", f"raises {exc!r}"
+                ) from None
         if isinstance(a, ListVariable) and op is operator.iadd:
-            a.mutate(self, "extend", [b], {})
+            a.mutate(self, "extend", [b], {})  # `lst += other` extends in place
             return a
+        plain = (ListVariable, TupleVariable)
+        if (
+            isinstance(a, BaseSequence)
+            and isinstance(b, BaseSequence)
+            and op is operator.add
+            and (a.python_type() is b.python_type() or isinstance(a, TupleVariable))
+        ):
+            return (
+                type(a)(a.items + b.items) if type(a) in plain else TupleVariable(a.items + b.items)
+            )
         if isinstance(a, BaseSequence) and b.is_constant() and op in (operator.mul, operator.imul):
-            return type(a)(a.items * b.as_constant())
-        if isinstance(a, BaseSequence) and isinstance(b, BaseSequence) and op in (
-            operator.eq, operator.ne
+            items = a.items * b.as_constant()
+            return type(a)(items) if type(a) in plain else TupleVariable(items)
+        if (
+            isinstance(a, BaseSequence)
+            and isinstance(b, BaseSequence)
+            and op in (operator.eq, operator.ne)
         ):
             pass
-        raise Unsupported("unsupported_object",
-                          f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+        raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
 
     def compare_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -315,11 +323,12 @@ class Translator:
         if a.is_constant() and b.is_constant():
             return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
         if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
-            same = a is b or (getattr(a, "obj", None) is not None and getattr(a, "obj", None)
-                              is getattr(b, "obj", None))
+            same = a is b or (
+                getattr(a, "obj", None) is not None
+                and getattr(a, "obj", None) is getattr(b, "obj", None)
+            )
             return ConstantVariable(same if op is operator.eq else not same)
-        raise Unsupported("unsupported_object",
-                          f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+        raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
 
     def unary_op(self, op: Any, a: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable):
@@ -336,8 +345,12 @@ class Translator:
             return a.node is b.node
         if a.is_constant() and b.is_constant():
             return a.as_constant() is b.as_constant()
-        if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() \
-                is None:
+        if (
+            a.is_constant()
+            and a.as_constant() is None
+            or b.is_constant()
+            and b.as_constant() is None
+        ):
             return False  # a non-constant value is never None
         if hasattr(a, "obj") and hasattr(b, "obj"):
             return a.obj is b.obj
@@ -357,40 +370,57 @@ class Translator:
                 raise Unsupported("exception", "indexing a constant", f"raises {exc!r}") from None
         return obj.call_method(self, "__getitem__", [index], {})
 
-    def setitem(self, obj: VariableTracker, index: VariableTracker,
-                value: VariableTracker) -> None:
+    def setitem(self, obj: VariableTracker, index: VariableTracker, value: VariableTracker) -> None:
         if isinstance(obj, TensorVariable):
             self.output.call_op("call_function", operator.setitem, [obj, index, value], {})
             return
         obj.call_method(self, "__setitem__", [index, value], {})
 
-    # --- calls ---------------------------------------------------------------------------------------
-    def call_function_value(self, fn: Any, args: list[VariableTracker],
-                            kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    # --- calls -----------------------------------------------------------------------------------
+    def call_function_value(
+        self, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
         return self.wrap_value(fn, None).call(self, args, kwargs)
 
-    def call_module(self, module: NNModuleVariable, args: list[VariableTracker],
-                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    def call_module(
+        self,
+        module: NNModuleVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
         mod = module.obj
-        if (mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks
-                or mod._backward_pre_hooks):
+        if (
+            mod._forward_hooks
+            or mod._forward_pre_hooks
+            or mod._backward_hooks
+            or mod._backward_pre_hooks
+        ):
             raise Unsupported("module_hooks", f"calling {type(mod).__name__} with hooks")
         from torch.nn.modules import module as nn_module
 
-        if (nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
-                or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks):
+        if (
+            nn_module._global_forward_hooks
+            or nn_module._global_forward_pre_hooks
+            or nn_module._global_backward_hooks
+            or nn_module._global_backward_pre_hooks
+        ):
             raise Unsupported("module_hooks", "global nn.Module hooks are registered")
         if module.source is not None:
-            self.output.add_guard(module.source, GuardKind.MODULE_NO_HOOKS, None,
-                                  self.location_text())
+            self.output.add_guard(
+                module.source, GuardKind.MODULE_NO_HOOKS, None, self.location_text()
+            )
         self.output.calls_modules = True
         if "forward" in mod.__dict__:
             forward = module.getattr(self, "forward")
             return forward.call(self, args, kwargs)
         return module.getattr(self, "forward").call(self, args, kwargs)
 
-    def inline_user_function(self, fn_vt: UserFunctionVariable, args: list[VariableTracker],
-                             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    def inline_user_function(
+        self,
+        fn_vt: UserFunctionVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
         fn = fn_vt.fn
         code = fn.__code__
         src = fn_vt.source
@@ -411,30 +441,58 @@ class Translator:
         for i, name in enumerate(code.co_freevars):
             cell_src = closure_cell_source(src, i) if src is not None else None
             freevars[name] = _RealCell(cell_src, fn.__closure__[i])
-        bound = self._bind(code, fn.__qualname__, len(fn.__defaults__ or ()),
-                           tuple(fn.__kwdefaults__ or ()), default, kwdefault, args, kwargs)
+        bound = self._bind(
+            code,
+            fn.__qualname__,
+            len(fn.__defaults__ or ()),
+            tuple(fn.__kwdefaults__ or ()),
+            default,
+            kwdefault,
+            args,
+            kwargs,
+        )
         return self._inline(code, fn.__globals__, bound, freevars, src)
 
-    def inline_nested_function(self, fn_vt: NestedFunctionVariable, args: list[VariableTracker],
-                               kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    def inline_nested_function(
+        self,
+        fn_vt: NestedFunctionVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
         code = fn_vt.code
-        freevars: dict[str, CellVariable | _RealCell] = dict(zip(code.co_freevars,
-                                                                 fn_vt.closure))
-        bound = self._bind(code, fn_vt.qualname, len(fn_vt.defaults), tuple(fn_vt.kwdefaults),
-                           lambda i: fn_vt.defaults[i], lambda n: fn_vt.kwdefaults[n], args,
-                           kwargs)
+        freevars: dict[str, CellVariable | _RealCell] = dict(zip(code.co_freevars, fn_vt.closure))
+        bound = self._bind(
+            code,
+            fn_vt.qualname,
+            len(fn_vt.defaults),
+            tuple(fn_vt.kwdefaults),
+            lambda i: fn_vt.defaults[i],
+            lambda n: fn_vt.kwdefaults[n],
+            args,
+            kwargs,
+        )
         return self._inline(code, fn_vt.f_globals, bound, freevars, None)
 
-    def _bind(self, code: types.CodeType, qualname: str, ndefaults: int,
-              kwdefault_names: tuple[str, ...], default: Any, kwdefault: Any,
-              args: list[VariableTracker], kwargs: dict[str, VariableTracker]
-              ) -> dict[str, VariableTracker]:
+    def _bind(
+        self,
+        code: types.CodeType,
+        qualname: str,
+        ndefaults: int,
+        kwdefault_names: tuple[str, ...],
+        default: Any,
+        kwdefault: Any,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> dict[str, VariableTracker]:
         key = (code, ndefaults, kwdefault_names)
         cached = _signatures.get(code)
         sig = cached[1] if cached is not None and cached[0] == key else None
         if sig is None:
             dummy = types.FunctionType(
-                code, {}, code.co_name, tuple(_Default(i) for i in range(ndefaults)),
+                code,
+                {},
+                code.co_name,
+                tuple(_Default(i) for i in range(ndefaults)),
                 tuple(types.CellType() for _ in code.co_freevars),
             )
             dummy.__kwdefaults__ = {n: _KwDefault(n) for n in kwdefault_names} or None
@@ -461,15 +519,22 @@ class Translator:
             out[real_names[name]] = value
         return out
 
-    def _inline(self, code: types.CodeType, f_globals: dict[str, Any],
-                bound: dict[str, VariableTracker], freevars: dict[str, Any],
-                fn_source: Source | None) -> VariableTracker:
-        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
-                            inspect.CO_ASYNC_GENERATOR):
+    def _inline(
+        self,
+        code: types.CodeType,
+        f_globals: dict[str, Any],
+        bound: dict[str, VariableTracker],
+        freevars: dict[str, Any],
+        fn_source: Source | None,
+    ) -> VariableTracker:
+        if code.co_flags & (
+            inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+        ):
             raise Unsupported("generator", f"calling generator function {code.co_name}")
         if self.depth + 1 > config.inline_depth_limit:
-            raise Unsupported("recursion_limit", f"calling {code.co_name}",
-                              f"depth {config.inline_depth_limit}")
+            raise Unsupported(
+                "recursion_limit", f"calling {code.co_name}", f"depth {config.inline_depth_limit}"
+            )
         child = Translator(code, f_globals, self.output, bound, freevars, parent=self)
         child.fn_source = fn_source
         child.steps = self.steps
@@ -488,7 +553,7 @@ class _KwDefault:
         self.name = name
 
 
-def GlobalSourceFor(name: str) -> Source:  # noqa: N802 - reads like a Source constructor
+def GlobalSourceFor(name: str) -> Source:
     from framejit.frontend.sources import GlobalSource
 
     return GlobalSource(name)
@@ -519,8 +584,9 @@ def _is_object(vt: VariableTracker) -> bool:
     return hasattr(vt, "obj")
 
 
-def root_translator(code: types.CodeType, fn: Any, output: OutputGraph,
-                    argnames: tuple[str, ...]) -> Translator:
+def root_translator(
+    code: types.CodeType, fn: Any, output: OutputGraph, argnames: tuple[str, ...]
+) -> Translator:
     """The translator for the frame being compiled: arguments and free variables from Sources."""
     tx = Translator(code, fn.__globals__, output, {}, {})
     for name in argnames:

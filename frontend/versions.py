@@ -18,17 +18,18 @@ SUPPORTED: tuple[tuple[int, int], ...] = ((3, 11), (3, 12))
 
 if PY not in SUPPORTED:
     raise ImportError(
-        f"framejit supports CPython {', '.join('%d.%d' % v for v in SUPPORTED)}; "
+        f"framejit supports CPython {', '.join(f'{a}.{b}' for a, b in SUPPORTED)}; "
         f"this is {sys.version.split()[0]}"
     )
 
 
 def active(since: tuple[int, int] | None, until: tuple[int, int] | None) -> bool:
     """Whether a handler declared for [since, until] (inclusive) exists on this Python."""
-    return (since is None or PY >= since) and (until is None or PY <= until)
+    return (since is None or since <= PY) and (until is None or until >= PY)
 
 
 # --- reading bytecode -------------------------------------------------------------------------
+
 
 def load_attr_is_method(inst: Any) -> bool:
     """3.12 folds LOAD_METHOD into LOAD_ATTR: the low bit of the oparg asks for a method."""
@@ -47,6 +48,7 @@ def for_iter_exit_offset(inst: Any, next_offset: dict[int, int]) -> int:
 
 
 # --- writing bytecode -------------------------------------------------------------------------
+
 
 def emit_call(nargs: int, kw_names: tuple[str, ...] = ()) -> list[Instr]:
     """Call the callable below `nargs` arguments (with NULL or self beneath it)."""

@@ -10,9 +10,10 @@ Invariants:
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any, Callable
+from typing import Any
 
 from framejit.guards.compile import CompiledGuards
 
@@ -60,7 +61,7 @@ class CodeCache:
         self.eager_reason = reason
 
 
-_caches: "weakref.WeakKeyDictionary[CodeType, CodeCache]" = weakref.WeakKeyDictionary()
+_caches: weakref.WeakKeyDictionary[CodeType, CodeCache] = weakref.WeakKeyDictionary()
 
 
 def cache_for(code: CodeType) -> CodeCache:

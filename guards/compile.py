@@ -57,7 +57,7 @@ def _describe_actual(guard: Guard, fn: Any, args: Sequence[Any], argnames: Seque
     scope["F"] = fn
     scope["G"] = getattr(fn, "__globals__", {})
     try:
-        value = eval(guard.source.guard_expr(), scope)  # noqa: S307 - our own generated text
+        value = eval(guard.source.guard_expr(), scope)
     except Exception as exc:  # the value cannot even be reached
         return f"<{type(exc).__name__}: {exc}>"
     if guard.kind is GuardKind.TENSOR_MATCH and hasattr(value, "shape"):

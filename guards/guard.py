@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from framejit.frontend.sources import Source
 
 from framejit.config import config
-from framejit.frontend.sources import Source
 
 try:  # the C++ TENSOR_MATCH (setup.py builds it when torch is present at install time)
     from framejit.guards import _tensor_check
 except ImportError:
     _tensor_check = None  # type: ignore[assignment]
-if _tensor_check is not None and _tensor_check.TORCH_VERSION_STR != torch.__version__:
+if _tensor_check is not None and torch.__version__ != _tensor_check.TORCH_VERSION_STR:
     _tensor_check = None  # built against another torch: its ABI is not ours
 
 
@@ -36,17 +36,17 @@ def cpp_tensor_guards() -> bool:
 
 
 class GuardKind(enum.Enum):
-    TYPE_MATCH = "TYPE_MATCH"            # type(x) is T
-    ID_MATCH = "ID_MATCH"                # x is obj
-    CONSTANT_MATCH = "CONSTANT_MATCH"    # type(x) is T and x == v
-    TENSOR_MATCH = "TENSOR_MATCH"        # type, dtype, device, sizes, strides, requires_grad, keys
-    LENGTH_CHECK = "LENGTH_CHECK"        # len(x) == n
-    DICT_KEYS = "DICT_KEYS"              # list(x) == [k0, k1, ...]
-    MODULE_MATCH = "MODULE_MATCH"        # x is module and x.training is flag
+    TYPE_MATCH = "TYPE_MATCH"  # type(x) is T
+    ID_MATCH = "ID_MATCH"  # x is obj
+    CONSTANT_MATCH = "CONSTANT_MATCH"  # type(x) is T and x == v
+    TENSOR_MATCH = "TENSOR_MATCH"  # type, dtype, device, sizes, strides, requires_grad, keys
+    LENGTH_CHECK = "LENGTH_CHECK"  # len(x) == n
+    DICT_KEYS = "DICT_KEYS"  # list(x) == [k0, k1, ...]
+    MODULE_MATCH = "MODULE_MATCH"  # x is module and x.training is flag
     MODULE_NO_HOOKS = "MODULE_NO_HOOKS"  # no forward/backward hooks registered on x
-    GLOBAL_STATE = "GLOBAL_STATE"        # grad mode, autocast, default dtype, determinism
+    GLOBAL_STATE = "GLOBAL_STATE"  # grad mode, autocast, default dtype, determinism
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
-    NO_ALIASING = "NO_ALIASING"          # the tensors at these sources are distinct objects
+    NO_ALIASING = "NO_ALIASING"  # the tensors at these sources are distinct objects
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
@@ -135,20 +135,29 @@ class Guard:
         """The guard as a Python expression people can read (what `guards` logs print)."""
         if self.kind is GuardKind.TENSOR_MATCH:
             m = self.expected
-            extra = "".join(f", {k}=True" for k, v in (("inference", m.inference),
-                                                        ("conj", m.conj), ("neg", m.neg)) if v)
-            return (f"check_tensor({self.source}, {m.type.__name__}, {m.dtype}, {m.device!r}, "
-                    f"size={m.shape}, stride={m.stride}, requires_grad={m.requires_grad}"
-                    f"{extra})")
+            extra = "".join(
+                f", {k}=True"
+                for k, v in (("inference", m.inference), ("conj", m.conj), ("neg", m.neg))
+                if v
+            )
+            return (
+                f"check_tensor({self.source}, {m.type.__name__}, {m.dtype}, {m.device!r}, "
+                f"size={m.shape}, stride={m.stride}, requires_grad={m.requires_grad}"
+                f"{extra})"
+            )
         if self.kind is GuardKind.GLOBAL_STATE:
             st = self.expected
             autocast = "".join(
-                f", autocast_{d}_dtype={dt}" for d, dt in (("cpu", st.autocast_cpu_dtype),
-                                                            ("cuda", st.autocast_cuda_dtype)) if dt)
-            return (f"global_state(grad_enabled={st.grad_enabled}, default_dtype="
-                    f"{st.default_dtype}, deterministic={st.deterministic}, autocast_cpu="
-                    f"{st.autocast_cpu}, autocast_cuda={st.autocast_cuda}{autocast}"
-                    + (", no_global_module_hooks=True)" if st.module_hooks else ")"))
+                f", autocast_{d}_dtype={dt}"
+                for d, dt in (("cpu", st.autocast_cpu_dtype), ("cuda", st.autocast_cuda_dtype))
+                if dt
+            )
+            return (
+                f"global_state(grad_enabled={st.grad_enabled}, default_dtype="
+                f"{st.default_dtype}, deterministic={st.deterministic}, autocast_cpu="
+                f"{st.autocast_cpu}, autocast_cuda={st.autocast_cuda}{autocast}"
+                + (", no_global_module_hooks=True)" if st.module_hooks else ")")
+            )
         return self.check_expr(str(self.source) if self.source else "", _pretty_const, str)
 
     def check_expr(
@@ -249,8 +258,11 @@ def _pretty_const(obj: Any) -> str:
     if obj is torch:
         return "torch"
     if isinstance(obj, type):
-        name = obj.__qualname__ if obj.__module__ == "builtins" else (
-            f"{obj.__module__}.{obj.__qualname__}")
+        name = (
+            obj.__qualname__
+            if obj.__module__ == "builtins"
+            else (f"{obj.__module__}.{obj.__qualname__}")
+        )
         return _identifier_path(name)
     if isinstance(obj, (torch.dtype, torch.device)):
         return repr(obj)

@@ -72,9 +72,11 @@ def contains_op(tx: Translator, inst: Any) -> None:
     elif container.is_constant() and item.is_constant():
         found = item.as_constant() in container.as_constant()
     elif isinstance(container, BaseSequence):
-        found = any(tx.is_op(item, x) or (item.is_constant() and x.is_constant()
-                                         and item.as_constant() == x.as_constant())
-                    for x in container.items)
+        found = any(
+            tx.is_op(item, x)
+            or (item.is_constant() and x.is_constant() and item.as_constant() == x.as_constant())
+            for x in container.items
+        )
     else:
         found = container.call_method(tx, "__contains__", [item], {}).truth(tx)
     tx.push(ConstantVariable(found != bool(inst.arg)))

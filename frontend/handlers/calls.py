@@ -33,7 +33,7 @@ def call(tx: Translator, inst: Any) -> None:
     if tx.kw_names:
         names = tx.kw_names
         tx.kw_names = ()
-        kwargs = dict(zip(names, args[len(args) - len(names):]))
+        kwargs = dict(zip(names, args[len(args) - len(names) :]))
         args = args[: len(args) - len(names)]
     tx.push(fn.call(tx, args, kwargs))
 
@@ -69,8 +69,9 @@ def make_function(tx: Translator, inst: Any) -> None:
     defaults: list[VariableTracker] = []
     if flags & 0x01:
         defaults = tx.pop().unpack(tx)
-    tx.push(NestedFunctionVariable(code, tx.f_globals, code.co_qualname, defaults, kwdefaults,
-                                   closure))
+    tx.push(
+        NestedFunctionVariable(code, tx.f_globals, code.co_qualname, defaults, kwdefaults, closure)
+    )
 
 
 @handler("CALL_INTRINSIC_1", since=(3, 12))
@@ -86,5 +87,8 @@ def call_intrinsic_1(tx: Translator, inst: Any) -> None:
 
 @handler("CALL_INTRINSIC_2", since=(3, 12))
 def call_intrinsic_2(tx: Translator, inst: Any) -> None:
-    raise Unsupported("unsupported_opcode", f"CALL_INTRINSIC_2 {inst.argrepr}",
-                      "exception groups and generic type parameters")
+    raise Unsupported(
+        "unsupported_opcode",
+        f"CALL_INTRINSIC_2 {inst.argrepr}",
+        "exception groups and generic type parameters",
+    )

@@ -61,8 +61,10 @@ def format_value(tx: Translator, inst: Any) -> None:
     spec = tx.pop().as_constant() if inst.arg & 0x04 else ""
     value = tx.pop()
     if not value.is_constant():
-        raise Unsupported("data_dependent" if value.has_tensors() else "unsupported_object",
-                          f"formatting a {value.type_name()} into a string")
+        raise Unsupported(
+            "data_dependent" if value.has_tensors() else "unsupported_object",
+            f"formatting a {value.type_name()} into a string",
+        )
     v = value.as_constant()
     conv = inst.arg & 0x03
     if conv == 1:
@@ -125,8 +127,9 @@ def list_to_tuple(tx: Translator, inst: Any) -> None:
 def unpack_sequence(tx: Translator, inst: Any) -> None:
     items = tx.pop().unpack(tx)
     if len(items) != inst.arg:
-        raise Unsupported("exception", f"unpacking {len(items)} values into {inst.arg}",
-                          "ValueError")
+        raise Unsupported(
+            "exception", f"unpacking {len(items)} values into {inst.arg}", "ValueError"
+        )
     for item in reversed(items):
         tx.push(item)
 
@@ -137,7 +140,7 @@ def unpack_ex(tx: Translator, inst: Any) -> None:
     items = tx.pop().unpack(tx)
     if len(items) < before + after:
         raise Unsupported("exception", "star-unpacking too few values", "ValueError")
-    middle = ListVariable(items[before: len(items) - after])
-    out = [*items[:before], middle, *items[len(items) - after:]]
+    middle = ListVariable(items[before : len(items) - after])
+    out = [*items[:before], middle, *items[len(items) - after :]]
     for item in reversed(out):
         tx.push(item)

@@ -45,14 +45,16 @@ handler("POP_JUMP_IF_TRUE", since=(3, 12))(_pop_jump_if(True))
 handler("POP_JUMP_IF_FALSE", since=(3, 12))(_pop_jump_if(False))
 handler("POP_JUMP_IF_NONE", since=(3, 12))(_pop_jump_if_none(True))
 handler("POP_JUMP_IF_NOT_NONE", since=(3, 12))(_pop_jump_if_none(False))
-handler("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", until=(3, 11))(
-    _pop_jump_if(True))
+handler("POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", until=(3, 11))(_pop_jump_if(True))
 handler("POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE", until=(3, 11))(
-    _pop_jump_if(False))
+    _pop_jump_if(False)
+)
 handler("POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE", until=(3, 11))(
-    _pop_jump_if_none(True))
+    _pop_jump_if_none(True)
+)
 handler("POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", until=(3, 11))(
-    _pop_jump_if_none(False))
+    _pop_jump_if_none(False)
+)
 
 
 def _jump_or_pop(truth: bool):

@@ -20,8 +20,9 @@ def _local(tx: Translator, name: str) -> Any:
     try:
         vt = tx.locals[name]
     except KeyError:
-        raise Unsupported("exception", f"local {name!r} referenced before assignment",
-                          "UnboundLocalError") from None
+        raise Unsupported(
+            "exception", f"local {name!r} referenced before assignment", "UnboundLocalError"
+        ) from None
     real = realize(tx, vt)
     if real is not vt:
         tx.locals[name] = real
@@ -147,4 +148,3 @@ def import_from(tx: Translator, inst: Any) -> None:
 @handler("LOAD_ASSERTION_ERROR")
 def load_assertion_error(tx: Translator, inst: Any) -> None:
     tx.push(tx.wrap_value(AssertionError, None))
-

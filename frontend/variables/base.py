@@ -60,8 +60,11 @@ class VariableTracker:
         return self.getattr(tx, name).call(tx, args, kwargs)
 
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
-        raise Unsupported("side_effect", f"setting {self.type_name()}.{name}",
-                          "objects from outside the frame are not mutated while tracing")
+        raise Unsupported(
+            "side_effect",
+            f"setting {self.type_name()}.{name}",
+            "objects from outside the frame are not mutated while tracing",
+        )
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         """The items this value yields when iterated or star-unpacked."""
@@ -83,7 +86,7 @@ class VariableTracker:
 class ConstantVariable(VariableTracker):
     """A Python value whose identity does not matter and that never changes."""
 
-    __slots__ = ("value", "source")
+    __slots__ = ("source", "value")
 
     def __init__(self, value: Any, source: Source | None = None) -> None:
         self.value = value
@@ -159,7 +162,9 @@ def constant_fold(fn: Any, args: list[VariableTracker], kwargs: dict[str, Variab
     return fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
 
 
-def all_constant(args: list[VariableTracker], kwargs: dict[str, VariableTracker] | None = None) -> bool:
+def all_constant(
+    args: list[VariableTracker], kwargs: dict[str, VariableTracker] | None = None
+) -> bool:
     return all(a.is_constant() for a in args) and all(
         v.is_constant() for v in (kwargs or {}).values()
     )

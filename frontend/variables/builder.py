@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import enum
+import functools
 import types
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import AttrSource, ItemSource, Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
@@ -46,8 +45,19 @@ from framejit.guards import GuardKind, TensorMeta
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
 
-CONSTANT_TYPES = (bool, int, float, complex, str, bytes, type(None), range, slice,
-                  type(Ellipsis), type(NotImplemented))
+CONSTANT_TYPES = (
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type(None),
+    range,
+    slice,
+    type(Ellipsis),
+    type(NotImplemented),
+)
 TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -68,8 +78,9 @@ class BuiltinVariable(VariableTracker):
     def as_constant(self) -> Any:
         return self.fn
 
-    def call(self, tx: Translator, args: list[VariableTracker],
-             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
         from framejit.frontend.variables.builtins import call_builtin
 
         return call_builtin(tx, self.fn, args, kwargs)
@@ -83,7 +94,9 @@ def wrap_source(tx: Translator, source: Source) -> VariableTracker:
     try:
         value = out.read_source(source)
     except Exception as exc:
-        raise Unsupported("exception", f"reading {source}", f"{type(exc).__name__}: {exc}") from None
+        raise Unsupported(
+            "exception", f"reading {source}", f"{type(exc).__name__}: {exc}"
+        ) from None
     vt = _wrap_guarded(tx, value, source)
     out.remember_wrap(source, vt)
     return vt
@@ -123,14 +136,17 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
             raise Unsupported("unsupported_object", "dict with non-str/int keys")
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))
-        return DictVariable({k: wrap_source(tx, ItemSource(source, k)) for k in value}, source,
-                            cls=t)
+        return DictVariable(
+            {k: wrap_source(tx, ItemSource(source, k)) for k in value}, source, cls=t
+        )
     if t is functools.partial:
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
-        return PartialVariable(wrap_source(tx, AttrSource(source, "func")),
-                               wrap_source(tx, AttrSource(source, "args")).unpack(tx),
-                               dict(wrap_source(tx, AttrSource(source, "keywords")).items),
-                               source)
+        return PartialVariable(
+            wrap_source(tx, AttrSource(source, "func")),
+            wrap_source(tx, AttrSource(source, "args")).unpack(tx),
+            dict(wrap_source(tx, AttrSource(source, "keywords")).items),
+            source,
+        )
     if isinstance(value, torch.nn.Module):
         _guard(tx, source, GuardKind.MODULE_MATCH, (value, value.training))
         return NNModuleVariable(value, source)
@@ -155,10 +171,12 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if is_torch_callable(value) or is_builtin(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)
-    if callable(value) and isinstance(value, (types.BuiltinFunctionType, types.MethodWrapperType,
-                                              types.WrapperDescriptorType)):
-        raise Unsupported("unsupported_call", f"{getattr(value, '__qualname__', value)}",
-                          "a C function")
+    if callable(value) and isinstance(
+        value, (types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType)
+    ):
+        raise Unsupported(
+            "unsupported_call", f"{getattr(value, '__qualname__', value)}", "a C function"
+        )
     _guard(tx, source, GuardKind.TYPE_MATCH, t)
     return UserObjectVariable(value, source)
 
@@ -166,8 +184,11 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
 def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTracker:
     """Wrap without installing guards (the caller already guarded, or the value is fixed)."""
     t = type(value)
-    if t in CONSTANT_TYPES or t in (torch.dtype, torch.device, torch.Size, torch.layout,
-                                    torch.memory_format) or isinstance(value, enum.Enum):
+    if (
+        t in CONSTANT_TYPES
+        or t in (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
+        or isinstance(value, enum.Enum)
+    ):
         return ConstantVariable(value, source)
     if t in (torch.finfo, torch.iinfo, types.CodeType):
         return ConstantVariable(value, source)
@@ -182,13 +203,17 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
     if t is types.FunctionType:
         return UserFunctionVariable(value, source)
     if t in (tuple, list) and all(type(v) in CONSTANT_TYPES for v in value):
-        return ConstantVariable(value, source) if t is tuple else ListVariable(
-            [ConstantVariable(v) for v in value], source)
+        return (
+            ConstantVariable(value, source)
+            if t is tuple
+            else ListVariable([ConstantVariable(v) for v in value], source)
+        )
     if t is frozenset and all(type(v) in CONSTANT_TYPES for v in value):
         return ConstantVariable(value, source)
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and source is None:
         raise Unsupported("unsupported_object", f"{t.__qualname__} object without a source")
     if source is not None:
         return _wrap_guarded(tx, value, source)
-    raise Unsupported("unsupported_object", f"{t.__qualname__} object",
-                      "reached without a way to load it again")
+    raise Unsupported(
+        "unsupported_object", f"{t.__qualname__} object", "reached without a way to load it again"
+    )

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import (
     ConstantVariable,
@@ -40,9 +39,44 @@ Handler = Callable[["Translator", Args, Kwargs], "VariableTracker | None"]
 
 # Builtins that are pure on constants and may be folded.
 PURE = {
-    abs, all, any, bool, chr, divmod, float, format, frozenset, int, isinstance, issubclass,
-    len, max, min, ord, pow, range, repr, round, set, slice, sorted, str, sum, tuple, list,
-    hash, complex, bin, hex, oct, callable, type, dict, reversed, enumerate, zip,
+    abs,
+    all,
+    any,
+    bool,
+    chr,
+    divmod,
+    float,
+    format,
+    frozenset,
+    int,
+    isinstance,
+    issubclass,
+    len,
+    max,
+    min,
+    ord,
+    pow,
+    range,
+    repr,
+    round,
+    set,
+    slice,
+    sorted,
+    str,
+    sum,
+    tuple,
+    list,
+    hash,
+    complex,
+    bin,
+    hex,
+    oct,
+    callable,
+    type,
+    dict,
+    reversed,
+    enumerate,
+    zip,
 }
 PURE |= {v for v in vars(math).values() if callable(v)}
 PURE |= {v for k, v in vars(operator).items() if callable(v) and not k.startswith("_")}
@@ -80,11 +114,14 @@ def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Variabl
         except Exception as exc:
             raise Unsupported("exception", f"{_name(fn)}(...)", f"raises {exc!r}") from None
         return tx.wrap_constant_result(value)
-    raise Unsupported("unsupported_builtin", f"{_name(fn)}()",
-                      ", ".join(a.type_name() for a in args))
+    raise Unsupported(
+        "unsupported_builtin", f"{_name(fn)}()", ", ".join(a.type_name() for a in args)
+    )
 
 
-def call_builtin_class(tx: Translator, cls: type, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+def call_builtin_class(
+    tx: Translator, cls: type, args: Args, kwargs: Kwargs
+) -> VariableTracker | None:
     """Constructing builtin types (`list(...)`, `dict(...)`, `torch.Size(...)`)."""
     if is_builtin(cls):
         return call_builtin(tx, cls, args, kwargs)
@@ -137,9 +174,8 @@ def _type(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 def _callable(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 1:
         return None
-    return ConstantVariable(callable(args[0].python_type()) and hasattr(
-        args[0].python_type(), "__call__") and not isinstance(args[0], TensorVariable)
-        and args[0].python_type() not in (int, float, str, bool, list, tuple, dict, type(None)))
+    t = args[0].python_type()
+    return ConstantVariable(any("__call__" in k.__dict__ for k in t.__mro__))
 
 
 @builtin(getattr)
@@ -204,10 +240,12 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
     if not args or not start.is_constant():
         return None
     first = start.as_constant()
-    return IteratorVariable([
-        TupleVariable([ConstantVariable(first + i), item])
-        for i, item in enumerate(_iterable_items(tx, args[0]))
-    ])
+    return IteratorVariable(
+        [
+            TupleVariable([ConstantVariable(first + i), item])
+            for i, item in enumerate(_iterable_items(tx, args[0]))
+        ]
+    )
 
 
 @builtin(zip)
@@ -282,12 +320,18 @@ def _minmax(fn: Any) -> Handler:
     def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         items = _iterable_items(tx, args[0]) if len(args) == 1 else args
         if any(isinstance(i, TensorVariable) for i in items):
-            raise Unsupported("data_dependent", f"{fn.__name__}() over tensors",
-                              f"use torch.{fn.__name__}imum or torch.{fn.__name__}")
+            raise Unsupported(
+                "data_dependent",
+                f"{fn.__name__}() over tensors",
+                f"use torch.{fn.__name__}imum or torch.{fn.__name__}",
+            )
         if all(i.is_constant() for i in items) and all_constant([], kwargs):
             return tx.wrap_constant_result(
-                fn([i.as_constant() for i in items], **{k: v.as_constant() for k, v in
-                                                         kwargs.items()}))
+                fn(
+                    [i.as_constant() for i in items],
+                    **{k: v.as_constant() for k, v in kwargs.items()},
+                )
+            )
         return None
 
     return handler
@@ -319,9 +363,32 @@ for _op in (operator.neg, operator.pos, operator.invert):
     builtin(_op)(_unary(_op))
 builtin(abs, operator.abs)(_unary(operator.abs))
 builtin(pow)(_binary(operator.pow))
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_",
-              "xor", "lshift", "rshift", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod",
-              "ipow", "imatmul", "iand", "ior", "ixor"):
+for _name in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and_",
+    "or_",
+    "xor",
+    "lshift",
+    "rshift",
+    "iadd",
+    "isub",
+    "imul",
+    "itruediv",
+    "ifloordiv",
+    "imod",
+    "ipow",
+    "imatmul",
+    "iand",
+    "ior",
+    "ixor",
+):
     builtin(getattr(operator, _name))(_binary(getattr(operator, _name)))
 for _name in ("lt", "le", "eq", "ne", "gt", "ge"):
     builtin(getattr(operator, _name))(_binary(getattr(operator, _name), compare=True))
@@ -358,10 +425,13 @@ def _sorted(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
         return None
     items = _iterable_items(tx, args[0])
     if not all(i.is_constant() for i in items):
-        raise Unsupported("data_dependent" if any(i.has_tensors() for i in items)
-                          else "unsupported_builtin", "sorted() of non-constant values")
-    values = sorted((i.as_constant() for i in items),
-                    **{k: v.as_constant() for k, v in kwargs.items()})
+        raise Unsupported(
+            "data_dependent" if any(i.has_tensors() for i in items) else "unsupported_builtin",
+            "sorted() of non-constant values",
+        )
+    values = sorted(
+        (i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()}
+    )
     return ListVariable([ConstantVariable(v) for v in values])
 
 

@@ -58,11 +58,13 @@ class BaseSequence(VariableTracker):
     def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
         key = _const_index(tx, index, self.kind.__name__)
         if isinstance(key, slice):
-            return type(self)(self.items[key])
+            return ListVariable(self.items[key]) if self.kind is list else TupleVariable(
+                self.items[key]
+            )
         try:
             return self.items[key]
         except (IndexError, TypeError) as exc:
-            raise Unsupported("unsupported_object", f"{self.kind.__name__}[{key!r}]", str(exc))
+            raise Unsupported("exception", f"{self.kind.__name__}[{key!r}]", str(exc)) from None
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         from framejit.frontend.variables.functions import BoundMethodVariable
@@ -173,8 +175,12 @@ class NamedTupleVariable(BaseSequence):
     def fields(self) -> tuple[str, ...]:
         fields = getattr(self.cls, "_fields", None)
         if fields is None:  # structseq
-            return tuple(f for f in dir(self.cls) if not f.startswith("_") and f not in (
-                "count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields"))
+            return tuple(
+                f
+                for f in dir(self.cls)
+                if not f.startswith("_")
+                and f not in ("count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields")
+            )
         return tuple(fields)
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
@@ -186,8 +192,9 @@ class NamedTupleVariable(BaseSequence):
             if descriptor is not None and hasattr(descriptor, "__get__"):
                 # structseq fields are member descriptors in field order
                 order = [f for f in self.cls.__dict__ if not f.startswith("_")]
-                members = [f for f in order if type(self.cls.__dict__[f]).__name__ ==
-                           "member_descriptor"]
+                members = [
+                    f for f in order if type(self.cls.__dict__[f]).__name__ == "member_descriptor"
+                ]
                 if name in members:
                     return self.items[members.index(name)]
         if fields is not None and name == "_asdict":
@@ -198,15 +205,17 @@ class NamedTupleVariable(BaseSequence):
         if self.cls.__module__ == "torch.return_types":
             cg.call_const(self.cls, lambda: TupleVariable(self.items).reconstruct(cg), 1)
         else:
-            cg.call_const(self.cls, lambda: [cg.reconstruct(i) for i in self.items],
-                          len(self.items))
+            cg.call_const(
+                self.cls, lambda: [cg.reconstruct(i) for i in self.items], len(self.items)
+            )
 
 
 class DictVariable(VariableTracker):
     """A dict (or a dict subclass such as OrderedDict: `cls`) with constant keys."""
 
-    def __init__(self, items: dict[Any, VariableTracker], source: Source | None = None,
-                 cls: type = dict) -> None:
+    def __init__(
+        self, items: dict[Any, VariableTracker], source: Source | None = None, cls: type = dict
+    ) -> None:
         self.items = dict(items)  # constant keys -> VTs
         self.source = source
         self.cls = cls
@@ -263,7 +272,9 @@ class DictVariable(VariableTracker):
         if name == "values" and not args:
             return TupleVariable(list(items.values()))
         if name == "items" and not args:
-            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+            return TupleVariable(
+                [TupleVariable([ConstantVariable(k), v]) for k, v in items.items()]
+            )
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(_const_index(tx, args[0], "dict") in items)
         if name == "__len__":
@@ -365,6 +376,6 @@ class IteratorVariable(VariableTracker):
         return item
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
-        rest = self.items[self.index:]
+        rest = self.items[self.index :]
         self.index = len(self.items)
         return rest

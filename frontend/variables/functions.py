@@ -11,7 +11,6 @@ import types
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.variables.base import (
@@ -195,8 +194,9 @@ def is_tensor_method_descriptor(fn: Any) -> bool:
 class PartialVariable(VariableTracker):
     """`functools.partial(fn, *args, **kwargs)`: calling it calls `fn` with the merged args."""
 
-    def __init__(self, fn: VariableTracker, args: Args, kwargs: Kwargs,
-                 source: Source | None = None) -> None:
+    def __init__(
+        self, fn: VariableTracker, args: Args, kwargs: Kwargs, source: Source | None = None
+    ) -> None:
         self.fn = fn
         self.args = list(args)
         self.kwargs = dict(kwargs)

@@ -16,7 +16,6 @@ import types
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import (
     AttrSource,
@@ -66,7 +65,9 @@ class UserObjectVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         cls = type(self.obj)
         if _has_custom_getattribute(cls):
-            raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__")
+            raise Unsupported(
+                "unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__"
+            )
         found = _class_attr(cls, name)
         if found is not None:
             _, attr = found
@@ -91,12 +92,18 @@ class UserObjectVariable(VariableTracker):
                     return tx.wrap_source(attr_source)
                 return tx.wrap_value(attr.__func__, None)
             if isinstance(attr, classmethod):
-                fn = tx.wrap_source(AttrSource(attr_source, "__func__")) if guarded else (
-                    tx.wrap_value(attr.__func__, None))
+                fn = (
+                    tx.wrap_source(AttrSource(attr_source, "__func__"))
+                    if guarded
+                    else (tx.wrap_value(attr.__func__, None))
+                )
                 return UserMethodVariable(fn, tx.wrap_value(cls, cls_source))
             if isinstance(attr, types.FunctionType):
-                fn = tx.wrap_source(attr_source) if guarded else UserFunctionVariable(
-                    attr, attr_source)
+                fn = (
+                    tx.wrap_source(attr_source)
+                    if guarded
+                    else UserFunctionVariable(attr, attr_source)
+                )
                 return UserMethodVariable(fn, self)
             return tx.wrap_source(AttrSource(self._need_source(name), name))
         if hasattr(cls, "__getattr__"):
@@ -117,7 +124,8 @@ class UserObjectVariable(VariableTracker):
             found = _class_attr(type(self.obj), "__getitem__")
             if found is not None and isinstance(found[1], types.FunctionType):
                 return UserMethodVariable(UserFunctionVariable(found[1]), self).call(
-                    tx, args, kwargs)
+                    tx, args, kwargs
+                )
         return self.getattr(tx, name).call(tx, args, kwargs)
 
 
@@ -262,8 +270,11 @@ def _plain_class(cls: type) -> bool:
         return False
     if _has_custom_getattribute(cls):
         return False
-    return all("__slots__" not in k.__dict__ for k in cls.__mro__[:-1]) and cls.__mro__[-1] is \
-        object and all(k.__module__ != "builtins" for k in cls.__mro__[:-1])
+    return (
+        all("__slots__" not in k.__dict__ for k in cls.__mro__[:-1])
+        and cls.__mro__[-1] is object
+        and all(k.__module__ != "builtins" for k in cls.__mro__[:-1])
+    )
 
 
 class NewObjectVariable(VariableTracker):
@@ -304,8 +315,9 @@ class NewObjectVariable(VariableTracker):
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
         found = _class_attr(self.cls, name)
         if found is not None and hasattr(type(found[1]), "__set__"):
-            raise Unsupported("unsupported_attr", f"setting {self.cls.__name__}.{name}",
-                              "a data descriptor")
+            raise Unsupported(
+                "unsupported_attr", f"setting {self.cls.__name__}.{name}", "a data descriptor"
+            )
         self.attrs[name] = value
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
@@ -351,9 +363,22 @@ def _bind_signature(cls: type, args: Args, kwargs: Kwargs, tx: Translator) -> di
     return out
 
 
-TRUSTED_MODULE_ROOTS = frozenset({"torch", "math", "operator", "functools", "itertools",
-                                  "collections", "typing", "dataclasses", "enum", "numbers",
-                                  "builtins", "cmath"})
+TRUSTED_MODULE_ROOTS = frozenset(
+    {
+        "torch",
+        "math",
+        "operator",
+        "functools",
+        "itertools",
+        "collections",
+        "typing",
+        "dataclasses",
+        "enum",
+        "numbers",
+        "builtins",
+        "cmath",
+    }
+)
 
 
 def _trusted_class(cls: type) -> bool:
@@ -387,7 +412,9 @@ class PythonModuleVariable(VariableTracker):
         try:
             value = getattr(self.mod, name)
         except AttributeError:
-            raise Unsupported("exception", f"{self.mod.__name__}.{name}", "AttributeError")
+            raise Unsupported(
+                "exception", f"{self.mod.__name__}.{name}", "AttributeError"
+            ) from None
         if is_trusted_module(self.mod) or self.source is None:
             return tx.wrap_value(value, None)
         return tx.wrap_source(AttrSource(self.source, name))

@@ -8,46 +8,99 @@ Python constant (the TENSOR_MATCH guard on each graph input makes that sound). R
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import AttrSource, MethodCallSource, Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 
 if TYPE_CHECKING:
     import torch.fx
-
     from framejit.frontend.translator import Translator
 
 # Attributes whose value is metadata: a constant under static shapes.
-METADATA_ATTRS = frozenset({
-    "shape", "dtype", "device", "ndim", "is_cuda", "is_cpu", "is_meta", "requires_grad",
-    "layout", "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "itemsize", "nbytes",
-    "is_leaf",
-})
+METADATA_ATTRS = frozenset(
+    {
+        "shape",
+        "dtype",
+        "device",
+        "ndim",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "requires_grad",
+        "layout",
+        "is_sparse",
+        "is_quantized",
+        "is_mkldnn",
+        "is_nested",
+        "itemsize",
+        "nbytes",
+        "is_leaf",
+    }
+)
 
 # Methods whose result is metadata (no graph node needed).
-METADATA_METHODS = frozenset({
-    "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
-    "element_size", "is_floating_point", "is_complex", "is_signed", "get_device",
-    "storage_offset", "is_inference", "is_conj", "is_neg", "has_names",
-})
+METADATA_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "stride",
+        "is_contiguous",
+        "element_size",
+        "is_floating_point",
+        "is_complex",
+        "is_signed",
+        "get_device",
+        "storage_offset",
+        "is_inference",
+        "is_conj",
+        "is_neg",
+        "has_names",
+    }
+)
 
 # Methods that read values into Python or act outside the graph.
-DATA_DEPENDENT_METHODS = frozenset({
-    "item", "tolist", "numpy", "data_ptr", "__bool__", "__int__", "__float__", "__index__",
-    "__len__", "__iter__", "__repr__", "__str__", "__format__", "untyped_storage", "storage",
-})
-OUTSIDE_GRAPH_METHODS = frozenset({
-    "backward", "register_hook", "retain_grad", "record_stream", "share_memory_",
-    "register_post_accumulate_grad_hook", "__setstate__", "__reduce_ex__", "__deepcopy__",
-})
+DATA_DEPENDENT_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "data_ptr",
+        "__bool__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "__len__",
+        "__iter__",
+        "__repr__",
+        "__str__",
+        "__format__",
+        "untyped_storage",
+        "storage",
+    }
+)
+OUTSIDE_GRAPH_METHODS = frozenset(
+    {
+        "backward",
+        "register_hook",
+        "retain_grad",
+        "record_stream",
+        "share_memory_",
+        "register_post_accumulate_grad_hook",
+        "__setstate__",
+        "__reduce_ex__",
+        "__deepcopy__",
+    }
+)
 
 
 class TensorVariable(VariableTracker):
-    __slots__ = ("node", "fake", "cls", "source")
+    __slots__ = ("cls", "fake", "node", "source")
 
     def __init__(
         self,
@@ -103,8 +156,9 @@ class TensorVariable(VariableTracker):
             # Not part of TENSOR_MATCH (views of one buffer at many offsets share an entry):
             # pinned by its own guard when read, and only answerable for inputs.
             if self.source is None:
-                raise Unsupported("unsupported_call", "Tensor.storage_offset() of a tensor "
-                                  "computed in the graph")
+                raise Unsupported(
+                    "unsupported_call", "Tensor.storage_offset() of a tensor computed in the graph"
+                )
             return tx.wrap_source(MethodCallSource(self.source, name))
         if name in METADATA_METHODS:
             if not all(a.is_constant() for a in args) or any(

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import (
     ConstantVariable,
@@ -24,27 +23,59 @@ from framejit.frontend.variables.tensor import TensorVariable
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
 
-GRAPH_MODULES = frozenset({
-    "torch", "torch.functional", "torch.nn.functional", "torch._C._nn", "torch._C._special",
-    "torch._C._linalg", "torch._C._fft", "torch.special", "torch.linalg", "torch.fft",
-    "torch._C._VariableFunctions", "torch.nn.modules.utils",
-})
+GRAPH_MODULES = frozenset(
+    {
+        "torch",
+        "torch.functional",
+        "torch.nn.functional",
+        "torch._C._nn",
+        "torch._C._special",
+        "torch._C._linalg",
+        "torch._C._fft",
+        "torch.special",
+        "torch.linalg",
+        "torch.fft",
+        "torch._C._VariableFunctions",
+        "torch.nn.modules.utils",
+    }
+)
 
 # Pure functions of constants: folded when every argument is a constant.
 FOLDABLE = {
-    torch.Size, torch.device, torch.finfo, torch.iinfo, torch.promote_types,
-    torch.result_type, torch.can_cast, torch.get_default_dtype, torch.is_grad_enabled,
-    torch.is_inference_mode_enabled, torch.are_deterministic_algorithms_enabled,
-    torch.is_autocast_enabled, torch.get_autocast_dtype if hasattr(torch, "get_autocast_dtype")
-    else torch.get_default_dtype,
+    torch.Size,
+    torch.device,
+    torch.finfo,
+    torch.iinfo,
+    torch.promote_types,
+    torch.result_type,
+    torch.can_cast,
+    torch.get_default_dtype,
+    torch.is_grad_enabled,
+    torch.is_inference_mode_enabled,
+    torch.are_deterministic_algorithms_enabled,
+    torch.is_autocast_enabled,
+    torch.get_autocast_dtype if hasattr(torch, "get_autocast_dtype") else torch.get_default_dtype,
 }
 
 # Refused: they change global state, leave the process, or need real data.
 REFUSED = {
-    torch.manual_seed, torch.seed, torch.initial_seed, torch.get_rng_state, torch.set_rng_state,
-    torch.set_grad_enabled, torch.no_grad, torch.enable_grad, torch.inference_mode,
-    torch.set_default_dtype, torch.use_deterministic_algorithms, torch.save, torch.load,
-    torch.from_numpy, torch.set_printoptions, torch.autocast, torch.compile,
+    torch.manual_seed,
+    torch.seed,
+    torch.initial_seed,
+    torch.get_rng_state,
+    torch.set_rng_state,
+    torch.set_grad_enabled,
+    torch.no_grad,
+    torch.enable_grad,
+    torch.inference_mode,
+    torch.set_default_dtype,
+    torch.use_deterministic_algorithms,
+    torch.save,
+    torch.load,
+    torch.from_numpy,
+    torch.set_printoptions,
+    torch.autocast,
+    torch.compile,
 }
 
 

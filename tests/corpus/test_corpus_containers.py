@@ -1,4 +1,4 @@
-"""Tuples, lists, dicts, namedtuples and dataclasses: built, indexed, unpacked, iterated, returned."""
+"""Tuples, lists, dicts, namedtuples, dataclasses: built, indexed, unpacked, iterated, returned."""
 
 import dataclasses
 from collections import OrderedDict, namedtuple

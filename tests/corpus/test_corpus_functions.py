@@ -227,7 +227,7 @@ def nonlocal_write_in_inner_function(x):
 
 @corpus.program(lambda: (rand(4),))
 def lambdas(x):
-    double = lambda t: t * 2
+    double = lambda t: t * 2  # noqa: E731 - users write this
     return double(x), (lambda t, k=3: t + k)(x)  # noqa: PLC3002
 
 
