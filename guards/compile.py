@@ -28,7 +28,7 @@ from framejit.frontend.sources import (
     Source,
     TypeSource,
 )
-from framejit.guards.guard import Guard, GuardKind
+from framejit.guards.guard import Guard, GuardKind, _pretty_const
 
 
 @dataclass
@@ -124,10 +124,18 @@ def compile_guards(
     ordered = _order(guards)
     consts: dict[int, tuple[str, Any]] = {}
 
+    taken: set[str] = set()
+
     def const(obj: Any) -> str:
+        """A readable name for `obj` inside the generated function (`___torch_float32`)."""
         entry = consts.get(id(obj))
         if entry is None:
-            entry = (f"___c{len(consts)}", obj)
+            base = "___" + (re.sub(r"\W+", "_", _pretty_const(obj)).strip("_")[:48] or "c")
+            name, i = base, 1
+            while name in taken:
+                name, i = f"{base}_{i}", i + 1
+            taken.add(name)
+            entry = (name, obj)
             consts[id(obj)] = entry
         return entry[0]
 

@@ -113,15 +113,7 @@ class GlobalState:
         )
 
 
-def _global_module_hooks_present() -> bool:
-    from torch.nn.modules import module as m
-
-    return bool(
-        m._global_forward_hooks
-        or m._global_forward_pre_hooks
-        or m._global_backward_hooks
-        or m._global_backward_pre_hooks
-    )
+from torch.nn.modules import module as _nn_module_globals  # noqa: E402 - the hook registries
 
 
 @dataclass(frozen=True)
@@ -236,20 +228,28 @@ def _tensor_match(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
 
 
 def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
-    t = const(torch)
+    # torch._C's own functions, bound as constants: no attribute lookups on the hot path.
+    c = torch._C
     parts = [
-        f"{t}.is_grad_enabled() is {s.grad_enabled}",
-        f"{t}.get_default_dtype() is {const(s.default_dtype)}",
-        f"{t}.are_deterministic_algorithms_enabled() is {s.deterministic}",
-        f"{t}.is_autocast_enabled('cpu') is {s.autocast_cpu}",
-        f"{t}.is_autocast_enabled('cuda') is {s.autocast_cuda}",
+        f"{const(c.is_grad_enabled)}() is {s.grad_enabled}",
+        f"{const(c.get_default_dtype)}() is {const(s.default_dtype)}",
+        f"{const(c._get_deterministic_algorithms)}() is {s.deterministic}",
     ]
+    if not (s.autocast_cpu or s.autocast_cuda) and not c._is_any_autocast_enabled():
+        parts.append(f"not {const(c._is_any_autocast_enabled)}()")
+    else:
+        parts.append(f"{const(torch.is_autocast_enabled)}('cpu') is {s.autocast_cpu}")
+        parts.append(f"{const(torch.is_autocast_enabled)}('cuda') is {s.autocast_cuda}")
     if s.autocast_cpu_dtype is not None:
-        parts.append(f"{t}.get_autocast_dtype('cpu') is {const(s.autocast_cpu_dtype)}")
+        parts.append(f"{const(torch.get_autocast_dtype)}('cpu') is {const(s.autocast_cpu_dtype)}")
     if s.autocast_cuda_dtype is not None:
-        parts.append(f"{t}.get_autocast_dtype('cuda') is {const(s.autocast_cuda_dtype)}")
+        parts.append(f"{const(torch.get_autocast_dtype)}('cuda') is {const(s.autocast_cuda_dtype)}")
     if s.module_hooks:
-        parts.append(f"not {const(_global_module_hooks_present)}()")
+        m = const(_nn_module_globals)
+        parts.append(
+            f"not ({m}._global_forward_hooks or {m}._global_forward_pre_hooks"
+            f" or {m}._global_backward_hooks or {m}._global_backward_pre_hooks)"
+        )
     return " and ".join(parts)
 
 

@@ -978,7 +978,7 @@ def test_compile_guards_keeps_source_and_checks(tensor_guard_language: str) -> N
     if tensor_guard_language == "python":
         assert "L_x.shape == (2,)" in source and "L_x.stride() == (1,)" in source
     else:  # one call of the C++ check with the tensor and its spec
-        assert re.search(r"___c\d+\(L_x, ___c\d+\)", source)
+        assert re.search(r"___check\(L_x, ___Spec_0x[0-9a-f]+\)", source)
     assert "len(L_xs) == 2" in source
     assert "# f.py:5 in f" in source
     compile(source, "<check>", "exec")  # the kept text is the code that runs

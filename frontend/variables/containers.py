@@ -58,8 +58,10 @@ class BaseSequence(VariableTracker):
     def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
         key = _const_index(tx, index, self.kind.__name__)
         if isinstance(key, slice):
-            return ListVariable(self.items[key]) if self.kind is list else TupleVariable(
-                self.items[key]
+            return (
+                ListVariable(self.items[key])
+                if self.kind is list
+                else TupleVariable(self.items[key])
             )
         try:
             return self.items[key]
