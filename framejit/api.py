@@ -10,6 +10,7 @@ state_dict keys, and runs its forward through a JitFunction.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 import inspect
 import types
 import warnings
@@ -95,6 +96,9 @@ class _Settings:
     fullgraph: bool
     dynamic: bool | None
     options: dict[str, Any] = field(default_factory=dict)
+    # Called with each CompileResult of this function, its resume functions and callees
+    # (explain() collects them).
+    observer: Callable[[Any], None] | None = None
 
 
 def _make_binder(fn: types.FunctionType) -> Any:
@@ -149,6 +153,8 @@ class JitFunction:
         # Positional calls with exactly co_argcount arguments need no binding.
         self._simple = not (code.co_flags & 0x0C) and code.co_kwonlyargcount == 0
         self._warned = False
+        # Resume functions and callees that graph breaks hand back, compiled with our settings.
+        self._wrapped: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -186,9 +192,19 @@ class JitFunction:
                 )
                 return fn(*args, **kwargs)
         s = self._settings
-        result = compile_frame(fn, frame_args, s.backend, s.fullgraph)
+        result = compile_frame(fn, frame_args, s.backend, s.fullgraph, self._wrap_resume)
+        if s.observer is not None:
+            s.observer(result)
         cache.add(result.entry)
         return result.entry.fn(*args, **kwargs)
+
+    def _wrap_resume(self, fn: types.FunctionType) -> Any:
+        if getattr(fn, "_framejit_disabled", False):
+            return fn
+        wrapped = self._wrapped.get(fn)
+        if wrapped is None:
+            wrapped = self._wrapped[fn] = JitFunction(fn, self._settings)
+        return wrapped
 
     @property
     def cache(self) -> CodeCache:
@@ -328,8 +344,9 @@ class ExplainOutput:
 
 
 def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
-    """Trace `fn(*args, **kwargs)` without running it or touching any cache; report what
-    framejit would capture: graphs, ops, graph breaks with their reasons, guards."""
+    """Run `fn(*args, **kwargs)` once under a fresh, private jit and report what framejit
+    captured: graphs (including those of resume functions after graph breaks), ops, graph
+    breaks with their reasons, and guards. No existing cache is used or changed."""
     if isinstance(fn, JitModule):
         fn = fn._orig_mod
     if isinstance(fn, JitFunction):
@@ -346,18 +363,23 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
         )
     if isinstance(target, JitFunction):
         target = target._fn
+    results: list[Any] = []
+    settings = _Settings(lookup_backend("eager"), None, False, None, {}, results.append)
+    jitted = JitFunction(target, settings)
     call_args = (self_obj, *args) if self_obj is not None else args
-    frame_args = _make_binder(target)(*call_args, **kwargs)
-    result = compile_frame(target, frame_args, lambda gm, ex: gm.forward, fullgraph=False)
-    guards = [
-        line.strip() for line in guard_report(target.__code__, result.entry.guards).splitlines()[1:]
-    ]
+    jitted(*call_args, **kwargs)
+    graphs = [g for r in results for g in r.graphs]
+    reasons = [b for r in results for b in r.break_reasons]
+    guards: list[str] = []
+    for r in results:
+        report = guard_report(r.entry.code, r.entry.guards).splitlines()[1:]
+        guards += [line.strip() for line in report]
     return ExplainOutput(
-        graph_count=len(result.graphs),
-        graph_break_count=len(result.break_reasons),
-        break_reasons=[r.describe() for r in result.break_reasons],
-        graphs=[g.gm for g in result.graphs],
-        ops_per_graph=[g.op_count for g in result.graphs],
+        graph_count=len(graphs),
+        graph_break_count=len(reasons),
+        break_reasons=[r.describe() for r in reasons],
+        graphs=[g.gm for g in graphs],
+        ops_per_graph=[g.op_count for g in graphs],
         guards=guards,
-        compile_seconds=result.seconds,
+        compile_seconds=sum(r.seconds for r in results),
     )

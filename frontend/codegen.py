@@ -17,12 +17,23 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bytecode import Bytecode, CellVar, FreeVar, Instr
+from bytecode import Bytecode, CellVar, FreeVar, Instr, Label
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
 from framejit.frontend.variables.base import VariableTracker
+from framejit.frontend.variables.containers import (
+    DataclassVariable,
+    DictVariable,
+    IteratorVariable,
+    ListVariable,
+)
+from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.tensor import TensorVariable
+
+# Mutable objects made in the frame: rebuilt once per transformed code, then reloaded.
+_BUILT_ONCE = (ListVariable, DictVariable, DataclassVariable, NewObjectVariable, IteratorVariable)
 
 GRAPH_OUT = "___graph_out"
 
@@ -33,6 +44,8 @@ class CodeGen:
         self.instructions: list[Instr] = []
         self.output_index: dict[Any, int] = {}  # fx node -> index in the graph's output tuple
         self.lineno = lineno or code.co_firstlineno
+        self._built: dict[int, str] = {}  # id(VT of an object made in the frame) -> its local
+        self._keep: list[VariableTracker] = []  # keeps those VTs alive while ids are in use
 
     def _emit(self, *instrs: Instr) -> None:
         self.instructions.extend(instrs)
@@ -109,13 +122,74 @@ class CodeGen:
         op = {tuple: "BUILD_TUPLE", list: "BUILD_LIST", dict: "BUILD_MAP"}[kind]
         self._emit(Instr(op, n))
 
-    def reconstruct(self, vt: VariableTracker) -> None:
+    def reconstruct(
+        self, vt: VariableTracker, wrap_function: Callable[[Any], Any] | None = None
+    ) -> None:
+        """Push the value `vt` stands for. An object made in the frame is built once and then
+        reloaded, so two references to it stay one object. `wrap_function` replaces a plain
+        user function by what it returns (a graph break's callee, compiled on its own)."""
         if isinstance(vt, TensorVariable) and vt.node in self.output_index:
             self._emit(Instr("LOAD_FAST", GRAPH_OUT))
             self.load_const(self.output_index[vt.node])
             self.subscr()
             return
+        if wrap_function is not None:
+            fn = getattr(vt, "fn", None)
+            if isinstance(vt, UserFunctionVariable):
+                self.load_const(wrap_function(fn))
+                return
+            if isinstance(vt, UserMethodVariable) and isinstance(vt.fn, UserFunctionVariable):
+                self.call_const(
+                    types.MethodType,
+                    lambda: (self.load_const(wrap_function(vt.fn.fn)), self.reconstruct(vt.obj)),
+                    2,
+                )
+                return
+        memo = self._built.get(id(vt))
+        if memo is not None:
+            self._emit(Instr("LOAD_FAST", memo))
+            return
         vt.reconstruct(self)
+        if vt.source is None and isinstance(vt, _BUILT_ONCE):
+            name = f"___obj{len(self._built)}"
+            self._built[id(vt)] = name
+            self._keep.append(vt)
+            self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
+
+    # --- graph breaks --------------------------------------------------------------------------
+    def run_original(self, inst: Any, kw_names: tuple[str, ...]) -> None:
+        """Execute the instruction the translator could not capture, unchanged."""
+        if inst.opname == "CALL":
+            self._emit(*versions.emit_call(inst.arg, kw_names))
+        else:
+            from framejit.frontend.breaks import original_instr
+
+            self._emit(original_instr(self.code, inst.offset))
+
+    def pop_jump_if(self, truth: bool) -> Label:
+        label = Label()
+        self._emit(versions.emit_pop_jump_if(truth, label))
+        return label
+
+    def place(self, label: Label) -> None:
+        self.instructions.append(label)
+
+    def call_resume(
+        self, target: Any, nulls: tuple[bool, ...], local_values: Sequence[VariableTracker]
+    ) -> None:
+        """Save the stack (len(nulls) items) into temporaries, call `target` with them and the
+        live locals, and return its result."""
+        for i in reversed(range(len(nulls))):
+            self._emit(Instr("STORE_FAST", f"___stack{i}"))
+        self.push_null()
+        self.load_const(target)
+        for i, is_null in enumerate(nulls):
+            if not is_null:
+                self._emit(Instr("LOAD_FAST", f"___stack{i}"))
+        for vt in local_values:
+            self.reconstruct(vt)
+        self._emit(*versions.emit_call(nulls.count(False) + len(local_values)))
+        self._emit(Instr("RETURN_VALUE"))
 
     # --- the whole body --------------------------------------------------------------------------
     def call_graph(self, compiled: Any, inputs: Sequence[Source]) -> None:
@@ -147,7 +221,10 @@ class CodeGen:
             prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
         prologue.append(Instr("RESUME", 0))
         for inst in self.instructions:
-            inst.lineno = self.lineno
+            # Generated instructions point at the line that made them; an instruction copied from
+            # the user's code (a graph break's) keeps its own position, for tracebacks.
+            if isinstance(inst, Instr) and (inst.location is None or inst.location.lineno is None):
+                inst.lineno = self.lineno
         bc.extend(prologue + self.instructions)
         try:
             return bc.to_code()

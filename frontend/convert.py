@@ -16,16 +16,24 @@ import io
 import time
 import types
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
+from framejit.frontend.breaks import (
+    TRUTH_JUMPS,
+    GraphBreak,
+    layout_after,
+    resume_code,
+    resume_function,
+)
 from framejit.frontend.codegen import CodeGen, argnames_of
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import Source
 from framejit.frontend.translator import root_translator
-from framejit.frontend.variables.base import VariableTracker
+from framejit.frontend.variables.base import NULL, VariableTracker
 from framejit.frontend.variables.containers import (
     BaseSequence,
     DataclassVariable,
@@ -62,17 +70,29 @@ def compile_frame(
     args: tuple[Any, ...],
     backend: Any,
     fullgraph: bool = False,
+    wrap_resume: Callable[[types.FunctionType], Any] | None = None,
 ) -> CompileResult:
-    """Trace `fn`'s code for the frame arguments `args` (co_varnames order) and compile it."""
+    """Trace `fn`'s code for the frame arguments `args` (co_varnames order) and compile it.
+
+    `wrap_resume` receives each resume function (and each callee a break runs for real) and
+    returns what the transformed code should call instead: `jit` of it, so it is compiled when
+    it runs. None: no graph breaks, a frame that cannot be captured whole runs eagerly.
+    """
     start = time.perf_counter()
     code = fn.__code__
     argnames = argnames_of(code)
     output = OutputGraph(fn, dict(zip(argnames, args)))
     tx = root_translator(code, fn, output, argnames)
+    tx.breaks_allowed = wrap_resume is not None and not fullgraph
     try:
-        with torch.fx.traceback.preserve_node_meta():
-            result = tx.run()
-        entry, graphs = _finish(fn, code, output, result, backend, argnames, tx.lineno)
+        try:
+            with torch.fx.traceback.preserve_node_meta():
+                result = tx.run()
+            entry, graphs = _finish(fn, code, output, result, backend, argnames, tx.lineno)
+        except GraphBreak as gb:
+            _log_break(code, gb.reason)
+            entry, graphs = _finish_break(fn, code, output, gb, backend, argnames, wrap_resume)
+            return CompileResult(entry, graphs, [gb.reason], time.perf_counter() - start)
     except Unsupported as exc:
         if fullgraph:
             raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
@@ -96,6 +116,11 @@ def compile_frame(
         entry = _eager_entry(fn, OutputGraph(fn, {}), argnames, None)
         return CompileResult(entry, [], [], time.perf_counter() - start)
     return CompileResult(entry, graphs, [], time.perf_counter() - start)
+
+
+def _log_break(code: types.CodeType, reason: Unsupported) -> None:
+    if logs.enabled("graph_breaks"):
+        logs.artifact("graph_breaks", f"graph break in {code.co_qualname}: {reason.describe()}")
 
 
 def _eager_entry(
@@ -134,6 +159,53 @@ def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
             _collect_outputs(item, out)
 
 
+def _compile_graph(
+    code: types.CodeType,
+    output: OutputGraph,
+    outputs: list[TensorVariable],
+    backend: Any,
+    cg: CodeGen,
+) -> list[CapturedGraph]:
+    """Compile the graph captured so far (if it does anything) and emit the code calling it."""
+    if output.op_count() == 0 and not outputs:
+        return []
+    graph = output.graph
+    graph.output(tuple(o.node for o in outputs))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=f"{code.co_name}_graph")
+    inputs: list[Source] = [src for src, _ in output.placeholders]
+    _log_graph(code, gm, inputs)
+    compiled = backend(gm, list(output.input_values))
+    if not callable(compiled):
+        raise TypeError(
+            f"backend {backend!r} returned {type(compiled).__name__}, expected a callable"
+        )
+    cg.output_index = {o.node: i for i, o in enumerate(outputs)}
+    cg.call_graph(compiled, inputs)
+    return [CapturedGraph(gm, [str(s) for s in inputs], output.op_count())]
+
+
+def _entry(
+    fn: types.FunctionType,
+    code: types.CodeType,
+    output: OutputGraph,
+    cg: CodeGen,
+    argnames: tuple[str, ...],
+    graphs: list[CapturedGraph],
+) -> CacheEntry:
+    new_code = cg.finish()
+    guards = [_global_state_guard(output), *output.guards]
+    aliasing = output.aliasing_guard()
+    if aliasing is not None:
+        guards.append(aliasing)
+    compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
+    new_fn = types.FunctionType(
+        new_code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__
+    )
+    new_fn.__kwdefaults__ = fn.__kwdefaults__
+    _log_code(code, new_code, compiled_guards)
+    return CacheEntry(compiled_guards, new_fn, new_code, [g.gm for g in graphs])
+
+
 def _finish(
     fn: types.FunctionType,
     code: types.CodeType,
@@ -146,34 +218,66 @@ def _finish(
     outputs: list[TensorVariable] = []
     _collect_outputs(result, outputs)
     cg = CodeGen(code, lineno)
-    graphs: list[CapturedGraph] = []
-    if output.op_count() > 0 or outputs:
-        graph = output.graph
-        graph.output(tuple(o.node for o in outputs))
-        gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=f"{code.co_name}_graph")
-        inputs: list[Source] = [src for src, _ in output.placeholders]
-        _log_graph(code, gm, inputs)
-        compiled = backend(gm, list(output.input_values))
-        if not callable(compiled):
-            raise TypeError(
-                f"backend {backend!r} returned {type(compiled).__name__}, expected a callable"
-            )
-        cg.output_index = {o.node: i for i, o in enumerate(outputs)}
-        cg.call_graph(compiled, inputs)
-        graphs.append(CapturedGraph(gm, [str(s) for s in inputs], output.op_count()))
+    graphs = _compile_graph(code, output, outputs, backend, cg)
     cg.return_value(result)
-    new_code = cg.finish()
-    guards = [_global_state_guard(output), *output.guards]
-    aliasing = output.aliasing_guard()
-    if aliasing is not None:
-        guards.append(aliasing)
-    compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
-    new_fn = types.FunctionType(
-        new_code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__
-    )
-    new_fn.__kwdefaults__ = fn.__kwdefaults__
-    _log_code(code, new_code, compiled_guards)
-    return CacheEntry(compiled_guards, new_fn, new_code, [g.gm for g in graphs]), graphs
+    return _entry(fn, code, output, cg, argnames, graphs), graphs
+
+
+def _finish_break(
+    fn: types.FunctionType,
+    code: types.CodeType,
+    output: OutputGraph,
+    gb: GraphBreak,
+    backend: Any,
+    argnames: tuple[str, ...],
+    wrap_resume: Callable[[types.FunctionType], Any],
+) -> tuple[CacheEntry, list[CapturedGraph]]:
+    """Graph so far -> the break instruction, run for real -> resume function(s)."""
+    outputs: list[TensorVariable] = []
+    for vt in [*gb.stack, *gb.locals.values()]:
+        _collect_outputs(vt, outputs)
+    lineno = gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
+    cg = CodeGen(code, lineno)
+    graphs = _compile_graph(code, output, outputs, backend, cg)
+    inst = gb.inst
+    callee = _callee_index(gb)
+    for i, vt in enumerate(gb.stack):
+        cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
+    live = [(name, vt) for name, vt in gb.locals.items() if vt is not NULL]
+
+    def resume_at(offset: int, layout: list[VariableTracker | None]) -> None:
+        nulls = tuple(item is NULL for item in layout)
+        rcode = resume_code(code, offset, nulls, tuple(name for name, _ in live))
+        target = wrap_resume(resume_function(fn, rcode))
+        cg.call_resume(target, nulls, [vt for _, vt in live])
+
+    next_offset = tx_next_offset(code, inst.offset)
+    if inst.opname in TRUTH_JUMPS:
+        rest: list[VariableTracker | None] = list(gb.stack[:-1])
+        jump = cg.pop_jump_if(TRUTH_JUMPS[inst.opname])
+        resume_at(next_offset, rest)
+        cg.place(jump)
+        resume_at(inst.argval, rest)
+    else:
+        cg.run_original(inst, gb.kw_names)
+        if inst.opname != "RAISE_VARARGS":
+            layout, _ = layout_after(gb)
+            resume_at(next_offset, layout)
+    return _entry(fn, code, output, cg, argnames, graphs), graphs
+
+
+def _callee_index(gb: GraphBreak) -> int | None:
+    """Stack index of the callable a breaking CALL invokes (it is then compiled on its own)."""
+    if gb.inst.opname != "CALL":
+        return None
+    first = len(gb.stack) - gb.inst.arg - 2
+    return first + 1 if gb.stack[first] is NULL else first
+
+
+def tx_next_offset(code: types.CodeType, offset: int) -> int:
+    from framejit.frontend.translator import decode
+
+    return decode(code).next_offset[offset]
 
 
 def _log_graph(code: types.CodeType, gm: torch.fx.GraphModule, inputs: list[Source]) -> None:

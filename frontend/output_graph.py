@@ -53,6 +53,7 @@ class OutputGraph:
         # input sources must stay distinct objects (NO_ALIASING guard).
         self.identity_sensitive = False
         self._by_id: dict[int, TensorVariable] = {}  # id(real tensor) -> its input variable
+        self.created: list[torch.fx.Node] = []  # every node, in creation order (for rollback)
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:
@@ -96,6 +97,7 @@ class OutputGraph:
         ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
         with ctx:
             node = self.graph.placeholder(self._unique_name(source.short_name()))
+        self.created.append(node)
         fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["val"] = fake
         node.meta["source"] = str(source)
@@ -161,6 +163,7 @@ class OutputGraph:
                 tuple(_to_node(a) for a in args),
                 {k: _to_node(v) for k, v in kwargs.items()},
             )
+            self.created.append(node)
             node.meta["val"] = None
             self.identity_sensitive = True
             return ConstantVariable(None)
@@ -174,6 +177,7 @@ class OutputGraph:
             tuple(_to_node(a) for a in args),
             {k: _to_node(v) for k, v in kwargs.items()},
         )
+        self.created.append(node)
         # An in-place op returns its first argument: keep that variable (and its Source).
         if args and isinstance(args[0], TensorVariable) and result is args[0].fake:
             node.meta["val"] = result
@@ -193,6 +197,7 @@ class OutputGraph:
             for i, v in enumerate(value):
                 if isinstance(v, (torch.Tensor, tuple, list)):
                     item = self.graph.call_function(operator.getitem, (node, i))
+                    self.created.append(item)
                     items.append(self._wrap_result(item, v))
                 else:
                     items.append(ConstantVariable(v))
@@ -204,6 +209,33 @@ class OutputGraph:
                 return ListVariable(items)
             return TupleVariable(items)
         raise Unsupported("unsupported_call", f"an op returning {type(value).__name__}")
+
+    # --- rewinding (graph breaks) ---------------------------------------------------------------
+    def checkpoint(self) -> tuple[int, ...]:
+        return (
+            len(self.created),
+            len(self.guards),
+            len(self._wrapped),
+            len(self.placeholders),
+            len(self._by_source),
+        )
+
+    def rollback(self, mark: tuple[int, ...]) -> None:
+        """Forget every node, input, wrapped source and guard added since `mark`."""
+        n_created, n_guards, n_wrapped, n_inputs, n_by_source = mark
+        for node in reversed(self.created[n_created:]):
+            self.graph.erase_node(node)
+        del self.created[n_created:]
+        del self.guards[n_guards:]
+        for source in list(self._wrapped)[n_wrapped:]:
+            del self._wrapped[source]
+        for source in list(self._by_source)[n_by_source:]:
+            del self._by_source[source]
+        del self.placeholders[n_inputs:]
+        del self.input_values[n_inputs:]
+        self._by_id = {
+            id(v): self._by_source[s] for (s, _), v in zip(self.placeholders, self.input_values)
+        }
 
     # --- finishing --------------------------------------------------------------------------------
     def op_count(self) -> int:

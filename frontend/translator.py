@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from framejit.frontend import versions
+from framejit.frontend.breaks import GraphBreak, can_break
 from framejit.frontend.errors import Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
 from framejit.frontend.output_graph import OutputGraph
@@ -41,6 +42,8 @@ from framejit.frontend.variables.base import (
     CellVariable,
     ConstantVariable,
     VariableTracker,
+    mutation_count,
+    note_mutation,
 )
 from framejit.frontend.variables.containers import (
     BaseSequence,
@@ -123,6 +126,7 @@ class Translator:
         self.return_value: VariableTracker | None = None
         self.fn_source: Source | None = None  # the function being inlined, when it has one
         self.steps = 0
+        self.breaks_allowed = False  # the root frame may break its graph (compile_frame sets it)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self) -> VariableTracker:
@@ -146,14 +150,29 @@ class Translator:
                 if fn is None:
                     reason = unsupported.get(inst.opname, "unknown opcode")
                     raise Unsupported("unsupported_opcode", inst.opname, reason)
-                if config.debug_stack_check:
-                    self._checked_step(fn, inst)
-                else:
-                    fn(self, inst)
+                if not self.breaks_allowed:
+                    self._step(fn, inst)
+                    continue
+                stack, local_vars, kw_names = list(self.stack), dict(self.locals), self.kw_names
+                mark, mutations = self.output.checkpoint(), mutation_count()
+                try:
+                    self._step(fn, inst)
+                except Unsupported as exc:
+                    if not can_break(self, inst, exc, mutations):
+                        raise
+                    self.output.rollback(mark)
+                    exc.stack.insert(0, self.location())
+                    raise GraphBreak(inst, exc, stack, local_vars, kw_names) from None
         except Unsupported as exc:
             exc.stack.insert(0, self.location())
             raise
         return self.return_value
+
+    def _step(self, fn: Any, inst: Any) -> None:
+        if config.debug_stack_check:
+            self._checked_step(fn, inst)
+        else:
+            fn(self, inst)
 
     def _checked_step(self, fn: Any, inst: Any) -> None:
         before = len(self.stack)
@@ -278,6 +297,7 @@ class Translator:
     def store_deref(self, name: str, value: VariableTracker) -> None:
         cell = self.cells.get(name)
         if isinstance(cell, CellVariable):
+            note_mutation()
             cell.contents = value
             return
         raise Unsupported("side_effect", f"assigning nonlocal {name!r}")

@@ -71,3 +71,10 @@ def emit_load_method(name: str) -> Instr:
 
 def emit_load_global(name: str, push_null: bool = False) -> Instr:
     return Instr("LOAD_GLOBAL", (push_null, name))
+
+
+def emit_pop_jump_if(truth: bool, target: Any) -> Instr:
+    """Pop the top of the stack and jump forward to `target` if its truth is `truth`."""
+    if PY >= (3, 12):
+        return Instr("POP_JUMP_IF_TRUE" if truth else "POP_JUMP_IF_FALSE", target)
+    return Instr("POP_JUMP_FORWARD_IF_TRUE" if truth else "POP_JUMP_FORWARD_IF_FALSE", target)

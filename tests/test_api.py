@@ -456,14 +456,16 @@ def test_fullgraph_on_a_capturable_function() -> None:
     assert counter.frame_count == 1
 
 
-def test_without_fullgraph_the_function_runs_eagerly(capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_fullgraph_the_function_breaks_its_graph(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     counter = CompileCounter()
     jitted = framejit.jit(prints, backend=counter)
     x = torch.randn(3)
     assert_same(jitted(x), x.sin() + 1)
     assert_same(jitted(x), x.sin() + 1)
     assert capsys.readouterr().out == "inside prints\n" * 2
-    assert counter.frame_count == 0
+    assert counter.frame_count == 2  # x.sin() before the print, y + 1 after it
 
 
 # --- FRAMEJIT_DISABLE ---------------------------------------------------------------------------
@@ -530,11 +532,11 @@ def test_explain_a_simple_function() -> None:
 def test_explain_a_function_that_prints(capsys: pytest.CaptureFixture[str]) -> None:
     out = framejit.explain(prints, torch.randn(3))
     assert out.graph_break_count == 1
-    assert out.graph_count == 0 and out.graphs == [] and out.ops_per_graph == []
+    assert out.graph_count == 2 and out.ops_per_graph == [1, 1]
     (reason,) = out.break_reasons
     assert "print" in reason
     assert f"{__file__}:{line_of(prints, 'print(')}" in reason
-    assert capsys.readouterr().out == ""  # explain does not run the function
+    assert capsys.readouterr().out == "inside prints\n"  # explain runs the function once
     assert "print" in str(out)
 
 
@@ -587,7 +589,7 @@ def test_disabled_function_called_from_a_jitted_one() -> None:
     jitted = framejit.jit(fn, backend=counter)
     x = torch.randn(3)
     assert_same(jitted(x), fn(x))
-    assert counter.frame_count == 0  # no graph breaks yet: the frame runs eagerly
+    assert counter.frame_count == 1  # the call breaks the graph: `* 2` is compiled after it
     (reason,) = framejit.explain(fn, x).break_reasons
     assert "helper" in reason and "framejit.disable" in reason
     assert f"{__file__}:{line_of(fn, 'helper(x)')}" in reason

@@ -164,7 +164,7 @@ def test_graph_breaks_reason_with_file_and_line(capsys: pytest.CaptureFixture[st
     captured = capsys.readouterr()
     assert captured.out == "inside prints\n"
     (line,) = artifact_lines(captured.err, "graph_breaks")
-    assert "running prints eagerly" in line
+    assert "graph break in prints" in line
     assert "`print()`" in line
     assert f"{__file__}:{line_of(prints, 'print(')} in prints" in line
     assert 'print("inside prints")' in line  # the source line itself

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
 from framejit.frontend.variables.containers import DictVariable, ListVariable, TupleVariable
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ def dict_update(tx: Translator, inst: Any) -> None:
     target = tx.stack[-inst.arg]
     if not isinstance(value, DictVariable) or not isinstance(target, DictVariable):
         raise Unsupported("unsupported_object", "** with a non-dict")
+    note_mutation()
     target.items.update(value.items)
 
 

@@ -83,6 +83,19 @@ class VariableTracker:
         raise Unsupported("reconstruct", f"returning a {self.type_name()} made inside the frame")
 
 
+_mutations = [0]
+
+
+def note_mutation() -> None:
+    """A VT made in the frame changed in place. A graph break can only rewind an instruction
+    that made no such change (the break restores the stack and locals, not object contents)."""
+    _mutations[0] += 1
+
+
+def mutation_count() -> int:
+    return _mutations[0]
+
+
 class ConstantVariable(VariableTracker):
     """A Python value whose identity does not matter and that never changes."""
 

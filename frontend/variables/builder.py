@@ -85,6 +85,9 @@ class BuiltinVariable(VariableTracker):
 
         return call_builtin(tx, self.fn, args, kwargs)
 
+    def reconstruct(self, cg: Any) -> None:
+        cg.load_const(self.fn)
+
 
 def wrap_source(tx: Translator, source: Source) -> VariableTracker:
     out = tx.output

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
@@ -125,6 +125,7 @@ class ListVariable(BaseSequence):
     ) -> VariableTracker:
         if self.source is not None:
             raise Unsupported("side_effect", f"list.{name} on a list passed into the function")
+        note_mutation()
         items = self.items
         if name == "append" and len(args) == 1:
             items.append(args[0])
@@ -285,6 +286,7 @@ class DictVariable(VariableTracker):
             return DictVariable(items, cls=self.cls)
         if self.source is not None:
             raise Unsupported("side_effect", f"dict.{name} on a dict passed into the function")
+        note_mutation()
         if name == "__setitem__" and len(args) == 2:
             items[_const_index(tx, args[0], "dict")] = args[1]
         elif name == "update" and len(args) <= 1:
@@ -331,6 +333,9 @@ class SliceVariable(VariableTracker):
     def __init__(self, parts: list[VariableTracker]) -> None:
         self.parts = parts
 
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.call_const(slice, lambda: [cg.reconstruct(p) for p in self.parts], len(self.parts))
+
     def python_type(self) -> type:
         return slice
 
@@ -371,6 +376,7 @@ class IteratorVariable(VariableTracker):
         return type(iter(()))
 
     def next(self) -> VariableTracker | None:
+        note_mutation()
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]
@@ -378,6 +384,11 @@ class IteratorVariable(VariableTracker):
         return item
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
+        note_mutation()
         rest = self.items[self.index :]
         self.index = len(self.items)
         return rest
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        """An iterator over the items not consumed yet."""
+        cg.call_const(iter, lambda: TupleVariable(self.items[self.index :]).reconstruct(cg), 1)

@@ -39,6 +39,12 @@ class UserFunctionVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"UserFunction({self.fn.__qualname__})"
 
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.fn)
+
     def python_type(self) -> type:
         return types.FunctionType
 
@@ -98,6 +104,14 @@ class UserMethodVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"UserMethod({self.fn!r} of {self.obj!r})"
 
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+            return
+        cg.call_const(
+            types.MethodType, lambda: (cg.reconstruct(self.fn), cg.reconstruct(self.obj)), 2
+        )
+
     def python_type(self) -> type:
         return types.MethodType
 
@@ -121,6 +135,10 @@ class BoundMethodVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"BoundMethod({self.obj!r}.{self.name})"
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.reconstruct(self.obj)
+        cg.load_attr(self.name)
 
     def python_type(self) -> type:
         return types.BuiltinMethodType
@@ -205,6 +223,22 @@ class PartialVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"partial({self.fn!r})"
 
+    def reconstruct(self, cg: CodeGen) -> None:
+        from framejit.frontend.variables.containers import DictVariable, TupleVariable
+
+        if self.source is not None:
+            self.source.emit_load(cg)
+            return
+        cg.call_const(
+            _make_partial,
+            lambda: (
+                cg.reconstruct(self.fn),
+                cg.reconstruct(TupleVariable(self.args)),
+                cg.reconstruct(DictVariable(self.kwargs)),
+            ),
+            3,
+        )
+
     def python_type(self) -> type:
         import functools
 
@@ -223,3 +257,9 @@ class PartialVariable(VariableTracker):
         if name == "keywords":
             return DictVariable(self.kwargs)
         raise Unsupported("unsupported_attr", f"functools.partial.{name}")
+
+
+def _make_partial(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    import functools
+
+    return functools.partial(fn, *args, **kwargs)

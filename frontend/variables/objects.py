@@ -25,7 +25,7 @@ from framejit.frontend.sources import (
     param_source,
     submodule_source,
 )
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 
 if TYPE_CHECKING:
@@ -203,6 +203,12 @@ class ClassVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"Class({self.cls.__qualname__})"
 
+    def reconstruct(self, cg: Any) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.cls)
+
     def python_type(self) -> type:
         return type(self.cls)
 
@@ -318,6 +324,7 @@ class NewObjectVariable(VariableTracker):
             raise Unsupported(
                 "unsupported_attr", f"setting {self.cls.__name__}.{name}", "a data descriptor"
             )
+        note_mutation()
         self.attrs[name] = value
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
@@ -398,6 +405,12 @@ class PythonModuleVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"PyModule({self.mod.__name__})"
+
+    def reconstruct(self, cg: Any) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.mod)
 
     def python_type(self) -> type:
         return types.ModuleType

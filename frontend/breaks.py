@@ -1,0 +1,208 @@
+"""Graph breaks: compile what was captured, run one instruction for real, resume in new code.
+
+When the root frame's translator meets an instruction it cannot capture, it rewinds that
+instruction (OutputGraph.rollback) and raises GraphBreak with the stack and locals as they were
+before it. compile_frame then emits code that
+
+    runs the graph captured so far,
+    rebuilds the stack the instruction expects (graph outputs, constants, Sources),
+    executes the instruction itself, unchanged,
+    stores what is on the stack into temporaries and calls a resume function with them and
+    the frame's live locals; its result is the frame's result.
+
+A resume function is the original code with a prologue that pushes the saved stack and jumps to
+the instruction after the break (for a conditional jump: one resume function per branch). It is
+handed to `wrap_resume` (jit) so it is compiled in its turn when it first runs.
+
+Invariants:
+- Only an instruction that changed nothing but the stack and the graph may be rewound: if it
+  mutated a container or cell made in the frame, there is no break (the frame runs eagerly).
+- Breaks happen at root-frame instructions outside any exception-table range, in code without
+  cell variables; a break inside an inlined call happens at the root frame's call instruction,
+  and the callee is handed to `wrap_resume` too, so it is compiled on its own.
+- The stack layout after the instruction is known statically: which items are NULL, and how many
+  items the instruction pops and pushes (BREAK_EFFECTS).
+"""
+
+from __future__ import annotations
+
+import dis
+import types
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bytecode import Bytecode, Instr, Label
+
+from framejit.frontend import versions
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+
+def _call_effect(inst: Any) -> tuple[int, int]:
+    return inst.arg + 2, 1
+
+
+def _call_ex_effect(inst: Any) -> tuple[int, int]:
+    return 3 + (inst.arg & 1), 1
+
+
+def _format_effect(inst: Any) -> tuple[int, int]:
+    return (2 if inst.arg & 0x04 else 1), 1
+
+
+# opname -> (items popped, items pushed) when it runs and does not jump.
+BREAK_EFFECTS: dict[str, Callable[[Any], tuple[int, int]]] = {
+    "CALL": _call_effect,
+    "CALL_FUNCTION_EX": _call_ex_effect,
+    "STORE_ATTR": lambda inst: (2, 0),
+    "STORE_SUBSCR": lambda inst: (3, 0),
+    "STORE_GLOBAL": lambda inst: (1, 0),
+    "DELETE_SUBSCR": lambda inst: (2, 0),
+    "DELETE_ATTR": lambda inst: (1, 0),
+    "BINARY_SUBSCR": lambda inst: (2, 1),
+    "BINARY_OP": lambda inst: (2, 1),
+    "COMPARE_OP": lambda inst: (2, 1),
+    "CONTAINS_OP": lambda inst: (2, 1),
+    "UNARY_NEGATIVE": lambda inst: (1, 1),
+    "UNARY_INVERT": lambda inst: (1, 1),
+    "UNARY_NOT": lambda inst: (1, 1),
+    "FORMAT_VALUE": _format_effect,
+    "BUILD_STRING": lambda inst: (inst.arg, 1),
+    "IMPORT_NAME": lambda inst: (2, 1),
+    "RAISE_VARARGS": lambda inst: (inst.arg, 0),
+}
+# Conditional jumps on a value's truth: both branches pop the condition.
+TRUTH_JUMPS = {
+    "POP_JUMP_IF_TRUE": True,
+    "POP_JUMP_IF_FALSE": False,
+    "POP_JUMP_FORWARD_IF_TRUE": True,
+    "POP_JUMP_FORWARD_IF_FALSE": False,
+    "POP_JUMP_BACKWARD_IF_TRUE": True,
+    "POP_JUMP_BACKWARD_IF_FALSE": False,
+}
+NOT_BREAKABLE = {"unsupported_control_flow"}
+
+
+@dataclass
+class GraphBreak(Exception):
+    """Raised by the root Translator: break before `inst`, with the state before it."""
+
+    inst: Any
+    reason: Unsupported
+    stack: list[VariableTracker]
+    locals: dict[str, VariableTracker]
+    kw_names: tuple[str, ...]
+
+
+def _in_exception_range(code: types.CodeType, offset: int) -> bool:
+    parse = getattr(dis, "_parse_exception_table", None)
+    if parse is None:
+        return bool(code.co_exceptiontable)
+    return any(e.start <= offset < e.end for e in parse(code))
+
+
+def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:
+    if exc.code in NOT_BREAKABLE or mutation_count() != mutations_before:
+        return False
+    name = inst.opname
+    if name not in BREAK_EFFECTS and name not in TRUTH_JUMPS:
+        return False
+    if tx.code.co_cellvars or _in_exception_range(tx.code, inst.offset):
+        return False
+    return True
+
+
+# --- resume functions ---------------------------------------------------------------------------
+
+_resume_cache: weakref.WeakKeyDictionary[types.CodeType, dict[Any, types.CodeType]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def resume_code(
+    code: types.CodeType, offset: int, nulls: tuple[bool, ...], local_names: tuple[str, ...]
+) -> types.CodeType:
+    """`code` restarted at the instruction at `offset`, with a stack of len(nulls) items (the
+    non-NULL ones passed as arguments ___stack<i>, then `local_names`)."""
+    key = (offset, nulls, local_names)
+    per_code = _resume_cache.setdefault(code, {})
+    cached = per_code.get(key)
+    if cached is not None:
+        return cached
+    original = Bytecode.from_code(code)
+    real = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    index = next(k for k, i in enumerate(real) if i.offset == offset)
+    target = Label()
+    body: list[Any] = []
+    seen = 0
+    skipping_prologue = True
+    for item in original:
+        if isinstance(item, Instr):
+            if skipping_prologue and item.name in ("MAKE_CELL", "COPY_FREE_VARS", "RESUME"):
+                seen += 1
+                continue
+            skipping_prologue = False
+            if seen == index:
+                body.append(target)
+            seen += 1
+        body.append(item)
+    stack_args = [f"___stack{i}" for i, is_null in enumerate(nulls) if not is_null]
+    prologue: list[Any] = []
+    if code.co_freevars:
+        prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
+    prologue.append(Instr("RESUME", 0))
+    for i, is_null in enumerate(nulls):
+        prologue.append(Instr("PUSH_NULL") if is_null else Instr("LOAD_FAST", f"___stack{i}"))
+    prologue.append(Instr("JUMP_FORWARD", target))
+    bc = Bytecode()
+    bc.name = f"resume_in_{code.co_name}_at_{offset}"
+    bc.qualname = f"{code.co_qualname}.<resume at {offset}>"
+    bc.filename = code.co_filename
+    bc.first_lineno = code.co_firstlineno
+    bc.argnames = [*stack_args, *local_names]
+    bc.argcount = len(bc.argnames)
+    bc.posonlyargcount = 0
+    bc.kwonlyargcount = 0
+    bc.freevars = list(code.co_freevars)
+    bc.cellvars = []
+    bc.flags = code.co_flags & ~(0x04 | 0x08)  # no *args / **kwargs: everything is positional
+    bc.extend(prologue + body)
+    try:
+        new = bc.to_code()
+    except Exception as exc:  # a bug here must not break the user's program
+        raise Unsupported("reconstruct", "building a resume function", str(exc)) from None
+    per_code[key] = new
+    return new
+
+
+def original_instr(code: types.CodeType, offset: int) -> Instr:
+    """The `bytecode` form of the instruction at `offset`, to run it unchanged."""
+    real = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    index = next(k for k, i in enumerate(real) if i.offset == offset)
+    instrs = [i for i in Bytecode.from_code(code) if isinstance(i, Instr)]
+    return instrs[index].copy()
+
+
+def resume_function(fn: types.FunctionType, code: types.CodeType) -> types.FunctionType:
+    return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
+
+
+def layout_after(gb: GraphBreak) -> tuple[list[VariableTracker | None], int]:
+    """The stack after the break instruction ran without jumping: known items (None = a value
+    only the real run knows), and how many items the instruction consumed."""
+    pops, pushes = BREAK_EFFECTS[gb.inst.opname](gb.inst)
+    stack = gb.stack
+    if gb.inst.opname == "CALL_FUNCTION_EX" and not (
+        len(stack) >= pops and stack[len(stack) - pops] is NULL
+    ):
+        pops -= 1  # no NULL below the callable
+    kept: list[VariableTracker | None] = list(stack[: len(stack) - pops])
+    return kept + [None] * pushes, pops
+
+
+_ = versions
