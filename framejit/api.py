@@ -10,11 +10,11 @@ state_dict keys, and runs its forward through a JitFunction.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 import inspect
 import types
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Bytecode, Instr, Label
-
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
@@ -112,9 +111,7 @@ def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int
     name = inst.opname
     if name not in BREAK_EFFECTS and name not in TRUTH_JUMPS:
         return False
-    if tx.code.co_cellvars or _in_exception_range(tx.code, inst.offset):
-        return False
-    return True
+    return not (tx.code.co_cellvars or _in_exception_range(tx.code, inst.offset))
 
 
 # --- resume functions ---------------------------------------------------------------------------

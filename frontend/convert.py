@@ -15,8 +15,8 @@ import dis
 import io
 import time
 import types
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
