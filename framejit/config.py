@@ -32,6 +32,9 @@ class Config:
     )
     # Entries kept per code object before framejit stops compiling it and runs it eagerly.
     recompile_limit: int = 8
+    # Graph breaks in a row (a loop whose body breaks makes one per iteration) before the rest
+    # of the function runs uncompiled.
+    max_resume_depth: int = 16
     # How deep user-function calls are inlined before the translator gives up.
     inline_depth_limit: int = 64
     # Check every instruction's stack effect against dis.stack_effect (slow; for debugging).

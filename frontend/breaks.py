@@ -116,17 +116,23 @@ def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int
 
 # --- resume functions ---------------------------------------------------------------------------
 
+# resume code -> (name and qualname of the user's function it continues, chain depth)
+_resume_origin: weakref.WeakKeyDictionary[types.CodeType, tuple[str, str, int]] = (
+    weakref.WeakKeyDictionary()
+)
 _resume_cache: weakref.WeakKeyDictionary[types.CodeType, dict[Any, types.CodeType]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def resume_code(
-    code: types.CodeType, offset: int, nulls: tuple[bool, ...], local_names: tuple[str, ...]
+    code: types.CodeType, offset: int, kinds: tuple[str, ...], local_names: tuple[str, ...]
 ) -> types.CodeType:
-    """`code` restarted at the instruction at `offset`, with a stack of len(nulls) items (the
-    non-NULL ones passed as arguments ___stack<i>, then `local_names`)."""
-    key = (offset, nulls, local_names)
+    """`code` restarted at the instruction at `offset` with a stack of len(kinds) items, then
+    `local_names` as arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed
+    as argument ___stack<i>) or "iter" (passed as a tuple of the items left; the prologue
+    turns it back into an iterator, so a loop that broke resumes capturable)."""
+    key = (offset, kinds, local_names)
     per_code = _resume_cache.setdefault(code, {})
     cached = per_code.get(key)
     if cached is not None:
@@ -148,17 +154,27 @@ def resume_code(
                 body.append(target)
             seen += 1
         body.append(item)
-    stack_args = [f"___stack{i}" for i, is_null in enumerate(nulls) if not is_null]
+    stack_args = [f"___stack{i}" for i, kind in enumerate(kinds) if kind != "null"]
     prologue: list[Any] = []
     if code.co_freevars:
         prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
     prologue.append(Instr("RESUME", 0))
-    for i, is_null in enumerate(nulls):
-        prologue.append(Instr("PUSH_NULL") if is_null else Instr("LOAD_FAST", f"___stack{i}"))
+    for i, kind in enumerate(kinds):
+        if kind == "null":
+            prologue.append(Instr("PUSH_NULL"))
+        else:
+            prologue.append(Instr("LOAD_FAST", f"___stack{i}"))
+            if kind == "iter":
+                prologue.append(Instr("GET_ITER"))
     prologue.append(Instr("JUMP_FORWARD", target))
     bc = Bytecode()
-    bc.name = f"resume_in_{code.co_name}_at_{offset}"
-    bc.qualname = f"{code.co_qualname}.<resume at {offset}>"
+    root_name, root_qualname, depth = _resume_origin.get(code, (code.co_name, code.co_qualname, 0))
+    line = next(
+        (i.positions.lineno for i in real[index:] if i.positions and i.positions.lineno),
+        code.co_firstlineno,
+    )
+    bc.name = f"resume_in_{root_name}_at_line_{line}"
+    bc.qualname = f"{root_qualname}.<resume at line {line}>"
     bc.filename = code.co_filename
     bc.first_lineno = code.co_firstlineno
     bc.argnames = [*stack_args, *local_names]
@@ -174,7 +190,14 @@ def resume_code(
     except Exception as exc:  # a bug here must not break the user's program
         raise Unsupported("reconstruct", "building a resume function", str(exc)) from None
     per_code[key] = new
+    _resume_origin[new] = (root_name, root_qualname, depth + 1)
     return new
+
+
+def resume_depth(code: types.CodeType) -> int:
+    """How many graph breaks led to this code (0 for a user's own code)."""
+    entry = _resume_origin.get(code)
+    return entry[2] if entry else 0
 
 
 def original_instr(code: types.CodeType, offset: int) -> Instr:
@@ -187,6 +210,14 @@ def original_instr(code: types.CodeType, offset: int) -> Instr:
 
 def resume_function(fn: types.FunctionType, code: types.CodeType) -> types.FunctionType:
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
+
+
+def stack_kind(item: VariableTracker | None) -> str:
+    from framejit.frontend.variables.containers import IteratorVariable
+
+    if item is NULL:
+        return "null"
+    return "iter" if isinstance(item, IteratorVariable) else "value"
 
 
 def layout_after(gb: GraphBreak) -> tuple[list[VariableTracker | None], int]:

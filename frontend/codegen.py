@@ -175,20 +175,24 @@ class CodeGen:
         self.instructions.append(label)
 
     def call_resume(
-        self, target: Any, nulls: tuple[bool, ...], local_values: Sequence[VariableTracker]
+        self, target: Any, kinds: tuple[str, ...], local_values: Sequence[VariableTracker]
     ) -> None:
-        """Save the stack (len(nulls) items) into temporaries, call `target` with them and the
-        live locals, and return its result."""
-        for i in reversed(range(len(nulls))):
-            self._emit(Instr("STORE_FAST", f"___stack{i}"))
+        """Save the stack (len(kinds) items, see breaks.resume_code) into temporaries, call
+        `target` with them and the live locals, and return its result."""
+        for i in reversed(range(len(kinds))):
+            self._emit(Instr("STORE_FAST", f"___save{i}"))
         self.push_null()
         self.load_const(target)
-        for i, is_null in enumerate(nulls):
-            if not is_null:
-                self._emit(Instr("LOAD_FAST", f"___stack{i}"))
+        for i, kind in enumerate(kinds):
+            if kind == "iter":  # what the iterator has left, as a tuple
+                load = Instr("LOAD_FAST", f"___save{i}")
+                self.call_const(tuple, lambda load=load: self._emit(load), 1)
+            elif kind == "value":
+                self._emit(Instr("LOAD_FAST", f"___save{i}"))
         for vt in local_values:
             self.reconstruct(vt)
-        self._emit(*versions.emit_call(nulls.count(False) + len(local_values)))
+        nargs = len(kinds) - kinds.count("null") + len(local_values)
+        self._emit(*versions.emit_call(nargs))
         self._emit(Instr("RETURN_VALUE"))
 
     # --- the whole body --------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from framejit.frontend.breaks import (
     GraphBreak,
     layout_after,
     resume_code,
+    resume_depth,
     resume_function,
+    stack_kind,
 )
 from framejit.frontend.codegen import CodeGen, argnames_of
 from framejit.frontend.errors import FullGraphError, Unsupported
@@ -243,13 +245,20 @@ def _finish_break(
     callee = _callee_index(gb)
     for i, vt in enumerate(gb.stack):
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
-    live = [(name, vt) for name, vt in gb.locals.items() if vt is not NULL]
+    # A resume function's own ___stack arguments are dead once its prologue pushed them.
+    live = [
+        (name, vt)
+        for name, vt in gb.locals.items()
+        if vt is not NULL and not name.startswith("___stack")
+    ]
 
     def resume_at(offset: int, layout: list[VariableTracker | None]) -> None:
-        nulls = tuple(item is NULL for item in layout)
-        rcode = resume_code(code, offset, nulls, tuple(name for name, _ in live))
-        target = wrap_resume(resume_function(fn, rcode))
-        cg.call_resume(target, nulls, [vt for _, vt in live])
+        kinds = tuple(stack_kind(item) for item in layout)
+        rcode = resume_code(code, offset, kinds, tuple(name for name, _ in live))
+        target = resume_function(fn, rcode)
+        if resume_depth(rcode) <= config.max_resume_depth:
+            target = wrap_resume(target)  # else: a long chain (a loop that breaks): eager
+        cg.call_resume(target, kinds, [vt for _, vt in live])
 
     next_offset = tx_next_offset(code, inst.offset)
     if inst.opname in TRUTH_JUMPS:

@@ -104,6 +104,9 @@ class BaseSequence(VariableTracker):
         raise Unsupported("unsupported_call", f"{self.kind.__name__}.{name}")
 
     def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:  # an object from outside the frame: the same object
+            self.source.emit_load(cg)
+            return
         for item in self.items:
             cg.reconstruct(item)
         cg.build(self.kind, len(self.items))
@@ -205,6 +208,9 @@ class NamedTupleVariable(BaseSequence):
         return super().getattr(tx, name)
 
     def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+            return
         if self.cls.__module__ == "torch.return_types":
             cg.call_const(self.cls, lambda: TupleVariable(self.items).reconstruct(cg), 1)
         else:
@@ -315,6 +321,10 @@ class DictVariable(VariableTracker):
         return ConstantVariable(None)
 
     def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+            return
+
         def build() -> None:
             for k, v in self.items.items():
                 cg.load_const(k)

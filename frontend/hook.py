@@ -1,0 +1,323 @@
+"""The Python side of the PEP 523 frame hook: what to do with a frame the C hook intercepted.
+
+The C extension (`_eval_frame.c`) keeps one state per code object and calls `on_frame(fn,
+args)` only for a code it has not seen and on a guard miss. `on_frame` answers `(state,
+entry)`: `state` is stored on the code (`None` = skip it for good, or the code's `CodeCache`
+from `guards.cache_for`, shared with every other user of that cache) and `entry` is what to run
+now (`None` = run the frame as it is).
+
+Invariants:
+- Never change a program's result: anything unexpected here skips the code (and is logged);
+  only `config.raise_internal_errors` lets an internal error reach the user's call.
+- Cheap rules first, once per code: files of framejit, torch, the standard library and
+  site-packages; functions marked with `framejit.disable`; code made by framejit itself
+  (transformed code of any cache entry); a first call whose arguments hold no tensor or module.
+  A frame traced with no graph and no graph break does no tensor work: skipped once, free after.
+- The C hook switches itself off for this thread while `on_frame` runs, so the compiler's own
+  frames (and torch's) are never intercepted.
+- Enable state is per thread (`set_thread`), with a process-wide switch for whole-script mode
+  (`set_global`). Settings (`backend`, `mode`) are per thread too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import site
+import sys
+import sysconfig
+import threading
+import time
+import types
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from framejit import logs
+from framejit.config import config
+
+log = logs.get_logger("frontend")
+
+try:
+    from framejit.frontend import _eval_frame
+except ImportError as _exc:  # not built (no C compiler) or built for another Python
+    _eval_frame = None
+    _IMPORT_ERROR = f"{type(_exc).__name__}: {_exc}"
+else:
+    _IMPORT_ERROR = ""
+
+
+def available() -> bool:
+    return _eval_frame is not None
+
+
+def unavailable_reason() -> str:
+    """Why the hook cannot run here ("" when it can)."""
+    if _eval_frame is not None:
+        return ""
+    return (
+        "framejit's frame hook (the C extension framejit.frontend._eval_frame) is not built for "
+        f"this Python ({sys.version.split()[0]}): {_IMPORT_ERROR}. Reinstall framejit with a C "
+        "compiler available (`pip install --no-build-isolation -e .`); `framejit.jit` works "
+        "without it."
+    )
+
+
+def require() -> Any:
+    """The C module, or RuntimeError saying why it is missing."""
+    if _eval_frame is None:
+        raise RuntimeError(unavailable_reason())
+    return _eval_frame
+
+
+# --- skip rules -------------------------------------------------------------------------------
+
+
+def _skip_prefixes() -> tuple[str, ...]:
+    roots = {os.path.dirname(os.path.abspath(torch.__file__))}
+    # framejit's own folders; in a source checkout the subpackages sit beside framejit/, and the
+    # checkout's root (tests/, tools/, users' scripts) must stay hookable.
+    for name in ("framejit", "framejit.frontend", "framejit.guards", "framejit.backend"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__file__", None):
+            roots.add(os.path.dirname(os.path.abspath(mod.__file__)))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with contextlib.suppress(KeyError):
+            roots.add(sysconfig.get_path(key))
+    with contextlib.suppress(AttributeError):
+        roots.update(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        roots.add(site.getusersitepackages())
+    for mod in ("framejit.cudagraphs", "triton", "numpy", "bytecode", "rich"):
+        loaded = sys.modules.get(mod)
+        if loaded is not None and getattr(loaded, "__file__", None):
+            roots.add(os.path.dirname(os.path.abspath(loaded.__file__)))
+    real = {os.path.realpath(r) for r in roots if r}
+    return tuple(sorted({r.rstrip(os.sep) + os.sep for r in roots | real if r}))
+
+
+_SKIP_NAMES = ("<frozen ", "<eval_with_key>", "<framejit")
+_SKIP_MODULES = ("framejit", "torch", "triton")
+_prefixes: tuple[str, ...] | None = None
+
+
+def skipped_by_rule(fn: types.FunctionType) -> str:
+    """Why `fn`'s code is never compiled by the hook ("" if it may be)."""
+    global _prefixes
+    code = fn.__code__
+    filename = code.co_filename
+    if filename.startswith(_SKIP_NAMES):
+        return "generated or frozen code"
+    if _prefixes is None:
+        _prefixes = _skip_prefixes()
+    if os.path.isabs(filename) and filename.startswith(_prefixes):
+        return "framejit, torch, standard library or site-packages"
+    module = fn.__globals__.get("__name__")
+    if not isinstance(module, str):
+        return "exec'd code without a module"
+    if module.split(".", 1)[0] in _SKIP_MODULES:
+        return "framejit or torch code"
+    if getattr(fn, "_framejit_disabled", False):
+        return "framejit.disable"
+    if _is_transformed(code):
+        return "code made by framejit"
+    return ""
+
+
+def _is_transformed(code: types.CodeType) -> bool:
+    """Is `code` a transformed code that calls a compiled graph (made by `jit`'s compiles)?"""
+    from framejit.frontend.codegen import GRAPH_OUT
+
+    return GRAPH_OUT in code.co_varnames
+
+
+def _tensorish(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return True
+    if depth == 0 and type(value) in (list, tuple):
+        return any(_tensorish(v, 1) for v in value[:16])
+    if depth == 0 and type(value) is dict:
+        return any(_tensorish(v, 1) for v in list(value.values())[:16])
+    return False
+
+
+# --- per-thread settings ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: Any = None  # a name or callable; None: config.backend
+    mode: str | None = None
+
+
+_local = threading.local()
+
+
+def current_settings() -> Settings:
+    return getattr(_local, "settings", None) or _global_settings
+
+
+_global_settings = Settings()
+
+
+@contextlib.contextmanager
+def thread_enabled(settings: Settings) -> Iterator[None]:
+    """The hook on for this thread, with these settings, for the body of the `with`."""
+    mod = require()
+    install()
+    before = getattr(_local, "settings", None)
+    _local.settings = settings
+    previous = mod.set_thread(1)
+    try:
+        yield
+    finally:
+        mod.set_thread(previous)
+        _local.settings = before
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """The hook off for this thread for the body of the `with` (a no-op without the hook)."""
+    if _eval_frame is None:
+        yield
+        return
+    previous = _eval_frame.set_thread(0)
+    try:
+        yield
+    finally:
+        _eval_frame.set_thread(previous)
+
+
+def set_global(on: bool, settings: Settings | None = None) -> bool:
+    """Switch the hook on or off for every thread that has not chosen; returns the old state."""
+    global _global_settings
+    mod = require()
+    install()
+    if settings is not None:
+        _global_settings = settings
+    return mod.set_global(on)
+
+
+def install() -> None:
+    require().set_callback(on_frame)
+
+
+# --- what happened, for the summary -----------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    frames_compiled: int = 0
+    graphs: int = 0
+    breaks: Counter[str] = field(default_factory=Counter)
+    recompiles: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    compile_seconds: float = 0.0
+
+    def render(self) -> str:
+        counts = _eval_frame.stats() if _eval_frame is not None else {}
+        lines = [
+            "framejit whole-script summary",
+            f"  frames compiled      {self.frames_compiled}",
+            f"  graphs               {self.graphs}",
+            f"  graph breaks         {sum(self.breaks.values())}",
+            f"  recompiles           {self.recompiles}",
+            f"  compile time         {self.compile_seconds:.2f} s",
+            f"  hook: intercepted {counts.get('intercepted', 0)}, "
+            f"ran compiled {counts.get('hits', 0)}, asked Python {counts.get('callbacks', 0)}, "
+            f"skipped {counts.get('skipped', 0)}",
+        ]
+        if self.breaks:
+            lines.append("  top break reasons:")
+            lines += [f"    {n:5d}  {r}" for r, n in self.breaks.most_common(5)]
+        return "\n".join(lines)
+
+
+summary = Summary()
+
+
+# --- the callback -----------------------------------------------------------------------------
+
+
+def on_frame(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """Called by the C hook with the hook off for this thread. Returns (state, entry)."""
+    try:
+        return _decide(fn, args)
+    except Exception as exc:
+        if config.raise_internal_errors:
+            raise
+        code = fn.__code__
+        log.warning(
+            "framejit: frame hook error on %s (%s:%d); running it uncompiled: %s: %s",
+            code.co_qualname,
+            code.co_filename,
+            code.co_firstlineno,
+            type(exc).__name__,
+            exc,
+        )
+        return None, None
+
+
+def _skip(reason: str) -> tuple[None, None]:
+    summary.skipped[reason] += 1
+    return None, None
+
+
+def _decide(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, Any]:
+    from framejit.backend import lookup_backend
+    from framejit.frontend.convert import compile_frame
+    from framejit.guards import cache_for
+
+    code = fn.__code__
+    cache = cache_for(code)
+    if cache.eager:
+        return _skip(cache.eager_reason or "eager")
+    if cache.entries:
+        entry = cache.lookup(fn, args)  # another thread may have compiled it meanwhile
+        if entry is not None:
+            return cache, entry
+        reasons = cache.failures(fn, args)
+        reason = reasons[0] if reasons else "?"
+        cache.recompile_reasons.append(reason)
+        summary.recompiles += 1
+        logs.artifact("recompiles", lambda: f"recompiling {code.co_qualname}: {reason}")
+        if len(cache.entries) >= config.recompile_limit:
+            cache.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
+            warnings.warn(
+                f"framejit: {code.co_qualname} recompiled {len(cache.entries)} times "
+                f"(config.recompile_limit={config.recompile_limit}); running it eagerly from now "
+                f"on. Reasons: " + "; ".join(cache.recompile_reasons[-3:]),
+                stacklevel=2,
+            )
+            return _skip("recompile limit")
+    else:
+        why = skipped_by_rule(fn)
+        if why:
+            return _skip(why)
+        if not any(_tensorish(a) for a in args):
+            return _skip("no tensor or module argument")
+    settings = current_settings()
+    backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)
+    start = time.perf_counter()
+    result = compile_frame(fn, args, backend, False)
+    summary.compile_seconds += time.perf_counter() - start
+    entry = result.entry
+    if not result.graphs and not result.break_reasons and not cache.entries:
+        return _skip("no tensor work")
+    summary.frames_compiled += 1
+    summary.graphs += len(result.graphs)
+    for reason in result.break_reasons:
+        summary.breaks[_reason_text(reason)] += 1
+    if entry.code is not code:
+        _eval_frame.set_code_state(entry.code, None)  # never hook framejit's own code
+    cache.add(entry)
+    return cache, entry
+
+
+def _reason_text(reason: Any) -> str:
+    describe = getattr(reason, "describe", None)
+    return describe() if callable(describe) else str(reason)
