@@ -40,7 +40,15 @@ from framejit.frontend.variables.containers import (
     BaseSequence,
     DataclassVariable,
     DictVariable,
+    IteratorVariable,
+    SliceVariable,
 )
+from framejit.frontend.variables.functions import (
+    BoundMethodVariable,
+    PartialVariable,
+    UserMethodVariable,
+)
+from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import CacheEntry, GlobalState, Guard, GuardKind, compile_guards
 
@@ -158,6 +166,20 @@ def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
             _collect_outputs(item, out)
     elif isinstance(vt, DataclassVariable):
         for item in vt.fields.values():
+            _collect_outputs(item, out)
+    elif isinstance(vt, NewObjectVariable):
+        for item in vt.attrs.values():
+            _collect_outputs(item, out)
+    elif isinstance(vt, IteratorVariable):
+        for item in vt.items[vt.index :]:
+            _collect_outputs(item, out)
+    elif isinstance(vt, (BoundMethodVariable, UserMethodVariable)):
+        _collect_outputs(vt.obj, out)  # `tensor.item` waiting for its call
+    elif isinstance(vt, PartialVariable):
+        for item in [vt.fn, *vt.args, *vt.kwargs.values()]:
+            _collect_outputs(item, out)
+    elif isinstance(vt, SliceVariable):
+        for item in vt.parts:
             _collect_outputs(item, out)
 
 

@@ -1,0 +1,331 @@
+"""Graph breaks: what framejit cannot capture runs for real between compiled graphs.
+
+Every case runs eagerly and through `jit` (twice or more), compares results on real tensors,
+checks that the Python side effects (printing, attribute writes) happen exactly as often as in
+eager, and asserts how many graphs were compiled and how many breaks `explain` reports.
+"""
+
+from __future__ import annotations
+
+import dis
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter
+
+
+def same(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    else:
+        assert a == b
+
+
+def run_both(fn, *args, calls: int = 2, capsys=None):
+    """Run eagerly and compiled `calls` times; return (counter, compiled results)."""
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    for _ in range(calls):
+        expected = fn(*args)
+        eager_out = capsys.readouterr().out if capsys else None
+        got = jitted(*args)
+        if capsys:
+            assert capsys.readouterr().out == eager_out
+        same(got, expected)
+    return counter
+
+
+def breaks_of(fn, *args) -> list[str]:
+    return framejit.explain(fn, *args).break_reasons
+
+
+# --- where a break can happen ---------------------------------------------------------------
+
+
+def print_in_the_middle(x):
+    a = x.sin() * 2
+    print("a has shape", tuple(a.shape))
+    return a.cos() + 1
+
+
+def test_print_between_two_graphs(capsys) -> None:
+    x = torch.randn(4)
+    counter = run_both(print_in_the_middle, x, capsys=capsys)
+    assert counter.frame_count == 2  # before and after the print; the second call hits both
+    (reason,) = breaks_of(print_in_the_middle, x)
+    assert "print" in reason and "test_graph_breaks.py" in reason
+
+
+def branch_on_values(x):
+    y = x * 3
+    if y.sum() > 0:
+        z = y.relu()
+    else:
+        z = y.sigmoid()
+    return z - 1
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_on_a_tensor_value_takes_the_right_arm(sign: float) -> None:
+    x = torch.rand(5) * sign
+    counter = run_both(branch_on_values, x)
+    assert counter.frame_count == 2  # the condition, then the arm that ran
+    (reason,) = breaks_of(branch_on_values, x)
+    assert "if tensor" in reason
+
+
+def test_both_arms_compile_once_each() -> None:
+    counter = CompileCounter()
+    jitted = framejit.jit(branch_on_values, backend=counter)
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        x = torch.rand(5) * sign
+        same(jitted(x), branch_on_values(x))
+    assert counter.frame_count == 3  # condition graph + one graph per arm
+
+
+def item_then_math(x):
+    s = x.abs().max().item()
+    return x / s
+
+
+def test_item_reads_a_value_then_continues() -> None:
+    x = torch.randn(6)
+    counter = run_both(item_then_math, x)
+    assert counter.frame_count == 2
+
+
+def loop_with_print(xs, w):
+    out = []
+    for i, x in enumerate(xs):
+        y = x @ w
+        print("step", i)
+        out.append(y.relu())
+    return out
+
+
+def test_break_inside_a_for_loop(capsys) -> None:
+    xs, w = [torch.randn(2, 3) for _ in range(3)], torch.randn(3, 3)
+    counter = run_both(loop_with_print, xs, w, capsys=capsys)
+    assert counter.frame_count >= 3
+
+
+def while_with_break(x, n):
+    i = 0
+    while i < n:
+        x = x * 2
+        if x.abs().sum() > 100:
+            break
+        i += 1
+    return x, i
+
+
+@pytest.mark.parametrize("scale", [0.01, 10.0])
+def test_break_inside_a_while_loop(scale: float) -> None:
+    run_both(while_with_break, torch.ones(3) * scale, 5)
+
+
+def helper_that_prints(t):
+    print("inside the helper")
+    return t * 2
+
+
+def calls_a_breaking_helper(x):
+    y = x + 1
+    z = helper_that_prints(y)
+    return z - 3
+
+
+def test_break_inside_a_callee_compiles_the_callee_on_its_own(capsys) -> None:
+    x = torch.randn(3)
+    counter = run_both(calls_a_breaking_helper, x, capsys=capsys)
+    # caller before the call, the callee after its print, the caller after the call
+    assert counter.frame_count == 3
+    reasons = breaks_of(calls_a_breaking_helper, x)
+    assert any("helper_that_prints" in r for r in reasons)
+
+
+def nested_call_with_a_null_below(x):
+    return torch.add(x, helper_that_prints(x))
+
+
+def test_break_with_a_null_and_a_callable_below_on_the_stack(capsys) -> None:
+    run_both(nested_call_with_a_null_below, torch.randn(3), capsys=capsys)
+
+
+def print_with_keywords(x):
+    y = x.exp()
+    print("value", end="!\n", sep="=")
+    return y.log()
+
+
+def test_break_at_a_call_with_keyword_arguments(capsys) -> None:
+    instructions = {i.opname for i in dis.get_instructions(print_with_keywords)}
+    assert "KW_NAMES" in instructions or "CALL_KW" in instructions
+    counter = run_both(print_with_keywords, torch.rand(3) + 0.5, capsys=capsys)
+    assert counter.frame_count == 2
+
+
+class Box:
+    def __init__(self) -> None:
+        self.value = None
+
+    def describe(self, t):
+        print("describing", tuple(t.shape))
+        return t.mean()
+
+
+def writes_an_attribute(x, box):
+    box.value = x * 2
+    return box.value + 1
+
+
+def test_break_at_an_attribute_write_on_an_outside_object() -> None:
+    x = torch.randn(3)
+    eager_box, jit_box = Box(), Box()
+    counter = CompileCounter()
+    jitted = framejit.jit(writes_an_attribute, backend=counter)
+    for _ in range(2):
+        same(jitted(x, jit_box), writes_an_attribute(x, eager_box))
+        same(jit_box.value, eager_box.value)
+    assert counter.frame_count == 2
+
+
+def calls_a_method_that_prints(x, box):
+    m = box.describe(x * 2)
+    return m + x
+
+
+def test_break_inside_a_method(capsys) -> None:
+    run_both(calls_a_method_that_prints, torch.randn(3), Box(), capsys=capsys)
+
+
+def make_closure():
+    k = 3.0
+
+    def fn(x):
+        y = x * k
+        print("closure")
+        return y + k
+
+    return fn
+
+
+def test_break_in_a_function_with_free_variables(capsys) -> None:
+    run_both(make_closure(), torch.randn(3), capsys=capsys)
+
+
+def keeps_objects_across_the_break(x):
+    acc = [x]
+    d = {"first": x * 2}
+    print("breaking")
+    acc.append(d["first"] + 1)
+    return acc, d
+
+
+def test_containers_made_before_the_break_are_the_same_objects_after(capsys) -> None:
+    x = torch.randn(3)
+    counter = CompileCounter()
+    jitted = framejit.jit(keeps_objects_across_the_break, backend=counter)
+    for _ in range(2):
+        acc, d = jitted(x)
+        capsys.readouterr()
+        assert acc[0] is x  # the input itself, not a copy
+        same(acc[1], d["first"] + 1)
+
+
+def returns_the_input_after_a_break(x):
+    print("identity")
+    return x
+
+
+def test_identity_survives_a_break(capsys) -> None:
+    x = torch.randn(3)
+    jitted = framejit.jit(returns_the_input_after_a_break, backend=CompileCounter())
+    assert jitted(x) is x and jitted(x) is x
+
+
+class PrintingBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        print("hidden norm computed")
+        return self.b(h)
+
+
+def test_break_inside_a_module_forward(capsys) -> None:
+    torch.manual_seed(0)
+    model = PrintingBlock().eval()
+    jitted = framejit.jit(model, backend=CompileCounter())
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(2):
+            expected = model(x)
+            eager_out = capsys.readouterr().out
+            same(jitted(x), expected)
+            assert capsys.readouterr().out == eager_out
+
+
+def test_new_shapes_after_a_break_recompile_each_piece() -> None:
+    counter = CompileCounter()
+    jitted = framejit.jit(print_in_the_middle, backend=counter)
+    for n in (3, 3, 5, 5):
+        x = torch.randn(n)
+        same(jitted(x), print_in_the_middle(x))
+    assert counter.frame_count == 4
+
+
+def raises_after_work(x):
+    y = x * 2
+    if y.sum() > 1e9:
+        raise ValueError("too big")
+    return y
+
+
+def test_an_exception_raised_in_resumed_code_reaches_the_caller() -> None:
+    jitted = framejit.jit(raises_after_work, backend=CompileCounter())
+    same(jitted(torch.ones(2)), raises_after_work(torch.ones(2)))
+    with pytest.raises(ValueError, match="too big"):
+        jitted(torch.full((2,), 1e10))
+
+
+# --- fullgraph and limits -------------------------------------------------------------------
+
+
+def test_fullgraph_turns_the_first_break_into_an_error() -> None:
+    jitted = framejit.jit(print_in_the_middle, fullgraph=True)
+    with pytest.raises(framejit.FullGraphError) as info:
+        jitted(torch.randn(3))
+    message = str(info.value)
+    assert "print" in message and "test_graph_breaks.py" in message
+
+
+def test_a_loop_that_breaks_every_iteration_stops_compiling_after_the_limit(capsys) -> None:
+    xs, w = [torch.randn(2, 3) for _ in range(12)], torch.randn(3, 3)
+    old = framejit.config.max_resume_depth
+    framejit.config.max_resume_depth = 4
+    try:
+        counter = run_both(loop_with_print, xs, w, capsys=capsys)
+    finally:
+        framejit.config.max_resume_depth = old
+    assert counter.frame_count <= 5
+
+
+def mutates_then_breaks(x):
+    items = []
+    items.append(x * 2)
+    items.append(helper_that_prints(x))
+    return items
+
+
+def test_a_break_after_mutating_a_local_list(capsys) -> None:
+    run_both(mutates_then_breaks, torch.randn(3), capsys=capsys)
