@@ -1,7 +1,8 @@
 """Backend registry: names to `(gm, example_inputs) -> callable` functions.
 
-Built in: `eager` (runs the captured GraphModule as it is) and `auto` (the best available for the
-inputs: today `eager`; `aot_eager` and `triton` join as they land). Users add their own with
+Built in: `eager` (runs the captured GraphModule as it is), `aot_eager` (the AOT stage, then the
+aten graphs run as Python: `backend/aot/`) and `auto` (the best available for the inputs: today
+`aot_eager`; `triton` joins for CUDA tensors when it lands). Users add their own with
 `framejit.register_backend`.
 """
 
@@ -60,7 +61,17 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., 
     return gm.forward
 
 
+@register_backend("aot_eager")
+def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The AOT stage (functional core-aten graphs; forward/backward split when training), with
+    each aten graph run as Python."""
+    from framejit.backend.aot import aot_compile  # imported on first use: it loads torch._decomp
+
+    return aot_compile(gm, example_inputs, eager)
+
+
 @register_backend("auto")
 def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The best backend available for these inputs (`eager` until the AOT stage lands)."""
-    return eager(gm, example_inputs)
+    """The best backend available for these inputs: `aot_eager` (on CPU, and on CUDA until the
+    Triton backend lands)."""
+    return aot_eager(gm, example_inputs)

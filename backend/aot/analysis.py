@@ -1,0 +1,235 @@
+"""What a captured graph does to its inputs and how its outputs alias: read on FakeTensors.
+
+Before the AOT stage can turn a Dynamo-level graph into a functional aten graph it must know
+what the functional graph cannot say by itself. `analyze` runs the captured graph once on
+FakeTensors (no real compute, no real memory) and returns a `GraphInfo`:
+
+- which inputs the graph mutates in place (their version counter moved): after the functional
+  graph runs, the runtime copies each new value back into the real input (the epilogue);
+- which inputs are the same tensor passed twice (deduplicated: the traced graph sees each
+  tensor once);
+- for every output, how to produce it at run time (`OutputSpec`): a value computed by the
+  graph; an input returned as-is (same object); a view of an input (rebuilt with
+  `as_strided` on the real input, after the epilogue, so it is a real view with the right base);
+  a view of another value the graph computes (its base becomes an extra graph output and the
+  view is rebuilt from it); a Python constant, passed through;
+- `requires_grad` of each graph-computed value, so the runtime knows which outputs are
+  differentiable.
+
+Invariants:
+
+- The analysis never touches real tensors, and the user's saved-tensor hooks never see its
+  FakeTensors: every input is converted with its own FakeTensorMode
+  (aliasing between inputs is preserved by the converter).
+- `fallback` is set, with a reason, for the cases the functional path does not model (metadata
+  mutation of an input such as `x.t_()`, a mutated input overlapping another input, an
+  input-alias output of another dtype); the caller then runs the captured graph as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+
+OutputKind = Literal["graph", "input", "input_view", "graph_view", "repeat", "constant"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """How the runtime produces one output of the captured graph.
+
+    `index` means: for "graph"/"graph_view" a position in `GraphInfo.computed` (the values the
+    traced graph returns; for "graph_view" the position of the base); for "input"/"input_view"
+    a position in the captured graph's inputs; for "repeat" an earlier output's position.
+    """
+
+    kind: OutputKind
+    index: int = -1
+    size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    offset: int = 0
+    value: Any = None
+
+
+@dataclasses.dataclass
+class GraphInfo:
+    """The facts `analyze` found; see the module docstring."""
+
+    unique: list[int]  # positions of the inputs the traced graph takes (tensors, first occurrence)
+    mutated: list[int]  # positions (into the captured inputs) of inputs mutated in place
+    outputs: list[OutputSpec]
+    computed: list[torch.fx.Node]  # nodes of the captured graph the traced graph must return
+    computed_values: list[torch.Tensor]  # their FakeTensors (shape, dtype, requires_grad)
+    mutated_values: list[torch.Tensor]  # FakeTensors of the mutated inputs after the graph ran
+    fallback: str | None = None
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def no_user_hooks() -> Any:
+    """Identity saved-tensor hooks: they shadow the user's, which are meant for real tensors."""
+    return torch.autograd.graph.saved_tensors_hooks(_identity, _identity)
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the graph and remembers which node produced each tensor value."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.producer: dict[int, torch.fx.Node] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        value = super().run_node(n)
+        if isinstance(value, torch.Tensor) and n.op != "placeholder":
+            self.producer.setdefault(id(value), n)
+        return value
+
+
+def _storage(t: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(t.untyped_storage())
+
+
+def _layout(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def analyze(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> GraphInfo:
+    """Run `gm` on FakeTensor copies of `example_inputs` under the current grad mode."""
+    unique: list[int] = []
+    first: dict[int, int] = {}
+    for i, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor) and id(value) not in first:
+            first[id(value)] = i
+            unique.append(i)
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+    versions = {i: fakes[i]._version for i in unique}
+    layouts = {i: _layout(fakes[i]) for i in unique}
+    recorder = _Recorder(gm)
+    # python dispatcher: batch_norm's running stats count as mutations
+    with mode, enable_python_dispatcher(), no_user_hooks():
+        results = recorder.run(*fakes)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    out_args = out_node.args[0]
+    if not isinstance(results, (tuple, list)):
+        results, out_args = (results,), (out_args,)
+
+    info = GraphInfo(unique, [], [], [], [], [])
+    for i in unique:
+        if _layout(fakes[i]) != layouts[i]:
+            info.fallback = f"input {i} has its sizes or strides changed in place"
+    mutations = _functional_mutations(gm, example_inputs, unique)
+    for i in unique:
+        if fakes[i]._version != versions[i] and i not in mutations:
+            mutations[i] = fakes[i].detach()
+    for i in sorted(mutations):
+        info.mutated.append(i)
+        info.mutated_values.append(mutations[i])
+    storages = {i: _storage(fakes[i]) for i in unique}
+    for i in info.mutated:
+        if any(j != i and storages[j] == storages[i] for j in unique):
+            info.fallback = f"mutated input {i} shares memory with another input"
+
+    input_of = {id(fakes[i]): i for i in unique}
+    seen: dict[int, int] = {}
+    computed_at: dict[int, int] = {}
+
+    def compute(node: torch.fx.Node, value: torch.Tensor) -> int:
+        if id(value) not in computed_at:
+            computed_at[id(value)] = len(info.computed)
+            info.computed.append(node)
+            info.computed_values.append(value)
+        return computed_at[id(value)]
+
+    pending_views: list[tuple[int, torch.Tensor]] = []
+    for position, (arg, value) in enumerate(zip(out_args, results)):
+        if not isinstance(value, torch.Tensor):
+            info.outputs.append(OutputSpec("constant", value=value))
+            continue
+        if id(value) in seen:
+            info.outputs.append(OutputSpec("repeat", seen[id(value)]))
+            continue
+        seen[id(value)] = position
+        if id(value) in input_of:
+            info.outputs.append(OutputSpec("input", input_of[id(value)]))
+            continue
+        base_input = next((i for i in unique if storages[i] == _storage(value)), None)
+        if base_input is not None:
+            if value.dtype != fakes[base_input].dtype:
+                info.fallback = (
+                    f"output {position} is a view of input {base_input} as another dtype"
+                )
+            info.outputs.append(OutputSpec("input_view", base_input, *_layout(value)))
+            continue
+        base = value._base
+        if base is not None and id(base) in recorder.producer and base.dtype == value.dtype:
+            info.outputs.append(OutputSpec("graph_view"))  # filled in below
+            pending_views.append((position, value))
+            continue
+        assert isinstance(arg, torch.fx.Node), f"output {position} is a tensor but not a node"
+        info.outputs.append(OutputSpec("graph", compute(arg, value)))
+    for position, value in pending_views:
+        base = value._base
+        index = compute(recorder.producer[id(base)], base)
+        info.outputs[position] = OutputSpec("graph_view", index, *_layout(value))
+    return info
+
+
+def _functional_mutations(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], unique: list[int]
+) -> dict[int, torch.Tensor]:
+    """Inputs that functionalization sees written (version counters miss some, e.g. the running
+    stats of `native_batch_norm`), with a FakeTensor of each new value carrying its
+    `requires_grad`."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+    wrapped = list(fakes)
+    for i, value in enumerate(fakes):
+        if isinstance(value, torch.Tensor):
+            wrapped[i] = wrapped[unique_of(fakes, i)] if i not in unique else _wrap(value)
+    with mode, enable_python_dispatcher(), no_user_hooks():
+        torch._enable_functionalization(reapply_views=True)
+        try:
+            gm(*wrapped)
+        finally:
+            torch._disable_functionalization()
+        found: dict[int, torch.Tensor] = {}
+        for i in unique:
+            torch._sync(wrapped[i])
+            if torch._functionalize_has_data_mutation(wrapped[i]):
+                value = torch._from_functional_tensor(wrapped[i]).detach()
+                if wrapped[i].requires_grad:
+                    value.requires_grad_(True)
+                found[i] = value
+    return found
+
+
+def unique_of(values: list[Any], i: int) -> int:
+    """Position of the first occurrence of `values[i]` (the same object)."""
+    return next(j for j, v in enumerate(values) if v is values[i])
+
+
+def _wrap(t: torch.Tensor) -> torch.Tensor:
+    wrapped = torch._to_functional_tensor(t)
+    torch._mirror_autograd_meta_to(t, wrapped)
+    return wrapped
+
+
+def graph_with_outputs(
+    gm: torch.fx.GraphModule, nodes: list[torch.fx.Node]
+) -> torch.fx.GraphModule:
+    """A copy of `gm` whose output is the tuple of `nodes` (nodes of `gm`)."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.graph_copy(gm.graph, env)
+    graph.output(tuple(env[n] for n in nodes))
+    return torch.fx.GraphModule(gm, graph)

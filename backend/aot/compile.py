@@ -1,0 +1,132 @@
+"""The AOT stage's entry point: `aot_compile(gm, example_inputs, inner) -> callable`.
+
+Pipeline (each step in its own module, each graph printable with the `aot_graphs` log):
+
+    analyze (analysis.py)      FakeTensor run: mutated inputs, output aliasing, duplicates
+      │
+      ├─ no differentiable output ─► trace_inference (trace.py) ─► inner(graph) ─► InferenceRunner
+      │
+      └─ grad mode on, some output needs grad
+            ─► trace_joint (trace.py) ─► partition (partition.py, min cut)
+            ─► inner(forward) now, inner(backward) on first backward ─► TrainingRunner
+
+`inner` is a backend with the usual contract, applied to each aten graph with FakeTensor
+example inputs (`aot_eager` passes one that runs the graph as Python).
+
+Invariants:
+
+- Training is chosen at compile time from grad mode and `requires_grad` of the inputs; both are
+  guarded by the frontend (global-state and TENSOR_MATCH guards), so they hold at run time.
+- When `analyze` reports a case the functional path does not model, the captured graph runs as
+  it is (logged under the `backend` component at INFO with the reason); results are the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.aot.analysis import GraphInfo, analyze, graph_with_outputs
+from framejit.backend.aot.partition import partition
+from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
+from framejit.backend.aot.trace import trace_inference, trace_joint
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from framejit import logs
+
+log = logging.getLogger(__name__)
+
+Inner = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+def aot_compile(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
+) -> Callable[..., Any]:
+    """Compile captured graph `gm` through the AOT stage; see the module docstring."""
+    info = analyze(gm, example_inputs)
+    if info.fallback is not None:
+        log.info("aot: running the captured graph as it is: %s", info.fallback)
+        return gm.forward
+
+    user = graph_with_outputs(gm, info.computed)
+    positions = {i: k for k, i in enumerate(info.unique)}
+    first = {id(example_inputs[i]): positions[i] for i in info.unique}
+    spread = [first.get(id(v)) if isinstance(v, torch.Tensor) else None for v in example_inputs]
+
+    def fn(*unique: Any) -> Any:
+        """The captured graph on deduplicated tensor inputs, returning the computed values."""
+        return user(*[v if k is None else unique[k] for v, k in zip(example_inputs, spread)])
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(example_inputs[i]) for i in info.unique]
+    mutated = [positions[i] for i in info.mutated]
+    forward_values = [*info.computed_values, *info.mutated_values]
+    differentiable = [
+        k
+        for k, v in enumerate(forward_values)
+        if v.requires_grad and (v.is_floating_point() or v.is_complex())
+    ]
+    if not (torch.is_grad_enabled() and differentiable):
+        graph = trace_inference(fn, fakes, mutated, mode)
+        if not _view_bases_match(info, graph):
+            return gm.forward
+        _log(gm, inference=graph)
+        return InferenceRunner(info, inner(graph, _example(graph)))
+
+    with mode:
+        tangents = [
+            torch.empty(forward_values[k].shape, dtype=forward_values[k].dtype)
+            for k in differentiable
+        ]
+    joint = trace_joint(fn, fakes, mutated, differentiable, tangents, mode)
+    parts = partition(joint, len(fakes), len(forward_values))
+    if not _view_bases_match(info, parts.forward):
+        return gm.forward
+    _log(gm, joint=joint, forward=parts.forward, backward=parts.backward, saved=parts.saved)
+    forward = inner(parts.forward, _example(parts.forward))
+    wants_grad = [k for k, f in enumerate(fakes) if f.requires_grad]
+    return TrainingRunner(
+        info,
+        forward,
+        lambda: inner(parts.backward, _example(parts.backward)),
+        differentiable=differentiable,
+        wants_grad=wants_grad,
+        num_forward_outputs=len(forward_values),
+    )
+
+
+def _example(graph: torch.fx.GraphModule) -> list[Any]:
+    return [n.meta.get("val") for n in graph.graph.nodes if n.op == "placeholder"]
+
+
+def _view_bases_match(info: GraphInfo, graph: torch.fx.GraphModule) -> bool:
+    """A view rebuilt with `as_strided` needs its base laid out as eager would lay it out."""
+    outputs = next(n for n in graph.graph.nodes if n.op == "output").args[0]
+    for spec in info.outputs:
+        if spec.kind != "graph_view":
+            continue
+        traced = outputs[spec.index].meta.get("val")
+        expected = info.computed_values[spec.index]
+        if traced is None or traced.stride() != expected.stride() or traced.storage_offset():
+            log.info("aot: running the captured graph as it is: a view's base changed layout")
+            return False
+    return True
+
+
+def _log(gm: torch.fx.GraphModule, **graphs: Any) -> None:
+    if not logs.enabled("aot_graphs"):
+        return
+
+    def text() -> str:
+        parts = [f"AOT graphs of {type(gm).__name__}:"]
+        for name, value in graphs.items():
+            if isinstance(value, torch.fx.GraphModule):
+                parts.append(f"# {name} graph\n{value.code.strip()}")
+            else:
+                parts.append(f"# {name}: {value}")
+        return "\n\n".join(parts)
+
+    logs.artifact("aot_graphs", text)

@@ -1,0 +1,104 @@
+"""The core aten op set the AOT stage decomposes to, and the decomposition table that gets there.
+
+Everything after the AOT stage (the `aot_eager` runner today, lowering to loop IR next) sees
+only the ops listed in `CORE_OPS`, plus `operator.getitem` on ops that return several tensors.
+The set is torch's Core ATen IR as reached by `torch._decomp.core_aten_decompositions()`,
+restricted to what framejit's captured graphs actually produce (about 110 ops). The corpus run
+through the AOT stage (`tests/backend/test_corpus_aot.py`) and the training models
+(`tests/backend/test_core_ops.py`) fail on any op outside the list, so growing the set is a
+deliberate edit here (and, once lowering exists, a lowering to write). `outside_core(gm)` lists
+the ops of a graph that are not in the set.
+
+Invariants:
+
+- `decomposition_table()` is built once and cached; it never decomposes random ops
+  (`native_dropout`, `rand`, `bernoulli`): the stage keeps them whole so they consume the
+  random generator the way eager does, and the partitioner never recomputes them.
+- Names are `aten.<overload packet>`; overloads of a packet are all in the set.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+
+aten = torch.ops.aten
+
+# fmt: off
+_CORE_OP_NAMES = (
+    "abs", "add", "addmm", "addmv", "alias", "amax", "any", "arange", "argmax", "argmin",
+    "avg_pool2d", "avg_pool2d_backward", "bernoulli", "bitwise_and", "bitwise_not",
+    "bitwise_or", "bitwise_xor", "bmm", "cat", "ceil", "clamp", "clone", "constant_pad_nd",
+    "convolution", "convolution_backward", "copy", "cos", "cumprod", "cumsum", "diagonal",
+    "div", "elu", "embedding", "embedding_dense_backward", "empty", "empty_strided", "eq",
+    "erf", "exp", "expand", "flip", "floor", "fmod", "full", "full_like", "gather", "ge",
+    "gelu", "gelu_backward", "gt", "hardtanh", "index", "index_put", "index_select", "isnan",
+    "le", "leaky_relu", "lift_fresh_copy", "linalg_vector_norm", "log", "log1p", "logical_and",
+    "logical_not", "lt", "max", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+    "maximum", "mean", "min", "minimum", "mm", "mul", "native_dropout", "native_layer_norm",
+    "native_layer_norm_backward", "ne", "neg", "permute", "pow", "prod", "rand", "randn",
+    "reciprocal", "relu", "remainder", "repeat", "round", "rsqrt", "scalar_tensor", "scatter",
+    "scatter_add", "select", "sigmoid", "sign", "sin", "slice", "slice_scatter", "sort",
+    "split_with_sizes", "sqrt", "squeeze", "sub", "sum", "tanh", "topk", "trunc", "unsqueeze",
+    "var", "view", "where", "__lshift__", "__rshift__", "_assert_async", "_cdist_forward",
+    "_log_softmax", "_softmax", "_to_copy", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+)
+# fmt: on
+
+CORE_OPS: frozenset[str] = frozenset(f"aten.{name}" for name in _CORE_OP_NAMES)
+
+# Ops whose result depends on the random generator: kept whole, never recomputed.
+RANDOM_OPS: frozenset[str] = frozenset(
+    f"aten.{name}"
+    for name in [
+        "native_dropout",
+        "rand",
+        "rand_like",
+        "randn",
+        "randn_like",
+        "randint",
+        "randint_like",
+        "bernoulli",
+        "normal",
+        "uniform",
+        "exponential",
+        "multinomial",
+        "randperm",
+    ]
+)
+
+
+def op_name(target: Any) -> str:
+    """`aten.add` for `aten.add.Tensor`; `operator.getitem` for getitem; else the repr."""
+    if target is operator.getitem:
+        return "operator.getitem"
+    packet = getattr(target, "overloadpacket", None)
+    if packet is not None:
+        return f"{packet._qualified_op_name.replace('::', '.')}"
+    return repr(target)
+
+
+@functools.cache
+def decomposition_table() -> dict[Any, Any]:
+    table = dict(core_aten_decompositions())
+    for op in list(table):
+        if op_name(op) in RANDOM_OPS:
+            del table[op]
+    return table
+
+
+def outside_core(gm: torch.fx.GraphModule) -> list[str]:
+    """Names of the ops in `gm` that are not in the core set (empty when the graph is clean)."""
+    found = (
+        {op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        - CORE_OPS
+        - {"operator.getitem"}
+    )
+    return sorted(found)

@@ -1,0 +1,195 @@
+"""Split a joint forward+backward graph into a forward and a backward graph by a min cut.
+
+The joint graph (`trace.trace_joint`) takes `primals + tangents` and returns
+`forward outputs + gradients`. Every value the backward needs that does not depend on a
+tangent can either be saved by the forward (memory held from forward to backward) or be
+recomputed by the backward from other saved values. `partition` chooses the set of saved
+values of least total size such that everything the backward needs can be computed from
+saved values and tangents, where only cheap ops may be recomputed:
+
+- Flow network: each candidate node `n` becomes `n.in -> n.out` with capacity = bytes of its
+  value (infinite when the value is not one tensor, e.g. the tuple of `native_batch_norm`);
+  `n.out -> u.in` (infinite) for each user `u`; `source -> n.in` (infinite) for primals and
+  for nodes that must not be recomputed (matmuls, convolutions, reductions, random ops, and any
+  op not known to be cheap: see `_recomputable`); `n.in -> sink` (infinite) for nodes that
+  depend on a tangent. A minimum source-sink cut crosses only `n.in -> n.out` edges; those
+  `n` are saved.
+- Cheap = pointwise (`torch.Tag.pointwise`), views, and tensor factories. Random ops are never
+  recomputed, so forward and backward see the same random values.
+
+Invariants: the forward graph's outputs are `forward outputs + saved values`; the backward
+graph's inputs are `saved values + tangents` and its outputs the gradients, in the joint
+graph's order. Every node the backward copies is a tangent-dependent node or recomputable
+from saved values (checked: a violation raises instead of producing a wrong graph).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.aot.core_ops import RANDOM_OPS, op_name
+
+_CHEAP_FACTORIES = frozenset(
+    f"aten.{name}"
+    for name in [
+        "full",
+        "full_like",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "scalar_tensor",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "arange",
+        "iota",
+    ]
+)
+
+
+@dataclasses.dataclass
+class Partition:
+    forward: torch.fx.GraphModule  # primals -> forward outputs + saved
+    backward: torch.fx.GraphModule  # saved + tangents -> gradients
+    saved: list[str]  # names of the saved nodes in the joint graph
+    saved_bytes: int
+
+
+def _nbytes(value: Any) -> int | None:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return None
+
+
+def _recomputable(node: torch.fx.Node) -> bool:
+    if node.op == "get_attr":  # a constant of the graph: free to read again
+        return True
+    if node.op != "call_function":
+        return False
+    name = op_name(node.target)
+    if name == "operator.getitem":
+        return True
+    if name in RANDOM_OPS:
+        return False
+    if name in _CHEAP_FACTORIES:
+        return True
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return torch.Tag.pointwise in target.tags or target.is_view
+    return False
+
+
+def _ancestors(outputs: Iterable[Any], stop: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    todo = [n for n in outputs if isinstance(n, torch.fx.Node)]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            todo.extend(node.all_input_nodes)
+    return seen
+
+
+class _FlowGraph:
+    """Max flow by shortest augmenting paths (Edmonds-Karp) on a small graph."""
+
+    def __init__(self) -> None:
+        self.capacity: dict[str, dict[str, int]] = {}
+
+    def add_edge(self, a: str, b: str, capacity: int) -> None:
+        self.capacity.setdefault(a, {})
+        self.capacity.setdefault(b, {})
+        self.capacity[a][b] = self.capacity[a].get(b, 0) + capacity
+        self.capacity[b].setdefault(a, 0)
+
+    def source_side(self, source: str, sink: str) -> set[str]:
+        """Saturate every source-sink path; the nodes still reachable from the source."""
+        residual = self.capacity
+        while True:
+            parent: dict[str, str] = {source: source}
+            queue = deque([source])
+            while queue and sink not in parent:
+                a = queue.popleft()
+                for b, cap in residual[a].items():
+                    if cap > 0 and b not in parent:
+                        parent[b] = a
+                        queue.append(b)
+            if sink not in parent:
+                return set(parent)
+            path = []
+            b = sink
+            while b != source:
+                path.append((parent[b], b))
+                b = parent[b]
+            flow = min(residual[a][b] for a, b in path)
+            for a, b in path:
+                residual[a][b] -= flow
+                residual[b][a] += flow
+
+
+def partition(joint: torch.fx.GraphModule, num_primals: int, num_forward_outputs: int) -> Partition:
+    nodes = list(joint.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:num_primals], placeholders[num_primals:]
+    outputs = list(next(n for n in nodes if n.op == "output").args[0])
+    forward_outputs, gradients = outputs[:num_forward_outputs], outputs[num_forward_outputs:]
+
+    tangent_dependent: set[torch.fx.Node] = set(tangents)
+    for node in nodes:
+        if node.op != "output" and any(i in tangent_dependent for i in node.all_input_nodes):
+            tangent_dependent.add(node)
+    needed_by_backward = _ancestors(gradients, set())
+    candidates = [n for n in nodes if n in needed_by_backward and n not in tangent_dependent]
+
+    total = sum(_nbytes(n.meta.get("val")) or 0 for n in nodes)
+    infinite = 2 * total + 1
+    flow = _FlowGraph()
+    for node in candidates:
+        size = _nbytes(node.meta.get("val"))
+        flow.add_edge(f"{node.name}.in", f"{node.name}.out", infinite if size is None else size)
+        if node.op == "placeholder" or not _recomputable(node):
+            flow.add_edge("source", f"{node.name}.in", infinite)
+        for user in node.users:
+            if user in needed_by_backward:
+                target = "sink" if user in tangent_dependent else f"{user.name}.in"
+                flow.add_edge(f"{node.name}.out", target, infinite)
+        if node in gradients:  # a gradient that needs no tangent (rare): still a backward value
+            flow.add_edge(f"{node.name}.out", "sink", infinite)
+    flow.add_edge("source", "sink", 0)
+    reached = flow.source_side("source", "sink")
+    saved = [n for n in candidates if f"{n.name}.in" in reached and f"{n.name}.out" not in reached]
+
+    forward = _subgraph(joint, primals, [*forward_outputs, *saved], "forward")
+    backward = _subgraph(joint, [*saved, *tangents], gradients, "backward")
+    saved_bytes = sum(_nbytes(n.meta.get("val")) or 0 for n in saved)
+    return Partition(forward, backward, [n.name for n in saved], saved_bytes)
+
+
+def _subgraph(
+    joint: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list[Any], name: str
+) -> torch.fx.GraphModule:
+    """The nodes of `joint` that compute `outputs` from `inputs`, as a new GraphModule."""
+    needed = _ancestors(outputs, set(inputs))
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in joint.graph.nodes:
+        if node not in needed or node in env or node.op == "output":
+            continue
+        if node.op == "placeholder":
+            raise AssertionError(
+                f"partition: {name} graph needs {node.name}, which it does not get"
+            )
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output([env[o] if isinstance(o, torch.fx.Node) else o for o in outputs])
+    return torch.fx.GraphModule(joint, graph, class_name=name)

@@ -1,0 +1,161 @@
+"""Run-time wrappers around the compiled aten graphs: the part of the AOT stage that runs per call.
+
+`InferenceRunner` and `TrainingRunner` are what the backend hands back to the frontend; both take
+the captured graph's inputs positionally and return its outputs as a tuple:
+
+1. pick the deduplicated tensor inputs (`GraphInfo.unique`);
+2. run the compiled graph: the inference graph under `no_grad`, or the forward graph inside an
+   `autograd.Function` whose backward (compiled on first use) runs the backward graph;
+3. epilogue: copy the new values of mutated inputs into the real inputs (in place, so aliases
+   and `_version` see the write, and autograd records a copy when the new value has a grad);
+4. build the outputs from their `OutputSpec`s: computed values, inputs themselves, views of
+   inputs or of computed bases rebuilt with `as_strided` (after the epilogue), constants.
+
+Invariants: no per-call allocation beyond what the graph and the outputs need; nothing is
+logged on the call path; the backward graph is compiled at most once per runner; a backward
+is differentiable only once: with `create_graph=True` it returns gradients whose own backward
+raises an error naming framejit (double backward is not supported yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from framejit.backend.aot.analysis import GraphInfo, OutputSpec
+
+
+def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[Any]) -> tuple:
+    out: list[Any] = []
+    for spec in specs:
+        kind = spec.kind
+        if kind == "graph":
+            out.append(computed[spec.index])
+        elif kind == "input":
+            out.append(args[spec.index])
+        elif kind == "input_view":
+            out.append(torch.as_strided(args[spec.index], spec.size, spec.stride, spec.offset))
+        elif kind == "graph_view":
+            out.append(torch.as_strided(computed[spec.index], spec.size, spec.stride, spec.offset))
+        elif kind == "repeat":
+            out.append(out[spec.index])
+        else:
+            out.append(spec.value)
+    return tuple(out)
+
+
+def _epilogue(mutated: list[int], args: Sequence[Any], new_values: Sequence[Any]) -> None:
+    for i, value in zip(mutated, new_values):
+        args[i].copy_(value)
+
+
+class InferenceRunner:
+    """Runs the functional inference graph; see the module docstring."""
+
+    def __init__(self, info: GraphInfo, compiled: Callable[..., Sequence[Any]]) -> None:
+        self.info = info
+        self.compiled = compiled
+        self.num_computed = len(info.computed)
+
+    def __call__(self, *args: Any) -> tuple:
+        info = self.info
+        with torch.no_grad():
+            results = self.compiled(*[args[i] for i in info.unique])
+        computed = results[: self.num_computed]
+        _epilogue(info.mutated, args, results[self.num_computed :])
+        return _assemble(info.outputs, args, computed)
+
+
+class TrainingRunner:
+    """Runs forward and (lazily) backward graphs through `_CompiledFunction`."""
+
+    def __init__(
+        self,
+        info: GraphInfo,
+        forward: Callable[..., Sequence[Any]],
+        compile_backward: Callable[[], Callable[..., Sequence[Any]]],
+        *,
+        differentiable: list[int],
+        wants_grad: list[int],
+        num_forward_outputs: int,
+    ) -> None:
+        self.info = info
+        self.forward = forward
+        self.compile_backward = compile_backward
+        self.backward: Callable[..., Sequence[Any]] | None = None
+        self.differentiable = differentiable  # forward outputs that get a tangent
+        self.wants_grad = wants_grad  # positions in the unique inputs that get a gradient
+        self.num_forward_outputs = num_forward_outputs
+        self.num_inputs = len(info.unique)
+        self.mutated_inputs = [info.unique.index(i) for i in info.mutated]
+        differentiable_set = set(differentiable)
+        self.non_differentiable = [
+            i for i in range(num_forward_outputs) if i not in differentiable_set
+        ]
+
+    def __call__(self, *args: Any) -> tuple:
+        info = self.info
+        results = _CompiledFunction.apply(self, *[args[i] for i in info.unique])
+        computed = results[: len(info.computed)]
+        _epilogue(info.mutated, args, results[len(info.computed) :])
+        return _assemble(info.outputs, args, computed)
+
+    def run_backward(self, saved: Sequence[torch.Tensor], grads: Sequence[Any]) -> list[Any]:
+        if self.backward is None:
+            self.backward = self.compile_backward()
+        tangents = [grads[i].contiguous() for i in self.differentiable]
+        input_grads: list[Any] = [None] * self.num_inputs
+        for i, grad in zip(self.wants_grad, self.backward(*saved, *tangents)):
+            input_grads[i] = grad
+        return input_grads
+
+
+class _CompiledFunction(torch.autograd.Function):
+    """forward: the forward graph (outputs + saved values); backward: the backward graph."""
+
+    @staticmethod
+    def forward(ctx: Any, runner: TrainingRunner, *inputs: torch.Tensor) -> tuple:
+        results = runner.forward(*inputs)
+        outputs = tuple(results[: runner.num_forward_outputs])
+        saved = results[runner.num_forward_outputs :]
+        if runner.mutated_inputs:  # the epilogue writes these: save their values, not them
+            written = {inputs[i].untyped_storage().data_ptr() for i in runner.mutated_inputs}
+            saved = [s.clone() if s.untyped_storage().data_ptr() in written else s for s in saved]
+        ctx.save_for_backward(*saved)
+        ctx.runner = runner
+        ctx.mark_non_differentiable(
+            *[outputs[i] for i in runner.non_differentiable if isinstance(outputs[i], torch.Tensor)]
+        )
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad():
+            input_grads = ctx.runner.run_backward(ctx.saved_tensors, grads)
+        if create_graph:
+            input_grads = _not_differentiable(input_grads)
+        return (None, *input_grads)
+
+
+_DOUBLE_BACKWARD = (
+    b"framejit: double backward through a compiled graph is not supported; the first-order "
+    b"gradients are right, but differentiating them again needs the function run eagerly "
+    b"(framejit.disable) or with backend='eager'"
+)
+
+
+def _not_differentiable(grads: list[Any]) -> list[Any]:
+    """Gradients that raise a clear error if someone differentiates them again."""
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+        return grads
+    error = torch._C._functions.DelayedError(_DOUBLE_BACKWARD, len(present))
+    marked = error(*[grads[i].detach().requires_grad_() for i in present])
+    if isinstance(marked, torch.Tensor):
+        marked = (marked,)
+    out = list(grads)
+    for i, g in zip(present, marked):
+        out[i] = g
+    return out

@@ -1,0 +1,215 @@
+"""The AOT stage on inference graphs: functional aten graphs that give eager's results, with
+input mutations applied after the graph and aliasing outputs rebuilt as real views."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+from framejit.backend.aot.analysis import analyze
+from framejit.backend.aot.runtime import InferenceRunner
+from helpers import aot, clone_inputs
+from torch import nn
+
+import framejit
+
+
+def check(fn, *inputs):
+    """Compiled `fn` equals eager on outputs and on the inputs afterwards; returns both outs."""
+    compiled = aot(fn, *clone_inputs(inputs))
+    eager_inputs, compiled_inputs = clone_inputs(inputs), clone_inputs(inputs)
+    expected = fn(*eager_inputs)
+    actual = compiled(*compiled_inputs)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e)
+        else:
+            assert a == e
+    for a, e in zip(compiled_inputs, eager_inputs):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e)
+    return actual, compiled_inputs, compiled
+
+
+def test_pure_graph_runs_inference_runner():
+    out, _, compiled = check(
+        lambda x, y: (torch.sin(x) @ y + 1,), torch.randn(3, 4), torch.randn(4)
+    )
+    assert isinstance(compiled, InferenceRunner)
+
+
+def test_input_mutation_is_applied_after_the_graph():
+    def f(x, y):
+        x.add_(1)
+        y[:, 1].copy_(x[:, 0])
+        return (x * y,)
+
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    _, inputs, compiled = check(f, x, y)
+    assert compiled.info.mutated == [0, 1]
+    text = compiled.compiled.__self__.code  # the aten graph itself has no in-place op
+    assert "add_" not in text and "copy_" not in text
+
+
+def test_mutation_bumps_version_and_keeps_identity():
+    def f(x):
+        x.mul_(2)
+        return (x,)
+
+    x = torch.randn(4)
+    compiled = aot(f, x.clone())
+    before = x._version
+    (out,) = compiled(x)
+    assert out is x and x._version > before
+
+
+def test_output_views_of_inputs_are_real_views():
+    def f(x):
+        return x.view(2, 3), x.t(), x[0], x
+
+    x = torch.randn(3, 2)
+    out, inputs, _ = check(f, x)
+    x = inputs[0]
+    assert out[3] is x
+    for view in out[:3]:
+        assert view._base is x and view.untyped_storage().data_ptr() == x.data_ptr()
+
+
+def test_view_of_mutated_input_sees_the_new_value():
+    def f(x):
+        x.add_(1)
+        return (x.view(-1),)
+
+    out, inputs, _ = check(f, torch.randn(2, 2))
+    assert out[0]._base is inputs[0]
+    inputs[0].zero_()
+    assert out[0].abs().sum() == 0
+
+
+def test_outputs_aliasing_each_other_share_a_base():
+    def f(x):
+        y = x + 1
+        return y.view(-1), y[0], y.t()
+
+    out, _, compiled = check(f, torch.randn(2, 3))
+    bases = {o._base.data_ptr() for o in out}
+    assert len(bases) == 1
+    out[0].zero_()
+    assert out[1].abs().sum() == 0 and out[2].abs().sum() == 0
+
+
+def test_output_and_its_view_both_returned():
+    def f(x):
+        y = x * 2
+        return y, y.view(-1)
+
+    out, _, _ = check(f, torch.randn(2, 3))
+    assert out[1]._base is out[0]
+
+
+def test_same_tensor_passed_twice_is_traced_once():
+    def f(a, b):
+        a.add_(1)
+        return (a + b,)
+
+    x = torch.randn(3)
+    compiled = aot(f, x, x)
+    assert compiled.info.unique == [0]
+    ref = x.clone()
+    ref.add_(1)
+    (out,) = compiled(x, x)
+    torch.testing.assert_close(out, ref + ref)
+    torch.testing.assert_close(x, ref)
+
+
+def test_mutated_input_overlapping_another_runs_as_captured():
+    def f(a, b):
+        a.add_(1)
+        return (a + b,)
+
+    base = torch.randn(4)
+    compiled = aot(f, base[:3], base[1:])
+    assert not isinstance(compiled, InferenceRunner)  # the captured graph as it is: still correct
+    expected_base = base.clone()
+    expected = f(expected_base[:3], expected_base[1:])
+    (out,) = compiled(base[:3], base[1:])
+    torch.testing.assert_close(out, expected[0])
+    torch.testing.assert_close(base, expected_base)
+
+
+def test_scalars_and_none_pass_through():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_function(operator.add, (x, 1))
+    graph.output((y, None, 3, x))
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    t = torch.randn(2)
+    out = aot(gm, t)(t)
+    torch.testing.assert_close(out[0], t + 1)
+    assert out[1] is None and out[2] == 3 and out[3] is t
+
+
+def test_batchnorm_train_updates_running_stats():
+    def f(x, mean, var, weight, bias, count):
+        count.add_(1)
+        return (F.batch_norm(x, mean, var, weight, bias, True, 0.1, 1e-5),)
+
+    with torch.no_grad():
+        _, inputs, compiled = check(
+            f,
+            torch.randn(4, 3, 5),
+            torch.zeros(3),
+            torch.ones(3),
+            torch.randn(3),
+            torch.randn(3),
+            torch.tensor(0),
+        )
+    assert compiled.info.mutated == [1, 2, 5]
+    assert inputs[5].item() == 1 and inputs[1].abs().sum() > 0
+
+
+def test_metadata_mutation_runs_as_captured():
+    def f(x):
+        x.t_()
+        return (x + 1,)
+
+    x = torch.randn(2, 3)
+    info = analyze(torch.fx.symbolic_trace(f), [x.clone()])
+    assert info.fallback is not None and "sizes or strides" in info.fallback
+    check(f, x)
+
+
+def test_aot_graphs_log(capsys):
+    framejit.set_logs(aot_graphs=True)
+    aot(lambda x: (x.relu().sum(),), torch.randn(3))
+    err = capsys.readouterr().err
+    assert "[framejit:aot_graphs]" in err and "inference graph" in err and "aten.relu" in err
+
+
+def test_auto_picks_aot_eager_on_cpu():
+    seen = []
+
+    @framejit.jit(backend="auto")
+    def f(x):
+        return torch.cos(x) * 2
+
+    x = torch.randn(5)
+    from framejit.backend.aot import compile as aot_module
+
+    original = aot_module.aot_compile
+
+    def spy(*args, **kwargs):
+        seen.append(True)
+        return original(*args, **kwargs)
+
+    import framejit.backend.aot as aot_package
+
+    aot_package.aot_compile = spy
+    try:
+        torch.testing.assert_close(f(x), torch.cos(x) * 2)
+    finally:
+        aot_package.aot_compile = original
+    assert seen

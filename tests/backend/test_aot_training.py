@@ -1,0 +1,194 @@
+"""The AOT stage on training graphs: joint graph, min-cut partition, autograd.Function runtime.
+
+Gradients are compared with eager autograd on the same inputs; the end-to-end tests run 20
+optimizer steps of each model in tests/backend/models.py compiled and eager side by side.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.fx
+import torch.nn.functional as F
+from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
+from helpers import aot, clone_inputs
+from models import MODELS, batch, loss
+
+import framejit
+
+
+def grads_match(fn, *inputs, grad_out=None):
+    """Outputs and input gradients of compiled `fn` equal eager's; returns the compiled runner."""
+    compiled = aot(fn, *clone_inputs(inputs))
+    eager_inputs, compiled_inputs = clone_inputs(inputs), clone_inputs(inputs)
+    expected, actual = fn(*eager_inputs), compiled(*compiled_inputs)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+        assert a.requires_grad == e.requires_grad
+    diff = [(a, e) for a, e in zip(actual, expected) if e.requires_grad]
+    sum(e.sum() for _, e in diff).backward()
+    sum(a.sum() for a, _ in diff).backward()
+    for a, e in zip(compiled_inputs, eager_inputs):
+        if e.requires_grad:
+            torch.testing.assert_close(a.grad, e.grad)
+    return compiled
+
+
+def test_gradients_reach_inputs_and_parameters():
+    def f(x, w, b):
+        return (torch.tanh(F.linear(x, w, b)).sin(),)
+
+    compiled = grads_match(
+        f,
+        torch.randn(4, 3, requires_grad=True),
+        torch.randn(5, 3, requires_grad=True),
+        torch.randn(5, requires_grad=True),
+    )
+    assert isinstance(compiled, TrainingRunner)
+
+
+def test_no_input_requires_grad_is_inference():
+    compiled = aot(lambda x: (x.exp(),), torch.randn(3))
+    assert isinstance(compiled, InferenceRunner)
+
+
+def test_no_grad_mode_is_inference():
+    with torch.no_grad():
+        compiled = aot(lambda x: (x.exp(),), torch.randn(3, requires_grad=True))
+        assert isinstance(compiled, InferenceRunner)
+        assert not compiled(torch.randn(3, requires_grad=True))[0].requires_grad
+
+
+def test_pointwise_chain_is_recomputed_not_saved():
+    def f(x, w):
+        h = x @ w
+        return ((h.sin() * 2 + 1).cos().exp(),)
+
+    compiled = grads_match(f, torch.randn(8, 8), torch.randn(8, 8, requires_grad=True))
+    forward = compiled.forward.__self__.graph
+    outputs = next(n for n in forward.nodes if n.op == "output").args[0]
+    saved = {n.name for n in outputs}
+    # the matmul's input and output, and the result (exp's backward reads it) are saved; the
+    # pointwise chain between them is recomputed in the backward
+    assert saved == {"arg0_1", "mm", "exp"}
+
+
+def test_non_differentiable_and_integer_outputs():
+    def f(x):
+        y = x * 3
+        return y, y.argmax(dim=1), y.detach() + 1, (y > 0)
+
+    grads_match(f, torch.randn(3, 4, requires_grad=True))
+
+
+def test_detach_blocks_gradient():
+    def f(x, w):
+        return (x * w.detach() + w * 2,)
+
+    grads_match(f, torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True))
+
+
+def test_grad_mode_toggled_inside_graph():
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    y = graph.call_function(torch.mul, (x, w))
+    graph.call_function(torch._C._set_grad_enabled, (False,))
+    z = graph.call_function(torch.mul, (y, 2))
+    graph.call_function(torch._C._set_grad_enabled, (True,))
+    graph.output((graph.call_function(torch.add, (y, z)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    xs, ws = torch.randn(3), torch.randn(3, requires_grad=True)
+    (out,) = aot(gm, xs, ws)(xs, ws)
+    out.sum().backward()
+    torch.testing.assert_close(ws.grad, xs)  # z is a constant for autograd
+
+
+def test_retain_graph_and_second_backward():
+    x = torch.randn(4, requires_grad=True)
+    compiled = aot(lambda x: (x.sin() * x,), x.detach().requires_grad_())
+    (out,) = compiled(x)
+    out.sum().backward(retain_graph=True)
+    first = x.grad.clone()
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+
+
+def test_double_backward_raises_clearly():
+    x = torch.randn(4, requires_grad=True)
+    (out,) = aot(lambda x: (x.sin(),), x.detach().requires_grad_())(x)
+    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        g.sum().backward()
+
+
+def test_backward_compiled_lazily_once():
+    x = torch.randn(4, requires_grad=True)
+    compiled = aot(lambda x: (x.tanh(),), x.detach().requires_grad_())
+    assert compiled.backward is None
+    compiled(x)[0].sum().backward()
+    first = compiled.backward
+    compiled(x)[0].sum().backward()
+    assert first is not None and compiled.backward is first
+
+
+def test_mutated_non_leaf_input_keeps_gradient():
+    def f(a):
+        a.mul_(3)
+        return (a.sin(),)
+
+    w = torch.randn(4, requires_grad=True)
+    compiled = aot(f, w * 1.0)
+    w_eager = w.detach().clone().requires_grad_()
+    a_eager = w_eager * 1.0
+    (expected,) = f(a_eager)
+    (expected.sum() + a_eager.sum()).backward()
+    a = w * 1.0
+    (out,) = compiled(a)
+    (out.sum() + a.sum()).backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(w.grad, w_eager.grad)
+
+
+def test_view_output_of_parameter_gets_gradient():
+    grads_match(lambda w: (w.t(), w * 2), torch.randn(2, 3, requires_grad=True))
+
+
+def test_compiled_under_saved_tensor_hooks():
+    packed = []
+
+    def pack(t):
+        packed.append(t.shape)
+        return t
+
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        compiled = aot(lambda x: (x.matmul(x.t()).tanh(),), x.detach().requires_grad_())
+        (out,) = compiled(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, x.matmul(x.t()).tanh())
+    assert packed and all(isinstance(s, torch.Size) for s in packed)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_twenty_optimizer_steps_match_eager(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().train()
+    eager = copy.deepcopy(model)
+    compiled = framejit.jit(model, backend="aot_eager", fullgraph=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(20):
+        x, target = batch(name)
+        for net, optimizer in ((compiled, opt), (eager, eager_opt)):
+            optimizer.zero_grad()
+            value = loss(name, net(x), target)
+            value.backward()
+            optimizer.step()
+            if net is compiled:
+                compiled_loss = value.detach()
+            else:
+                torch.testing.assert_close(compiled_loss, value.detach(), rtol=1e-4, atol=1e-5)
+    for (key, a), b in zip(model.state_dict().items(), eager.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=key)
