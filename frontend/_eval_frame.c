@@ -73,7 +73,7 @@ static _Thread_local int tls_mode = -1;
 static _Thread_local int tls_busy = 0;
 
 /* Counters for tests and the summary (all under the GIL). */
-static unsigned long long n_intercepted, n_hits, n_callbacks, n_skipped;
+static unsigned long long n_intercepted, n_hits, n_callbacks, n_skipped, n_chunk_pops, n_not_top;
 
 static PyObject *str_entries, *str_guards, *str_check, *str_code, *str_fn;
 
@@ -94,16 +94,16 @@ get_state(PyObject *code)
     return (PyObject *)extra;
 }
 
+/* Store a new reference to `state` (or NULL).  SetExtra itself calls free_extra on the old
+   value, so the old state is released there, not here. */
 static int
 set_state(PyObject *code, PyObject *state)
 {
-    PyObject *old = get_state(code);
     Py_XINCREF(state);
     if (CODE_SET_EXTRA(code, extra_index, state) < 0) {
         Py_XDECREF(state);
         return -1;
     }
-    Py_XDECREF(old);
     return 0;
 }
 
@@ -129,6 +129,7 @@ drop_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *result)
     if (base + co->co_framesize != tstate->datastack_top) {
         /* Not the top frame: popping would drop live frames.  Never expected; leaking the
            slot is the only safe thing left. */
+        n_not_top++;
         return result;
     }
     tstate->c_recursion_remaining--;
@@ -145,6 +146,7 @@ drop_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *result)
         _PyStackChunk *chunk = tstate->datastack_chunk;
         _PyStackChunk *prev = chunk->previous;
         PyObjectArenaAllocator arena;
+        n_chunk_pops++;
         tstate->datastack_top = &prev->data[prev->top];
         tstate->datastack_chunk = prev;
         tstate->datastack_limit = (PyObject **)(((char *)prev) + prev->size);
@@ -480,8 +482,9 @@ py_clear_code_state(PyObject *self, PyObject *code)
 static PyObject *
 py_stats(PyObject *self, PyObject *noargs)
 {
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:i}", "intercepted", n_intercepted, "hits", n_hits,
-                         "callbacks", n_callbacks, "skipped", n_skipped, "installed", installed);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:i}", "intercepted", n_intercepted, "hits",
+                         n_hits, "callbacks", n_callbacks, "skipped", n_skipped, "chunk_pops",
+                         n_chunk_pops, "not_top", n_not_top, "installed", installed);
 }
 
 static PyMethodDef methods[] = {

@@ -50,6 +50,12 @@ class CodeGen:
     def _emit(self, *instrs: Instr) -> None:
         self.instructions.extend(instrs)
 
+    def emit(self, instr: Instr) -> None:
+        self.instructions.append(instr)
+
+    def emit_call(self, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
+        self._emit(*versions.emit_call(nargs, kw_names))
+
     # --- primitives ------------------------------------------------------------------------------
     def load_local(self, name: str, is_cell: bool = False) -> None:
         self._emit(Instr("LOAD_DEREF", CellVar(name)) if is_cell else Instr("LOAD_FAST", name))

@@ -240,9 +240,11 @@ def _finish(
     lineno: int,
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
     outputs: list[TensorVariable] = []
-    _collect_outputs(result, outputs)
+    for vt in [result, *output.side_effects.values()]:
+        _collect_outputs(vt, outputs)
     cg = CodeGen(code, lineno)
     graphs = _compile_graph(code, output, outputs, backend, cg)
+    output.side_effects.emit(cg)
     cg.return_value(result)
     return _entry(fn, code, output, cg, argnames, graphs), graphs
 
@@ -258,11 +260,12 @@ def _finish_break(
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
     """Graph so far -> the break instruction, run for real -> resume function(s)."""
     outputs: list[TensorVariable] = []
-    for vt in [*gb.stack, *gb.locals.values()]:
+    for vt in [*gb.stack, *gb.locals.values(), *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
     lineno = gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
     cg = CodeGen(code, lineno)
     graphs = _compile_graph(code, output, outputs, backend, cg)
+    output.side_effects.emit(cg)  # the instruction that runs for real sees the writes
     inst = gb.inst
     callee = _callee_index(gb)
     for i, vt in enumerate(gb.stack):

@@ -267,7 +267,17 @@ def _skip(reason: str) -> tuple[None, None]:
     return None, None
 
 
+# The translator and torch's tracing machinery are not thread-safe: one compilation at a time.
+# (Waiting on it releases the GIL; the waiting thread's hook is off, so nothing re-enters.)
+_compile_lock = threading.Lock()
+
+
 def _decide(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, Any]:
+    with _compile_lock:
+        return _decide_locked(fn, args)
+
+
+def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, Any]:
     from framejit.backend import lookup_backend
     from framejit.frontend.convert import compile_frame
     from framejit.guards import cache_for

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.side_effects import SideEffects
 from framejit.frontend.sources import (
     AttrSource,
     FreeVarSource,
@@ -54,6 +55,10 @@ class OutputGraph:
         self.identity_sensitive = False
         self._by_id: dict[int, TensorVariable] = {}  # id(real tensor) -> its input variable
         self.created: list[torch.fx.Node] = []  # every node, in creation order (for rollback)
+        self.side_effects = SideEffects()
+        # id(real mutable object) -> its variable: two sources reaching one list/object share
+        # one variable, so a write through one is seen through the other.
+        self.objects_by_id: dict[int, VariableTracker] = {}
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:

@@ -94,6 +94,7 @@ class _RealCell(VariableTracker):
     def __init__(self, source: Source | None, cell: Any) -> None:
         self.source = source
         self.cell = cell
+        self.written: VariableTracker | None = None  # a value assigned while tracing
 
 
 class Translator:
@@ -258,6 +259,9 @@ class Translator:
 
     # --- globals and closures --------------------------------------------------------------------
     def load_global(self, name: str) -> VariableTracker:
+        written = self.output.side_effects.globals.get(name)
+        if written is not None and self.f_globals is self.output.fn.__globals__:
+            return written
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
                 return self.wrap_source(GlobalSourceFor(name))
@@ -287,6 +291,8 @@ class Translator:
                     "exception", f"free variable {name!r} referenced before assignment", "NameError"
                 )
             return cell.contents
+        if cell.written is not None:
+            return cell.written
         if cell.source is not None:
             return self.wrap_source(cell.source)
         contents = cell.cell.cell_contents
@@ -294,11 +300,25 @@ class Translator:
             return ConstantVariable(contents)
         return self.wrap_value(contents, None)
 
+    def store_global(self, name: str, value: VariableTracker) -> None:
+        if self.f_globals is not self.output.fn.__globals__:
+            raise Unsupported("side_effect", f"assigning global {name!r} of another module")
+        note_mutation()
+        self.output.side_effects.globals[name] = value
+
     def store_deref(self, name: str, value: VariableTracker) -> None:
         cell = self.cells.get(name)
         if isinstance(cell, CellVariable):
             note_mutation()
             cell.contents = value
+            return
+        if isinstance(cell, _RealCell) and cell.source is not None:
+            note_mutation()
+            if isinstance(cell.source, FreeVarSource) and self.parent is None:
+                self.output.side_effects.cells[cell.source] = (name, value)
+            else:  # a cell of an inlined function: reached through that function's closure
+                self.output.side_effects.cells[cell.source.base] = (None, value)
+            cell.written = value
             return
         raise Unsupported("side_effect", f"assigning nonlocal {name!r}")
 

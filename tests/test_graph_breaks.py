@@ -180,20 +180,29 @@ class Box:
         return t.mean()
 
 
+class Guarded:
+    """Attribute writes go through a custom __setattr__: they run for real, at a break."""
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value * 1)
+
+
 def writes_an_attribute(x, box):
     box.value = x * 2
     return box.value + 1
 
 
-def test_break_at_an_attribute_write_on_an_outside_object() -> None:
+def test_break_at_an_attribute_write_that_cannot_be_replayed() -> None:
     x = torch.randn(3)
-    eager_box, jit_box = Box(), Box()
+    eager_box, jit_box = Guarded(), Guarded()
     counter = CompileCounter()
     jitted = framejit.jit(writes_an_attribute, backend=counter)
     for _ in range(2):
         same(jitted(x, jit_box), writes_an_attribute(x, eager_box))
         same(jit_box.value, eager_box.value)
     assert counter.frame_count == 2
+    (reason,) = breaks_of(writes_an_attribute, x, Guarded())
+    assert "__setattr__" in reason
 
 
 def calls_a_method_that_prints(x, box):

@@ -118,6 +118,11 @@ def load_method(tx: Translator, inst: Any) -> None:
     tx.push(obj.getattr(tx, inst.argval))
 
 
+@handler("STORE_GLOBAL")
+def store_global(tx: Translator, inst: Any) -> None:
+    tx.store_global(inst.argval, tx.pop())
+
+
 @handler("STORE_ATTR")
 def store_attr(tx: Translator, inst: Any) -> None:
     obj = tx.pop()

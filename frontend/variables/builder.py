@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
 from framejit.frontend.sources import AttrSource, ItemSource, Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.frontend.variables.builtins import is_builtin
@@ -100,9 +101,30 @@ def wrap_source(tx: Translator, source: Source) -> VariableTracker:
         raise Unsupported(
             "exception", f"reading {source}", f"{type(exc).__name__}: {exc}"
         ) from None
+    mutable = _is_mutable_object(value)
+    if mutable:
+        seen = out.objects_by_id.get(id(value))
+        if seen is not None and seen.source is not None:  # one object, reached twice
+            _guard(tx, source, GuardKind.DUPLICATE_INPUT, seen.source)
+            out.remember_wrap(source, seen)
+            return seen
     vt = _wrap_guarded(tx, value, source)
     out.remember_wrap(source, vt)
+    if mutable:
+        out.objects_by_id[id(value)] = vt
     return vt
+
+
+def _is_mutable_object(value: Any) -> bool:
+    """Objects whose writes the translator records (their identity matters)."""
+    t = type(value)
+    if t in (list, dict, collections.OrderedDict) or isinstance(value, torch.nn.Module):
+        return True
+    return (
+        not isinstance(value, (type, types.ModuleType, types.FunctionType, torch.Tensor))
+        and t not in CONSTANT_TYPES
+        and hasattr(value, "__dict__")
+    )
 
 
 def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> None:
@@ -171,6 +193,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if isinstance(value, type):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return ClassVariable(value, source)
+    if _replayed(value):
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return ReplayedCallVariable(value, source)
     if is_torch_callable(value) or is_builtin(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)
@@ -182,6 +207,13 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         )
     _guard(tx, source, GuardKind.TYPE_MATCH, t)
     return UserObjectVariable(value, source)
+
+
+def _replayed(value: Any) -> bool:
+    try:
+        return value in REPLAYED_FUNCTIONS
+    except TypeError:
+        return False
 
 
 def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTracker:
@@ -199,6 +231,8 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         return ClassVariable(value, source)
     if isinstance(value, types.ModuleType):
         return PythonModuleVariable(value, source)
+    if _replayed(value):
+        return ReplayedCallVariable(value, source)
     if is_torch_callable(value):
         return TorchFunctionVariable(value, source)
     if is_builtin(value):

@@ -126,9 +126,9 @@ class ListVariable(BaseSequence):
         args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
-        if self.source is not None:
-            raise Unsupported("side_effect", f"list.{name} on a list passed into the function")
         note_mutation()
+        if self.source is not None:  # replayed on the real list after the graph
+            tx.output.side_effects.changed_container(self)
         items = self.items
         if name == "append" and len(args) == 1:
             items.append(args[0])
@@ -290,9 +290,9 @@ class DictVariable(VariableTracker):
             return ConstantVariable(len(items))
         if name == "copy" and not args:
             return DictVariable(items, cls=self.cls)
-        if self.source is not None:
-            raise Unsupported("side_effect", f"dict.{name} on a dict passed into the function")
         note_mutation()
+        if self.source is not None:  # replayed on the real dict after the graph
+            tx.output.side_effects.changed_container(self)
         if name == "__setitem__" and len(args) == 2:
             items[_const_index(tx, args[0], "dict")] = args[1]
         elif name == "update" and len(args) <= 1:

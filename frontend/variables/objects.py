@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import functools
 import inspect
 import sys
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.side_effects import LOGGER_METHODS, ReplayedCallVariable
 from framejit.frontend.sources import (
     AttrSource,
     Source,
@@ -62,8 +64,24 @@ class UserObjectVariable(VariableTracker):
             raise Unsupported("unsupported_attr", what, "object has no source")
         return self.source
 
-    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
         cls = type(self.obj)
+        found = _class_attr(cls, name)
+        custom = cls.__setattr__ not in (object.__setattr__, torch.nn.Module.__setattr__)
+        if custom or (found is not None and hasattr(type(found[1]), "__set__")):
+            raise Unsupported("side_effect", f"setting {cls.__name__}.{name}",
+                              "a custom __setattr__ or a data descriptor")
+        note_mutation()
+        tx.output.side_effects.store_attr(self, name, value)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        written = tx.output.side_effects.load_attr(self, name)
+        if written is not None:
+            return written
+        cls = type(self.obj)
+        if isinstance(self.obj, logging.Logger) and name in LOGGER_METHODS:
+            return ReplayedCallVariable(getattr(self.obj, name),
+                                        AttrSource(self._need_source(name), name))
         if _has_custom_getattribute(cls):
             raise Unsupported(
                 "unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__"
@@ -135,6 +153,9 @@ _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleD
 
 class NNModuleVariable(UserObjectVariable):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        written = tx.output.side_effects.load_attr(self, name)
+        if written is not None:
+            return written
         mod = self.obj
         d = mod.__dict__
         src = self.source

@@ -1,0 +1,154 @@
+"""Python-visible writes seen while tracing, replayed after the graph runs.
+
+The translator never mutates real objects. When traced code writes an attribute of an object
+from outside the frame, changes a list or dict passed in, assigns a global or a closure cell of
+an enclosing function, or calls a logging/warnings function, the write is recorded here; later
+reads in the same trace see the recorded value. The transformed code replays the final state
+after the graph (and before a graph break's instruction, so code that runs for real sees it):
+
+    attribute writes   obj.name = value            (in the order they were first made)
+    list/dict contents lst[:] = [...]; dict cleared and refilled
+    globals            STORE_GLOBAL name
+    closure cells      cell.cell_contents = value
+    logging/warnings   the recorded calls, in order, with the same arguments
+
+Invariant: replaying the final state is equivalent to the writes made in order, because nothing
+outside the frame can observe the intermediate states while the frame runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from bytecode import FreeVar, Instr
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import Source
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+
+if TYPE_CHECKING:
+    from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.translator import Translator
+
+# Module-level functions whose calls are recorded and replayed instead of traced.
+REPLAYED_FUNCTIONS = {
+    warnings.warn, logging.debug, logging.info, logging.warning, logging.error,
+    logging.critical, logging.exception, logging.log,
+}
+LOGGER_METHODS = frozenset({
+    "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log",
+    "warning_once", "info_once",
+})
+
+
+class ReplayedCallVariable(VariableTracker):
+    """A logging or warnings function: calling it records the call for replay."""
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Replayed({getattr(self.fn, '__qualname__', self.fn)})"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def call(self, tx: Translator, args: list[VariableTracker],
+             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        tx.output.side_effects.calls.append((self, list(args), dict(kwargs)))
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.fn)
+
+
+def _replace_dict(target: dict[Any, Any], new: dict[Any, Any]) -> None:
+    target.clear()
+    target.update(new)
+
+
+class SideEffects:
+    def __init__(self) -> None:
+        # id(object VT) -> (object VT, {attribute: value VT}); insertion order = first write
+        self.attrs: dict[int, tuple[VariableTracker, dict[str, VariableTracker]]] = {}
+        self.containers: dict[int, VariableTracker] = {}  # lists/dicts from outside, changed
+        self.globals: dict[str, VariableTracker] = {}
+        self.cells: dict[Source, tuple[str | None, VariableTracker]] = {}
+        self.calls: list[tuple[VariableTracker, list[VariableTracker],
+                               dict[str, VariableTracker]]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.attrs or self.containers or self.globals or self.cells or self.calls)
+
+    # --- recording ------------------------------------------------------------------------------
+    def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
+        if obj.source is None:
+            raise Unsupported("side_effect", f"setting .{name} on an object with no source")
+        self.attrs.setdefault(id(obj), (obj, {}))[1][name] = value
+
+    def load_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
+        entry = self.attrs.get(id(obj))
+        return entry[1].get(name) if entry is not None else None
+
+    def changed_container(self, vt: VariableTracker) -> None:
+        self.containers[id(vt)] = vt
+
+    def values(self) -> list[VariableTracker]:
+        """Every VT the replay will rebuild (their tensors must be graph outputs)."""
+        out: list[VariableTracker] = []
+        for obj, attrs in self.attrs.values():
+            out += [obj, *attrs.values()]
+        for vt in self.containers.values():
+            out += list(vt.items.values()) if hasattr(vt.items, "values") else list(vt.items)
+        out += list(self.globals.values())
+        out += [v for _, v in self.cells.values()]
+        for fn, args, kwargs in self.calls:
+            out += [fn, *args, *kwargs.values()]
+        return out
+
+    # --- replay ---------------------------------------------------------------------------------
+    def emit(self, cg: CodeGen) -> None:
+        from framejit.frontend.variables.containers import DictVariable, ListVariable
+
+        for obj, attrs in self.attrs.values():
+            for name, value in attrs.items():
+                cg.reconstruct(value)
+                cg.reconstruct(obj)
+                cg.emit(Instr("STORE_ATTR", name))
+        for vt in self.containers.values():
+            if isinstance(vt, ListVariable):
+                for item in vt.items:
+                    cg.reconstruct(item)
+                cg.build(list, len(vt.items))
+                cg.reconstruct(vt)  # the real list, through its source
+                cg.load_const(slice(None))
+                cg.emit(Instr("STORE_SUBSCR"))
+            elif isinstance(vt, DictVariable):
+                cg.call_const(_replace_dict, lambda vt=vt: (
+                    cg.reconstruct(vt), DictVariable(vt.items).reconstruct(cg)), 2)
+                cg.emit(Instr("POP_TOP"))
+        for name, value in self.globals.items():
+            cg.reconstruct(value)
+            cg.emit(Instr("STORE_GLOBAL", name))
+        for source, (freevar, value) in self.cells.items():
+            cg.reconstruct(value)
+            if freevar is not None:  # a free variable of the frame itself
+                cg.emit(Instr("STORE_DEREF", FreeVar(freevar)))
+            else:
+                source.emit_load(cg)
+                cg.emit(Instr("STORE_ATTR", "cell_contents"))
+        for fn, args, kwargs in self.calls:
+            cg.push_null()
+            cg.reconstruct(fn)
+            for a in args:
+                cg.reconstruct(a)
+            for v in kwargs.values():
+                cg.reconstruct(v)
+            cg.emit_call(len(args) + len(kwargs), tuple(kwargs))
+            cg.emit(Instr("POP_TOP"))
