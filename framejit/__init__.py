@@ -30,6 +30,7 @@ from framejit.api import ExplainOutput, JitFunction, JitModule, disable, explain
 from framejit.backend import list_backends, register_backend
 from framejit.frontend.errors import FullGraphError
 from framejit.logs import set_logs
+from framejit.wholescript import enabled
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ __all__ = [
     "JitModule",
     "config",
     "disable",
+    "enabled",
     "explain",
     "jit",
     "list_backends",

@@ -2,10 +2,11 @@
 
 Commands:
   demo   compile a small model, check it against eager, print graphs, guards and timings
-  run    run a script in whole-script mode (not available yet: exits with status 2)
+  run    run a script in whole-script mode (the frame hook on; like FRAMEJIT=1)
 
 Exit status: 0 on success; 1 if the demo's result differs from eager; 2 for usage errors and
-for commands that are not available yet.
+when whole-script mode cannot start (the frame hook is not built for this Python); `run` exits
+with the script's own status otherwise.
 """
 
 from __future__ import annotations
@@ -56,10 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run a script in whole-script mode (not available yet)",
-        description="Run SCRIPT with framejit's frame hook installed, as FRAMEJIT=1 would. "
-        "Not available yet: the PEP 523 frame hook is not built.",
+        help="run a script in whole-script mode (every function frame considered)",
+        description="Run SCRIPT as __main__ with framejit's frame hook on for every thread, as "
+        "FRAMEJIT=1 would: functions that do tensor work are compiled, others run as usual.",
     )
+    run.add_argument("--backend", default=None, help="backend for compiled frames (default: auto)")
+    run.add_argument("--mode", default=None, help="mode for compiled frames (default: none)")
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     return parser
@@ -81,14 +84,28 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    print(
-        f"framejit: whole-script mode is not available yet, so '{_prog()} run {args.script}' "
-        "cannot run it.\n"
-        "The PEP 523 frame hook it needs is not built in this version. Meanwhile, wrap the "
-        "functions or modules to compile with framejit.jit(...) and run the script with python.",
-        file=sys.stderr,
-    )
-    return EXIT_UNAVAILABLE
+    from framejit.config import config
+    from framejit.frontend import hook
+    from framejit.wholescript import run_script
+
+    if not os.path.isfile(args.script):
+        print(f"framejit: no such script: {args.script}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if not config.disable and not hook.available():
+        print(
+            f"framejit: whole-script mode cannot run {args.script}: {hook.unavailable_reason()}",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
+    try:
+        run_script(args.script, args.args, backend=args.backend, mode=args.mode)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from framejit.backend import lookup_backend
 from framejit.config import config
 from framejit.frontend.codegen import argnames_of
 from framejit.frontend.convert import compile_frame, guard_report
+from framejit.frontend.hook import disabled as hook_disabled
 from framejit.guards import CodeCache, clear_caches
 
 MODES = (None, "default", "reduce-overhead", "max-autotune")
@@ -192,18 +193,25 @@ class JitFunction:
                 )
                 return fn(*args, **kwargs)
         s = self._settings
-        result = compile_frame(fn, frame_args, s.backend, s.fullgraph, self._wrap_resume)
+        with hook_disabled():  # user code the backend runs while compiling is not hooked
+            result = compile_frame(fn, frame_args, s.backend, s.fullgraph, self._wrap_resume)
         if s.observer is not None:
             s.observer(result)
         cache.add(result.entry)
         return result.entry.fn(*args, **kwargs)
 
-    def _wrap_resume(self, fn: types.FunctionType) -> Any:
-        if getattr(fn, "_framejit_disabled", False):
-            return fn
+    def _wrap_resume(self, fn: Any) -> Any:
+        """What transformed code calls instead of a resume function, or of the function or
+        module a graph break runs for real: a jit of it, so it is compiled on its own."""
+        if getattr(fn, "_framejit_disabled", False) or _has_hooks(fn):
+            return fn  # hooks must see the module itself: call it as it is
         wrapped = self._wrapped.get(fn)
         if wrapped is None:
-            wrapped = self._wrapped[fn] = JitFunction(fn, self._settings)
+            if isinstance(fn, torch.nn.Module):
+                wrapped = JitModule(fn, self._settings)
+            else:
+                wrapped = JitFunction(fn, self._settings)
+            self._wrapped[fn] = wrapped
         return wrapped
 
     @property
@@ -215,6 +223,18 @@ class JitFunction:
 
 
 _live_caches: weakref.WeakSet[CodeCache] = weakref.WeakSet()
+
+
+def _has_hooks(obj: Any) -> bool:
+    if not isinstance(obj, torch.nn.Module):
+        return False
+    from torch.nn.modules import module as m
+
+    return bool(
+        obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks
+        or obj._backward_pre_hooks or m._global_forward_hooks or m._global_forward_pre_hooks
+        or m._global_backward_hooks or m._global_backward_pre_hooks
+    )
 
 
 class JitModule(torch.nn.Module):

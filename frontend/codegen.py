@@ -29,7 +29,7 @@ from framejit.frontend.variables.containers import (
     ListVariable,
 )
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from framejit.frontend.variables.objects import NewObjectVariable
+from framejit.frontend.variables.objects import NewObjectVariable, NNModuleVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 # Mutable objects made in the frame: rebuilt once per transformed code, then reloaded.
@@ -143,6 +143,9 @@ class CodeGen:
             fn = getattr(vt, "fn", None)
             if isinstance(vt, UserFunctionVariable):
                 self.load_const(wrap_function(fn))
+                return
+            if isinstance(vt, NNModuleVariable):
+                self.load_const(wrap_function(vt.obj))
                 return
             if isinstance(vt, UserMethodVariable) and isinstance(vt.fn, UserFunctionVariable):
                 self.call_const(

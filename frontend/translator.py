@@ -47,6 +47,7 @@ from framejit.frontend.variables.base import (
 )
 from framejit.frontend.variables.containers import (
     BaseSequence,
+    IteratorVariable,
     DictVariable,
     ListVariable,
     TupleVariable,
@@ -128,6 +129,8 @@ class Translator:
         self.fn_source: Source | None = None  # the function being inlined, when it has one
         self.steps = 0
         self.breaks_allowed = False  # the root frame may break its graph (compile_frame sets it)
+        # Set for an inlined generator: the values it yields, in order (YIELD_VALUE appends).
+        self.yielded: list[VariableTracker] | None = None
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self) -> VariableTracker:
@@ -567,19 +570,22 @@ class Translator:
         freevars: dict[str, Any],
         fn_source: Source | None,
     ) -> VariableTracker:
-        if code.co_flags & (
-            inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-        ):
-            raise Unsupported("generator", f"calling generator function {code.co_name}")
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise Unsupported("generator", f"calling async function {code.co_name}")
+        generator = bool(code.co_flags & inspect.CO_GENERATOR)
         if self.depth + 1 > config.inline_depth_limit:
             raise Unsupported(
                 "recursion_limit", f"calling {code.co_name}", f"depth {config.inline_depth_limit}"
             )
         child = Translator(code, f_globals, self.output, bound, freevars, parent=self)
         child.fn_source = fn_source
+        if generator:  # run to exhaustion now; the caller iterates over what it yielded
+            child.yielded = []
         child.steps = self.steps
         result = child.run()
         self.steps = child.steps
+        if generator:
+            return IteratorVariable(child.yielded)
         return result
 
 

@@ -743,7 +743,6 @@ UNSUPPORTED_CASES = [
                  "with cm:", id="with"),
     pytest.param(catches, lambda: (t(3), ValueError("boom")), "RAISE_VARARGS", "raise error",
                  id="try-except-raise"),
-    pytest.param(generator, lambda: (t(3),), "RETURN_GENERATOR", "def generator", id="generator"),
     pytest.param(defines_a_class, lambda: (t(3),), "LOAD_BUILD_CLASS", "class Local",
                  id="class"),
     pytest.param(matches, lambda: (t(3), [1, 2]), "MATCH_SEQUENCE", "case [a, b]", id="match"),
@@ -773,6 +772,33 @@ def test_unsupported_opcode_runs_eagerly(fn: Callable[..., Any],
     assert f"`{opname}`" in err
     assert f"{__file__}:{line}" in err
     assert err.count("[framejit:graph_breaks] running") == 1  # the eager entry is reused
+
+
+def test_a_generator_function_itself_runs_eagerly_and_stays_a_generator() -> None:
+    counter = CompileCounter()
+    jitted = framejit.jit(generator, backend=counter)
+    x = t(3)
+    for _ in range(2):
+        got = jitted(x)
+        assert inspect.isgenerator(got)
+        assert_same(list(got), list(generator(x)))
+    assert counter.frame_count == 0
+
+
+def consumes_generators(x: torch.Tensor) -> torch.Tensor:
+    total = sum(x * i for i in range(3))
+    return torch.stack(list(generator(x))) + total
+
+
+def test_generators_consumed_in_the_frame_are_captured() -> None:
+    assert "RETURN_GENERATOR" in {i.opname for i in dis.get_instructions(generator)}
+    assert {"RETURN_GENERATOR", "YIELD_VALUE"} <= set(HANDLERS)
+    counter = CompileCounter()
+    jitted = framejit.jit(consumes_generators, backend=counter)
+    x = t(3)
+    for _ in range(2):
+        assert_same(jitted(x), consumes_generators(x))
+    assert counter.frame_count == 1
 
 
 def test_global_and_attribute_writes_are_replayed_after_the_graph(

@@ -52,8 +52,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "SETUP_ANNOTATIONS": "annotations at module level",
     "LOAD_BUILD_CLASS": "defining a class inside a function",
     "IMPORT_STAR": "import *",
-    "YIELD_VALUE": "generators run eagerly",
-    "RETURN_GENERATOR": "generators run eagerly",
     "SEND": "generators run eagerly",
     "GET_AWAITABLE": "coroutines run eagerly",
     "GET_AITER": "async iteration runs eagerly",

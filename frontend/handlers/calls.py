@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
-from framejit.frontend.variables.base import NULL, CellVariable, VariableTracker
+from framejit.frontend.variables.base import NULL, CellVariable, ConstantVariable, VariableTracker
 from framejit.frontend.variables.containers import DictVariable, TupleVariable
 from framejit.frontend.variables.functions import NestedFunctionVariable
 
@@ -92,3 +92,25 @@ def call_intrinsic_2(tx: Translator, inst: Any) -> None:
         f"CALL_INTRINSIC_2 {inst.argrepr}",
         "exception groups and generic type parameters",
     )
+
+
+MAX_YIELDS = 100_000
+
+
+@handler("RETURN_GENERATOR")
+def return_generator(tx: Translator, inst: Any) -> None:
+    if tx.yielded is None:
+        raise Unsupported("generator", "a generator function's own frame",
+                          "generators are compiled when a caller consumes them")
+    tx.push(ConstantVariable(None))  # the POP_TOP that follows discards it
+
+
+@handler("YIELD_VALUE")
+def yield_value(tx: Translator, inst: Any) -> None:
+    if tx.yielded is None:
+        raise Unsupported("generator", "yield outside an inlined generator")
+    if len(tx.yielded) >= MAX_YIELDS:
+        raise Unsupported("generator", "a generator yielding without end",
+                          f"more than {MAX_YIELDS} values")
+    tx.yielded.append(tx.pop())
+    tx.push(ConstantVariable(None))  # what `send` would have passed in

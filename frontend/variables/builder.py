@@ -199,14 +199,46 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if is_torch_callable(value) or is_builtin(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)
-    if callable(value) and isinstance(
-        value, (types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType)
-    ):
-        raise Unsupported(
-            "unsupported_call", f"{getattr(value, '__qualname__', value)}", "a C function"
-        )
+    if isinstance(value, _C_CALLABLES):
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return OpaqueCallableVariable(value, source)
     _guard(tx, source, GuardKind.TYPE_MATCH, t)
     return UserObjectVariable(value, source)
+
+
+_C_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+)
+
+
+class OpaqueCallableVariable(VariableTracker):
+    """A C function the translator does not understand: calling it is a graph break (the call
+    runs for real), but loading and passing it around is fine."""
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Opaque({getattr(self.fn, '__qualname__', self.fn)})"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        name = getattr(self.fn, "__qualname__", repr(self.fn))
+        raise Unsupported("unsupported_call", f"{name}()", "a C function")
+
+    def reconstruct(self, cg: Any) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.fn)
 
 
 def _replayed(value: Any) -> bool:
@@ -239,6 +271,8 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         return BuiltinVariable(value, source)
     if t is types.FunctionType:
         return UserFunctionVariable(value, source)
+    if isinstance(value, _C_CALLABLES):
+        return OpaqueCallableVariable(value, source)
     if t in (tuple, list) and all(type(v) in CONSTANT_TYPES for v in value):
         return (
             ConstantVariable(value, source)

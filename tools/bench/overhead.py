@@ -7,9 +7,11 @@ The cases do almost no kernel work, so what is left is the cost of getting into 
   b. the sum of 10 one-element tensor arguments
   c. `nn.Sequential` of 50 `Linear(4, 4)` on a (1, 4) input, under torch.no_grad() and with
      grad enabled
+  d. `y = x + 1; print(...); return y * 2`: one graph break in the middle (the print goes to a
+     sink that discards it, so its own cost is the same for all three)
 
 Targets (each must be <= 1.0):
-  a, b: framejit overhead / torch.compile overhead, where overhead = compiled time - eager time
+  a, b, d: framejit overhead / torch.compile overhead, where overhead = compiled - eager time
   c:    framejit time per call / torch.compile time per call
 
 Timing: after warm-up (compilation included), each round times a tight loop of calls for each
@@ -172,6 +174,22 @@ def _sum10(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9):  # type: ignore[no-untyped-d
     return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9
 
 
+class _Sink:
+    """A file that discards what is printed to it."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_SINK = _Sink()
+
+
+def _with_break(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1
+    print("between the graphs", file=_SINK)
+    return y * 2
+
+
 def _run_case(
     case: str,
     description: str,
@@ -189,6 +207,8 @@ def _run_case(
     jit_out = jitted(*args)  # compiles
     tc_out = compiled(*args)  # compiles
     graphs, _ = _check_and_count(jitted, eager_out, jit_out, tc_out)
+    if case == "d":
+        graphs = len(framejit.explain(fn, *args).graphs)
     us, rounds = measure(
         {"eager": fn, "framejit": jitted, "torch.compile": compiled}, args, repeats, round_s
     )
@@ -246,6 +266,10 @@ def run(repeats: int, round_s: float) -> list[Measurement]:
             "time",
         )
     )
+    results.append(
+        _run_case("d", "x + 1; print(); y * 2: one graph break", _with_break, (x,), repeats,
+                  round_s, "overhead")
+    )
     return results
 
 
@@ -279,7 +303,7 @@ def render(results: list[Measurement], info: dict[str, str], repeats: int) -> st
         notes = []
         if m.framejit_graphs < 0:
             notes.append("framejit cache not inspectable")
-        elif m.framejit_graphs != 1:
+        elif m.framejit_graphs != (2 if m.case == "d" else 1):
             notes.append(f"framejit captured {m.framejit_graphs} graphs")
         if m.framejit_entries > 1:
             notes.append(f"framejit has {m.framejit_entries} cache entries (recompiled)")

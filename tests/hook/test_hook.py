@@ -1,0 +1,378 @@
+"""The frame hook in this process: what it compiles, what it leaves alone, and that results,
+exceptions, tracers, profilers and threads behave exactly as without it."""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import pstats
+import sys
+import threading
+import traceback
+
+import pytest
+import torch
+from framejit.frontend import hook
+
+import framejit
+from framejit.testing import CompileCounter
+
+pytestmark = pytest.mark.skipif(not hook.available(), reason=hook.unavailable_reason())
+
+
+def _state(fn):
+    """The code's state in the hook: ... not seen, None skipped, else its CodeCache."""
+    return hook.require().get_code_state(fn.__code__)
+
+
+def _compiled(fn) -> bool:
+    state = _state(fn)
+    return state is not None and state is not ... and bool(state.entries)
+
+
+def test_compiles_a_tensor_function_and_reuses_it():
+    def f(x, y):
+        return torch.relu(x) * 2 + y
+
+    x, y = torch.randn(4), torch.randn(4)
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        results = [f(x, y) for _ in range(5)]
+    assert counter.frame_count == 1
+    assert _compiled(f)
+    for r in results:
+        torch.testing.assert_close(r, torch.relu(x) * 2 + y)
+    assert f(x, y) is not None  # outside the region: runs as plain Python
+    assert counter.frame_count == 1
+
+
+def test_recompiles_on_new_shapes_and_after_reset():
+    def f(x):
+        return x.sin() + 1
+
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        for n in (3, 4, 3, 4):
+            torch.testing.assert_close(f(torch.ones(n)), torch.ones(n).sin() + 1)
+        assert counter.frame_count == 2
+        framejit.reset()
+        torch.testing.assert_close(f(torch.ones(3)), torch.ones(3).sin() + 1)
+    assert counter.frame_count == 3
+
+
+def test_argument_kinds_and_closures():
+    k = torch.tensor(3.0)
+
+    def f(a, /, b, *rest, c=1.0, d, **kw):
+        return a * b + sum(rest) * c + d * kw["e"] + k
+
+    def eager():
+        return (
+            torch.ones(2) * 2 + (torch.ones(2) + 1) * 4.0 + torch.ones(2) * 5 + k,
+            torch.ones(2) * 2 + 0 * 1.0 + 3 * 5 + k,
+        )
+
+    with framejit.enabled(backend="eager"):
+        got = (
+            f(torch.ones(2), 2, torch.ones(2), 1, c=4.0, d=torch.ones(2), e=5),
+            f(torch.ones(2), 2, d=3, e=5),
+        )
+    for g, e in zip(got, eager()):
+        torch.testing.assert_close(g, e)
+
+
+def test_module_forward_is_compiled():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model
+
+        def forward(self, x):
+            return self.body(x).sum(dim=-1)
+
+    net, x = Net(), torch.randn(2, 4)
+    with framejit.enabled(), torch.no_grad():
+        got = [net(x) for _ in range(3)]
+    with torch.no_grad():
+        expected = net(x)
+    assert _compiled(Net.forward)
+    for g in got:
+        torch.testing.assert_close(g, expected)
+
+
+def test_skip_rules():
+    import json
+
+    def pure(a, b):
+        return a + b
+
+    def no_tensor_work(x):
+        return x.shape[0] * 2
+
+    @framejit.disable
+    def off(x):
+        return x + 1
+
+    with framejit.enabled(backend="eager"):
+        assert pure(2, 3) == 5 and pure(torch.ones(1), 1).item() == 2
+        assert no_tensor_work(torch.ones(3)) == 6
+        assert off(torch.ones(1)).item() == 2
+        json.dumps({"a": [1, 2]})
+    assert _state(pure) is None  # first call had no tensor argument: skipped for good
+    assert _state(no_tensor_work) is None  # traced, no graph: skipped once, free afterwards
+    assert _state(off) is None
+    assert _state(json.dumps) is None  # standard library
+    assert _state(torch.nn.functional.relu) in (None, ...)  # torch: never compiled
+
+
+def test_skipped_code_costs_no_callback():
+    def pure(a):
+        return a + 1
+
+    mod = hook.require()
+    with framejit.enabled():
+        pure(1)
+        before = mod.stats()["callbacks"]
+        for i in range(1000):
+            pure(i)
+        after = mod.stats()["callbacks"]
+    assert after == before
+
+
+def test_generators_and_coroutines_run_uncompiled():
+    def gen(x):
+        for i in range(3):
+            x = x + i
+            got = yield x
+            if got is not None:
+                x = x * got
+
+    async def coro(x):
+        await asyncio.sleep(0)
+        return x * 2
+
+    def use_gen(x):
+        g = gen(x)
+        out = [next(g), g.send(torch.tensor(2.0)), next(g)]
+        try:
+            g.throw(ValueError("into the generator"))
+        except ValueError as exc:
+            out.append(str(exc))
+        return out
+
+    x = torch.tensor(1.0)
+    with framejit.enabled(backend="eager"):
+        got = use_gen(x)
+        res = asyncio.run(coro(x))
+    assert [float(v) for v in got[:3]] == [1.0, 3.0, 5.0] and got[3] == "into the generator"
+    assert got[:3] == use_gen(x)[:3]
+    assert float(res) == 2.0
+    assert _state(gen) is ...  # never looked at
+    assert _state(coro) is ...
+
+
+def test_exception_in_a_hooked_frame_points_at_user_lines():
+    def inner(x):
+        if x.shape[0] == 3:
+            raise ValueError("bad size")  # the line the traceback must show
+        return x + 1
+
+    def outer(x):
+        return inner(x) * 2
+
+    with framejit.enabled(backend="eager"):
+        for _ in range(2):
+            with pytest.raises(ValueError, match="bad size") as info:
+                outer(torch.ones(3))
+        torch.testing.assert_close(outer(torch.ones(2)), (torch.ones(2) + 1) * 2)
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[-1].name == "inner" and frames[-1].filename == __file__
+    assert "raise ValueError" in frames[-1].line
+    assert any(f.name == "outer" and f.filename == __file__ for f in frames)
+
+
+def test_exception_from_compiled_graph_propagates():
+    def mm(a, b):
+        return (a @ b).relu()
+
+    with framejit.enabled(backend="eager"):
+        mm(torch.ones(2, 3), torch.ones(3, 2))
+        with pytest.raises(RuntimeError):
+            mm(torch.ones(2, 3), torch.ones(4, 2))
+        torch.testing.assert_close(mm(torch.ones(2, 3), torch.ones(3, 2)), torch.full((2, 2), 3.0))
+
+
+def test_recursion():
+    def tsum(x, n):
+        return x if n == 0 else tsum(x, n - 1) + 1
+
+    def depth(n):
+        return 0 if n == 0 else 1 + depth(n - 1)
+
+    with framejit.enabled(backend="eager"):
+        assert float(tsum(torch.zeros(()), 30)) == 30.0
+        # 3.12 counts every hooked call against its C recursion limit as well (no inlined
+        # calls while a frame evaluator is installed), so stay well inside both limits.
+        assert depth(300) == 300
+        with pytest.raises(RecursionError):
+            depth(sys.getrecursionlimit() + 10)
+        assert depth(10) == 10  # still healthy after the overflow
+
+
+def test_enable_state_is_per_thread():
+    def f(x):
+        return x.cos() * 3
+
+    def g(x):
+        return x.sin() * 3
+
+    seen = {}
+
+    def other():
+        seen["on"] = hook.require().thread_enabled()
+        seen["g"] = g(torch.ones(2))
+
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        f(torch.ones(2))
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert seen["on"] is False
+    torch.testing.assert_close(seen["g"], torch.ones(2).sin() * 3)
+    assert _compiled(f) and _state(g) is ...
+    assert counter.frame_count == 1
+
+
+def test_threads_hooked_together():
+    def f(x, k):
+        return x * k + 1
+
+    errors: list[BaseException] = []
+
+    def work(k):
+        try:
+            with framejit.enabled(backend="eager"):
+                for _ in range(50):
+                    torch.testing.assert_close(f(torch.ones(3), k), torch.ones(3) * k + 1)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert _compiled(f)
+
+
+def test_settrace_sees_user_frames_and_results_hold():
+    def f(x):
+        y = x + 1
+        return y * 2
+
+    calls = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is f.__code__:
+            calls.append(frame.f_lineno)
+        return None
+
+    with framejit.enabled(backend="eager"):
+        f(torch.ones(2))  # compiled
+        sys.settrace(tracer)
+        try:
+            got = f(torch.ones(2))
+        finally:
+            sys.settrace(None)
+    torch.testing.assert_close(got, (torch.ones(2) + 1) * 2)
+    assert calls, "the traced call ran the original frame"
+
+
+def test_cprofile_still_works():
+    def f(x):
+        return (x + 1).exp()
+
+    prof = cProfile.Profile()
+    with framejit.enabled(backend="eager"):
+        f(torch.ones(2))
+        prof.enable()
+        got = [f(torch.ones(2)) for _ in range(3)]
+        prof.disable()
+    for g in got:
+        torch.testing.assert_close(g, (torch.ones(2) + 1).exp())
+    names = {key[2] for key in pstats.Stats(prof).stats}
+    assert "f" in names
+
+
+def test_compiler_frames_are_not_hooked():
+    def helper(x):
+        return x * 5
+
+    def f(x):
+        return x - 1
+
+    def backend(gm, example_inputs):
+        helper(example_inputs[0])  # user code run while compiling: must not be intercepted
+        return gm.forward
+
+    with framejit.enabled(backend=backend):
+        torch.testing.assert_close(f(torch.ones(2)), torch.zeros(2))
+    assert _compiled(f)
+    assert _state(helper) is ...
+
+
+def test_jit_and_hook_together():
+    @framejit.jit(backend="eager")
+    def f(x):
+        return x.tanh() + 2
+
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        for _ in range(3):
+            torch.testing.assert_close(f(torch.ones(2)), torch.ones(2).tanh() + 2)
+    assert counter.frame_count == 0  # the decorated function's transformed code is not hooked
+
+
+def test_disable_env_wins(monkeypatch):
+    def f(x):
+        return x + 7
+
+    monkeypatch.setattr(framejit.config, "disable", True)
+    with framejit.enabled():
+        f(torch.ones(1))
+    assert _state(f) is ...
+
+
+def test_hook_is_removed_when_no_thread_wants_it():
+    mod = hook.require()
+    assert mod.stats()["installed"] == 0
+    with framejit.enabled():
+        assert mod.stats()["installed"] == 1
+        with hook.disabled():
+            assert not mod.thread_enabled()
+        assert mod.thread_enabled()
+    assert mod.stats()["installed"] == 0
+
+
+def test_frame_stack_stays_consistent_across_chunks():
+    # Compiled calls at many depths and frame sizes: on 3.12 some intercepted frames sit at the
+    # start of a data-stack chunk, which the hook must free when it pops them.
+    def f(x, *pad):
+        return x + 1
+
+    @framejit.disable
+    def down(n, x, *pad):
+        return x if n == 0 else down(n - 1, f(x, *pad), *pad)
+
+    x = torch.zeros(())
+    with framejit.enabled(backend="eager"):
+        for p in range(0, 40, 6):
+            pad = tuple(range(p))
+            for d in range(1, 250, 13):
+                assert float(down(d, x, *pad)) == d
+    assert _compiled(f)
+    assert hook.require().stats()["not_top"] == 0
