@@ -231,9 +231,14 @@ def _has_hooks(obj: Any) -> bool:
     from torch.nn.modules import module as m
 
     return bool(
-        obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks
-        or obj._backward_pre_hooks or m._global_forward_hooks or m._global_forward_pre_hooks
-        or m._global_backward_hooks or m._global_backward_pre_hooks
+        obj._forward_hooks
+        or obj._forward_pre_hooks
+        or obj._backward_hooks
+        or obj._backward_pre_hooks
+        or m._global_forward_hooks
+        or m._global_forward_pre_hooks
+        or m._global_backward_hooks
+        or m._global_backward_pre_hooks
     )
 
 

@@ -23,7 +23,6 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from bytecode import FreeVar, Instr
-
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
@@ -34,13 +33,30 @@ if TYPE_CHECKING:
 
 # Module-level functions whose calls are recorded and replayed instead of traced.
 REPLAYED_FUNCTIONS = {
-    warnings.warn, logging.debug, logging.info, logging.warning, logging.error,
-    logging.critical, logging.exception, logging.log,
+    warnings.warn,
+    logging.debug,
+    logging.info,
+    logging.warning,
+    logging.error,
+    logging.critical,
+    logging.exception,
+    logging.log,
 }
-LOGGER_METHODS = frozenset({
-    "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log",
-    "warning_once", "info_once",
-})
+LOGGER_METHODS = frozenset(
+    {
+        "debug",
+        "info",
+        "warning",
+        "warn",
+        "error",
+        "exception",
+        "critical",
+        "fatal",
+        "log",
+        "warning_once",
+        "info_once",
+    }
+)
 
 
 class ReplayedCallVariable(VariableTracker):
@@ -56,8 +72,9 @@ class ReplayedCallVariable(VariableTracker):
     def python_type(self) -> type:
         return type(self.fn)
 
-    def call(self, tx: Translator, args: list[VariableTracker],
-             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
         tx.output.side_effects.calls.append((self, list(args), dict(kwargs)))
         return ConstantVariable(None)
 
@@ -80,8 +97,9 @@ class SideEffects:
         self.containers: dict[int, VariableTracker] = {}  # lists/dicts from outside, changed
         self.globals: dict[str, VariableTracker] = {}
         self.cells: dict[Source, tuple[str | None, VariableTracker]] = {}
-        self.calls: list[tuple[VariableTracker, list[VariableTracker],
-                               dict[str, VariableTracker]]] = []
+        self.calls: list[
+            tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker]]
+        ] = []
 
     def __bool__(self) -> bool:
         return bool(self.attrs or self.containers or self.globals or self.cells or self.calls)
@@ -130,8 +148,11 @@ class SideEffects:
                 cg.load_const(slice(None))
                 cg.emit(Instr("STORE_SUBSCR"))
             elif isinstance(vt, DictVariable):
-                cg.call_const(_replace_dict, lambda vt=vt: (
-                    cg.reconstruct(vt), DictVariable(vt.items).reconstruct(cg)), 2)
+                cg.call_const(
+                    _replace_dict,
+                    lambda vt=vt: (cg.reconstruct(vt), DictVariable(vt.items).reconstruct(cg)),
+                    2,
+                )
                 cg.emit(Instr("POP_TOP"))
         for name, value in self.globals.items():
             cg.reconstruct(value)

@@ -47,8 +47,8 @@ from framejit.frontend.variables.base import (
 )
 from framejit.frontend.variables.containers import (
     BaseSequence,
-    IteratorVariable,
     DictVariable,
+    IteratorVariable,
     ListVariable,
     TupleVariable,
 )

@@ -100,8 +100,11 @@ MAX_YIELDS = 100_000
 @handler("RETURN_GENERATOR")
 def return_generator(tx: Translator, inst: Any) -> None:
     if tx.yielded is None:
-        raise Unsupported("generator", "a generator function's own frame",
-                          "generators are compiled when a caller consumes them")
+        raise Unsupported(
+            "generator",
+            "a generator function's own frame",
+            "generators are compiled when a caller consumes them",
+        )
     tx.push(ConstantVariable(None))  # the POP_TOP that follows discards it
 
 
@@ -110,7 +113,8 @@ def yield_value(tx: Translator, inst: Any) -> None:
     if tx.yielded is None:
         raise Unsupported("generator", "yield outside an inlined generator")
     if len(tx.yielded) >= MAX_YIELDS:
-        raise Unsupported("generator", "a generator yielding without end",
-                          f"more than {MAX_YIELDS} values")
+        raise Unsupported(
+            "generator", "a generator yielding without end", f"more than {MAX_YIELDS} values"
+        )
     tx.yielded.append(tx.pop())
     tx.push(ConstantVariable(None))  # what `send` would have passed in

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import logging
 import functools
 import inspect
+import logging
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -69,8 +69,11 @@ class UserObjectVariable(VariableTracker):
         found = _class_attr(cls, name)
         custom = cls.__setattr__ not in (object.__setattr__, torch.nn.Module.__setattr__)
         if custom or (found is not None and hasattr(type(found[1]), "__set__")):
-            raise Unsupported("side_effect", f"setting {cls.__name__}.{name}",
-                              "a custom __setattr__ or a data descriptor")
+            raise Unsupported(
+                "side_effect",
+                f"setting {cls.__name__}.{name}",
+                "a custom __setattr__ or a data descriptor",
+            )
         note_mutation()
         tx.output.side_effects.store_attr(self, name, value)
 
@@ -80,8 +83,9 @@ class UserObjectVariable(VariableTracker):
             return written
         cls = type(self.obj)
         if isinstance(self.obj, logging.Logger) and name in LOGGER_METHODS:
-            return ReplayedCallVariable(getattr(self.obj, name),
-                                        AttrSource(self._need_source(name), name))
+            return ReplayedCallVariable(
+                getattr(self.obj, name), AttrSource(self._need_source(name), name)
+            )
         if _has_custom_getattribute(cls):
             raise Unsupported(
                 "unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__"

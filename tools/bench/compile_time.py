@@ -89,10 +89,14 @@ def main() -> int:
     a, b = statistics.median(fj_s), statistics.median(tc_s)
     graphs = framejit.explain(model, x)
     print("frontend compile time, first call of a 12-layer transformer stack, backend='eager'")
-    print(f"machine: {platform.processor() or platform.machine()}, python "
-          f"{platform.python_version()}, torch {torch.__version__}; median of {args.repeats}")
-    print(f"framejit       {a * 1e3:8.1f} ms   ({graphs.graph_count} graph, "
-          f"{sum(graphs.ops_per_graph)} ops, {graphs.graph_break_count} breaks)")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, python "
+        f"{platform.python_version()}, torch {torch.__version__}; median of {args.repeats}"
+    )
+    print(
+        f"framejit       {a * 1e3:8.1f} ms   ({graphs.graph_count} graph, "
+        f"{sum(graphs.ops_per_graph)} ops, {graphs.graph_break_count} breaks)"
+    )
     print(f"torch.compile  {b * 1e3:8.1f} ms")
     ratio = a / b
     print(f"ratio framejit / torch.compile = {ratio:.2f}  ({'PASS' if ratio <= 1.0 else 'FAIL'})")

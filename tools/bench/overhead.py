@@ -267,8 +267,15 @@ def run(repeats: int, round_s: float) -> list[Measurement]:
         )
     )
     results.append(
-        _run_case("d", "x + 1; print(); y * 2: one graph break", _with_break, (x,), repeats,
-                  round_s, "overhead")
+        _run_case(
+            "d",
+            "x + 1; print(); y * 2: one graph break",
+            _with_break,
+            (x,),
+            repeats,
+            round_s,
+            "overhead",
+        )
     )
     return results
 
