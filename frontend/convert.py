@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from bytecode import Instr
 from framejit.frontend.breaks import (
     TRUTH_JUMPS,
     GraphBreak,
@@ -94,10 +95,15 @@ def compile_frame(
     output = OutputGraph(fn, dict(zip(argnames, args)))
     tx = root_translator(code, fn, output, argnames)
     tx.breaks_allowed = wrap_resume is not None and not fullgraph
+    grad_at_entry = torch.is_grad_enabled()
     try:
         try:
-            with torch.fx.traceback.preserve_node_meta():
-                result = tx.run()
+            try:
+                with torch.fx.traceback.preserve_node_meta():
+                    result = tx.run()
+            finally:  # `with no_grad()` or set_grad_enabled in the trace changed the real mode
+                output.grad_at_exit = torch.is_grad_enabled()
+                torch._C._set_grad_enabled(grad_at_entry)
             entry, graphs = _finish(fn, code, output, result, backend, argnames, tx.lineno)
         except GraphBreak as gb:
             _log_break(code, gb.reason)
@@ -244,7 +250,7 @@ def _finish(
         _collect_outputs(vt, outputs)
     cg = CodeGen(code, lineno)
     graphs = _compile_graph(code, output, outputs, backend, cg)
-    output.side_effects.emit(cg)
+    _emit_state_after_graph(output, cg)
     cg.return_value(result)
     return _entry(fn, code, output, cg, argnames, graphs), graphs
 
@@ -265,7 +271,7 @@ def _finish_break(
     lineno = gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
     cg = CodeGen(code, lineno)
     graphs = _compile_graph(code, output, outputs, backend, cg)
-    output.side_effects.emit(cg)  # the instruction that runs for real sees the writes
+    _emit_state_after_graph(output, cg)  # the instruction that runs for real sees it
     inst = gb.inst
     callee = _callee_index(gb)
     for i, vt in enumerate(gb.stack):
@@ -298,6 +304,14 @@ def _finish_break(
             layout, _ = layout_after(gb)
             resume_at(next_offset, layout)
     return _entry(fn, code, output, cg, argnames, graphs), graphs
+
+
+def _emit_state_after_graph(output: OutputGraph, cg: CodeGen) -> None:
+    """Replay Python writes; leave grad mode as the traced code left it."""
+    output.side_effects.emit(cg)
+    if output.grad_at_exit != torch.is_grad_enabled():
+        cg.call_const(torch._C._set_grad_enabled, lambda: cg.load_const(output.grad_at_exit), 1)
+        cg.emit(Instr("POP_TOP"))
 
 
 def _callee_index(gb: GraphBreak) -> int | None:

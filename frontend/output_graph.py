@@ -56,6 +56,7 @@ class OutputGraph:
         self._by_id: dict[int, TensorVariable] = {}  # id(real tensor) -> its input variable
         self.created: list[torch.fx.Node] = []  # every node, in creation order (for rollback)
         self.side_effects = SideEffects()
+        self.grad_at_exit = torch.is_grad_enabled()  # grad mode where the trace ended
         # id(real mutable object) -> its variable: two sources reaching one list/object share
         # one variable, so a write through one is seen through the other.
         self.objects_by_id: dict[int, VariableTracker] = {}

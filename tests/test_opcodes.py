@@ -739,8 +739,6 @@ def matches(x: torch.Tensor, value: Any) -> torch.Tensor:
 
 
 UNSUPPORTED_CASES = [
-    pytest.param(with_block, lambda: (t(3), contextlib.nullcontext()), "BEFORE_WITH",
-                 "with cm:", id="with"),
     pytest.param(catches, lambda: (t(3), ValueError("boom")), "RAISE_VARARGS", "raise error",
                  id="try-except-raise"),
     pytest.param(defines_a_class, lambda: (t(3),), "LOAD_BUILD_CLASS", "class Local",
@@ -772,6 +770,56 @@ def test_unsupported_opcode_runs_eagerly(fn: Callable[..., Any],
     assert f"`{opname}`" in err
     assert f"{__file__}:{line}" in err
     assert err.count("[framejit:graph_breaks] running") == 1  # the eager entry is reused
+
+
+def test_with_over_an_unknown_context_manager_runs_the_frame_eagerly(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    framejit.set_logs(graph_breaks=True)
+    counter = CompileCounter()
+    jitted = framejit.jit(with_block, backend=counter)
+    x = t(3)
+    for _ in range(2):
+        assert_same(jitted(x, contextlib.nullcontext()), with_block(x, contextlib.nullcontext()))
+    assert counter.frame_count == 0
+    err = capsys.readouterr().err
+    assert "`with` over a nullcontext" in err
+    assert f"{__file__}:{inspect.getsourcelines(with_block)[1] + 2}" in err
+
+
+def grad_mode_blocks(x: torch.Tensor, w: torch.Tensor) -> Any:
+    with torch.no_grad():
+        frozen = x * w
+    with torch.enable_grad():
+        live = x * w
+    with torch.set_grad_enabled(False):
+        off = live * 2
+    return frozen, live, off
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_grad_mode_with_blocks_are_captured(backend: str) -> None:
+    assert "BEFORE_WITH" in opnames_in(grad_mode_blocks)
+    jitted = framejit.jit(grad_mode_blocks, backend=backend)
+    x, w = t(3), t(3).requires_grad_()
+    for _ in range(2):
+        got, want = jitted(x, w), grad_mode_blocks(x, w)
+        assert_same(got, want)
+        assert [g.requires_grad for g in got] == [v.requires_grad for v in want]
+    assert torch.is_grad_enabled()
+    assert framejit.explain(grad_mode_blocks, x, w).graph_count == 1
+
+
+def test_a_bare_set_grad_enabled_persists_like_eager() -> None:
+    def switches_off(x: torch.Tensor) -> torch.Tensor:
+        torch.set_grad_enabled(False)
+        return x * 2
+
+    jitted = framejit.jit(switches_off, backend=CompileCounter())
+    try:
+        assert not jitted(t(3).requires_grad_()).requires_grad
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
 
 
 def test_a_generator_function_itself_runs_eagerly_and_stays_a_generator() -> None:

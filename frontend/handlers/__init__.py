@@ -40,7 +40,6 @@ def handler(
 
 # Opcodes that end translation (the frame then runs eagerly), with the reason.
 _UNSUPPORTED_ALL: dict[str, str] = {
-    "BEFORE_WITH": "`with` blocks are not captured yet",
     "BEFORE_ASYNC_WITH": "async code runs eagerly",
     "WITH_EXCEPT_START": "`with` blocks are not captured yet",
     "PUSH_EXC_INFO": "exception handlers are not captured yet",
@@ -101,6 +100,7 @@ def _load_all() -> None:
         binary,
         calls,
         containers,
+        contexts,
         jumps,
         load_store,
         stack,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import LOGGER_METHODS, ReplayedCallVariable
+from framejit.frontend.variables.contexts import GRAD_MODE_CLASSES, GradModeVariable
 from framejit.frontend.sources import (
     AttrSource,
     Source,
@@ -271,6 +272,13 @@ class ClassVariable(VariableTracker):
         handled = call_builtin_class(tx, cls, args, kwargs)
         if handled is not None:
             return handled
+        if cls in GRAD_MODE_CLASSES:
+            mode = GRAD_MODE_CLASSES[cls]
+            if mode is None:
+                if len(args) != 1 or not args[0].is_constant():
+                    raise Unsupported("unsupported_call", "torch.set_grad_enabled(non-constant)")
+                mode = bool(args[0].as_constant())
+            return GradModeVariable.create(tx, cls, mode)
         if cls is functools.partial and args:
             return PartialVariable(args[0], args[1:], kwargs)
         if cls is collections.OrderedDict:

@@ -1,0 +1,28 @@
+"""`with` blocks over context managers the translator understands (variables/contexts.py).
+
+BEFORE_WITH enters the context and pushes its exit and the `__enter__` result; the normal end
+of the block calls the exit with three Nones (CALL 2 on 3.11 and 3.12). The exception paths of a
+`with` block (PUSH_EXC_INFO, WITH_EXCEPT_START) are never reached while tracing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.handlers import handler
+from framejit.frontend.variables.contexts import GradModeVariable, WithExitVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+
+
+@handler("BEFORE_WITH")
+def before_with(tx: Translator, inst: Any) -> None:
+    ctx = tx.pop()
+    if not isinstance(ctx, GradModeVariable):
+        raise Unsupported("unsupported_control_flow", f"`with` over a {ctx.type_name()}",
+                          "only grad-mode contexts are captured in `with` blocks")
+    entered = ctx.enter(tx)
+    tx.push(WithExitVariable(ctx))
+    tx.push(entered)
