@@ -85,11 +85,15 @@ class _Recorder(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm)
         self.producer: dict[int, torch.fx.Node] = {}
+        # Keeps every value alive while `producer` is in use: the interpreter frees values
+        # after their last use, and a freed tensor's id can be reused by a later one.
+        self._alive: list[torch.Tensor] = []
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
         if isinstance(value, torch.Tensor) and n.op != "placeholder":
             self.producer.setdefault(id(value), n)
+            self._alive.append(value)
         return value
 
 
