@@ -103,9 +103,21 @@ class _Settings:
 
 
 def _make_binder(fn: types.FunctionType) -> Any:
-    """A function with fn's signature returning the frame's arguments in co_varnames order."""
+    """A function with fn's signature returning the frame's arguments in co_varnames order
+    (generated, so binding runs at C speed; inspect.Signature.bind for names that are not
+    identifiers, as in resume functions of code whose locals a tool renamed)."""
     code = fn.__code__
     names = argnames_of(code)
+    if not all(n.isidentifier() for n in names):
+        # Only generated resume functions have such names: plain positional parameters.
+        count = len(names)
+
+        def bind_positionally(*args: Any) -> tuple[Any, ...]:
+            if len(args) != count:
+                raise TypeError(f"{code.co_name}() takes {count} arguments ({len(args)} given)")
+            return args
+
+        return bind_positionally
     sig = inspect.signature(fn)
     params = []
     for p in sig.parameters.values():
@@ -225,6 +237,14 @@ class JitFunction:
 _live_caches: weakref.WeakSet[CodeCache] = weakref.WeakSet()
 
 
+def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    return module(*args, **kwargs)
+
+
+# Modules whose call the translator captures as one op (frontend/variables/rnn.py).
+_CALLED_AS_A_WHOLE = (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
+
+
 def _has_hooks(obj: Any) -> bool:
     if not isinstance(obj, torch.nn.Module):
         return False
@@ -261,7 +281,10 @@ class JitModule(torch.nn.Module):
         self.__dict__["_buffers"] = mod._buffers
         self.__dict__["_modules"] = mod._modules
         forward = type(mod).forward
-        if "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
+        if type(mod) in _CALLED_AS_A_WHOLE:
+            # captured through the module call itself (an aten op), not its Python forward
+            jitted = types.MethodType(JitFunction(_call_module, settings), mod)
+        elif "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
             jitted = jit(
                 mod.forward,
                 backend=settings.backend,
@@ -378,6 +401,8 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
         fn = fn._fn
     if isinstance(fn, torch.nn.Module):
         target, self_obj = type(fn).forward, fn
+        if type(fn) in _CALLED_AS_A_WHOLE:
+            target = _call_module
     elif isinstance(fn, types.MethodType):
         target, self_obj = fn.__func__, fn.__self__
     elif isinstance(fn, types.FunctionType):

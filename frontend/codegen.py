@@ -44,14 +44,20 @@ class CodeGen:
         self.instructions: list[Instr] = []
         self.output_index: dict[Any, int] = {}  # fx node -> index in the graph's output tuple
         self.lineno = lineno or code.co_firstlineno
+        # Set while emitting code that stands for one user line (a replayed warnings.warn call
+        # reports that line, as in eager).
+        self.line_override: int | None = None
         self._built: dict[int, str] = {}  # id(VT of an object made in the frame) -> its local
         self._keep: list[VariableTracker] = []  # keeps those VTs alive while ids are in use
 
     def _emit(self, *instrs: Instr) -> None:
+        if self.line_override is not None:
+            for inst in instrs:
+                inst.lineno = self.line_override
         self.instructions.extend(instrs)
 
     def emit(self, instr: Instr) -> None:
-        self.instructions.append(instr)
+        self._emit(instr)
 
     def emit_call(self, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
         self._emit(*versions.emit_call(nargs, kw_names))

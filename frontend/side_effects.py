@@ -75,7 +75,7 @@ class ReplayedCallVariable(VariableTracker):
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
-        tx.output.side_effects.calls.append((self, list(args), dict(kwargs)))
+        tx.output.side_effects.calls.append((self, list(args), dict(kwargs), tx.lineno))
         return ConstantVariable(None)
 
     def reconstruct(self, cg: CodeGen) -> None:
@@ -97,8 +97,9 @@ class SideEffects:
         self.containers: dict[int, VariableTracker] = {}  # lists/dicts from outside, changed
         self.globals: dict[str, VariableTracker] = {}
         self.cells: dict[Source, tuple[str | None, VariableTracker]] = {}
+        # (function, args, kwargs, the user line of the call)
         self.calls: list[
-            tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker]]
+            tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker], int]
         ] = []
 
     def __bool__(self) -> bool:
@@ -126,7 +127,7 @@ class SideEffects:
             out += list(vt.items.values()) if hasattr(vt.items, "values") else list(vt.items)
         out += list(self.globals.values())
         out += [v for _, v in self.cells.values()]
-        for fn, args, kwargs in self.calls:
+        for fn, args, kwargs, _ in self.calls:
             out += [fn, *args, *kwargs.values()]
         return out
 
@@ -164,7 +165,8 @@ class SideEffects:
             else:
                 source.emit_load(cg)
                 cg.emit(Instr("STORE_ATTR", "cell_contents"))
-        for fn, args, kwargs in self.calls:
+        for fn, args, kwargs, line in self.calls:
+            cg.line_override = line
             cg.push_null()
             cg.reconstruct(fn)
             for a in args:
@@ -173,3 +175,4 @@ class SideEffects:
                 cg.reconstruct(v)
             cg.emit_call(len(args) + len(kwargs), tuple(kwargs))
             cg.emit(Instr("POP_TOP"))
+            cg.line_override = None

@@ -17,6 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def guard_param(name: str) -> str:
+    """The guard function's parameter for the frame argument `name` (any string: tools such as
+    pytest name locals `@py_assert1`)."""
+    return f"L_{name}" if name.isidentifier() else f"L_x{name.encode().hex()}"
+
+
 def _ident(text: str) -> str:
     return re.sub(r"\W+", "_", text).strip("_") or "v"
 
@@ -61,7 +67,7 @@ class LocalSource(Source):
         return f"L[{self.name!r}]"
 
     def guard_expr(self) -> str:
-        return f"L_{self.name}"
+        return guard_param(self.name)
 
     def emit_load(self, cg: Any) -> None:
         cg.load_local(self.name, self.is_cell)

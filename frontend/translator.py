@@ -57,6 +57,7 @@ from framejit.frontend.variables.functions import (
     UserFunctionVariable,
 )
 from framejit.frontend.variables.objects import NNModuleVariable
+from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GuardKind
 
@@ -303,6 +304,19 @@ class Translator:
             return ConstantVariable(contents)
         return self.wrap_value(contents, None)
 
+    def zero_arg_super(self) -> VariableTracker:
+        """`super()` in a method: the class from the `__class__` cell, the first argument."""
+        from framejit.frontend.variables.objects import SuperVariable
+
+        code = self.code
+        if "__class__" not in code.co_freevars or not code.co_argcount:
+            raise Unsupported("unsupported_call", "super() outside a method")
+        cls = self.load_deref("__class__")
+        first = realize(self, self.locals[code.co_varnames[0]])
+        if not cls.is_constant():
+            raise Unsupported("unsupported_call", "super() with an unknown class")
+        return SuperVariable(cls.as_constant(), first)
+
     def store_global(self, name: str, value: VariableTracker) -> None:
         if self.f_globals is not self.output.fn.__globals__:
             raise Unsupported("side_effect", f"assigning global {name!r} of another module")
@@ -453,6 +467,8 @@ class Translator:
                 module.source, GuardKind.MODULE_NO_HOOKS, None, self.location_text()
             )
         self.output.calls_modules = True
+        if isinstance(mod, RNN_TYPES):
+            return call_rnn(self, module, args, kwargs)
         if "forward" in mod.__dict__:
             forward = module.getattr(self, "forward")
             return forward.call(self, args, kwargs)

@@ -27,6 +27,7 @@ from framejit.frontend.sources import (
     MethodCallSource,
     Source,
     TypeSource,
+    guard_param,
 )
 from framejit.guards.guard import Guard, GuardKind, _pretty_const
 
@@ -53,7 +54,7 @@ class CompiledGuards:
 
 
 def _describe_actual(guard: Guard, fn: Any, args: Sequence[Any], argnames: Sequence[str]) -> str:
-    scope = {f"L_{n}": v for n, v in zip(argnames, args)}
+    scope = {guard_param(n): v for n, v in zip(argnames, args)}
     scope["F"] = fn
     scope["G"] = getattr(fn, "__globals__", {})
     try:
@@ -179,7 +180,7 @@ def compile_guards(
         comment = f"  # {g.origin}" if g.origin else ""
         steps.append((pre, f"if not ({g.check_expr(x, const, render)}):{comment}"))
 
-    params = ", ".join(["F", *(f"L_{n}" for n in argnames)])
+    params = ", ".join(["F", *(guard_param(n) for n in argnames)])
     head = [f"    {b}" for b in body]
     check_lines = [f"def {name}({params}):", *head, "    try:"]
     for pre, cond in steps:

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 Inner = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
+# Ops whose joint forward/backward graph the stage does not build (autograd runs them).
+_NO_JOINT_GRAPH = frozenset({torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu})
+
 
 def aot_compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
@@ -76,6 +79,10 @@ def aot_compile(
         _log(gm, inference=graph)
         return InferenceRunner(info, inner(graph, _example(graph)))
 
+    if any(n.op == "call_function" and n.target in _NO_JOINT_GRAPH for n in gm.graph.nodes):
+        # their CPU kernels (mkldnn) keep a workspace that the traced backward cannot rebuild
+        log.info("aot: running the captured graph as it is: a recurrent op under training")
+        return gm.forward
     with mode:
         tangents = [
             torch.empty(forward_values[k].shape, dtype=forward_values[k].dtype)

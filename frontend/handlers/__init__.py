@@ -77,7 +77,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "MATCH_SEQUENCE": "`match` statements are not captured",
     "GET_LEN": "`match` statements are not captured",
     "COPY_DICT_WITHOUT_KEYS": "`match` statements are not captured",
-    "LOAD_SUPER_ATTR": "super() is not captured yet",
     "INSTRUMENTED_LINE": "monitoring instrumentation",
     "INTERPRETER_EXIT": "interpreter internal",
     "ENTER_EXECUTOR": "interpreter internal",

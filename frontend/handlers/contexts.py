@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 def before_with(tx: Translator, inst: Any) -> None:
     ctx = tx.pop()
     if not isinstance(ctx, GradModeVariable):
-        raise Unsupported("unsupported_control_flow", f"`with` over a {ctx.type_name()}",
-                          "only grad-mode contexts are captured in `with` blocks")
+        raise Unsupported(
+            "unsupported_control_flow",
+            f"`with` over a {ctx.type_name()}",
+            "only grad-mode contexts are captured in `with` blocks",
+        )
     entered = ctx.enter(tx)
     tx.push(WithExitVariable(ctx))
     tx.push(entered)

@@ -111,6 +111,19 @@ def load_attr(tx: Translator, inst: Any) -> None:
     tx.push(attr)
 
 
+@handler("LOAD_SUPER_ATTR", since=(3, 12))
+def load_super_attr(tx: Translator, inst: Any) -> None:
+    from framejit.frontend.variables.objects import SuperVariable
+
+    obj, cls, _super = tx.pop(), tx.pop(), tx.pop()
+    if not cls.is_constant():
+        raise Unsupported("unsupported_call", "super() with an unknown class")
+    attr = SuperVariable(cls.as_constant(), obj).getattr(tx, inst.argval)
+    if inst.arg & 1:
+        tx.push(NULL)
+    tx.push(attr)
+
+
 @handler("LOAD_METHOD", until=(3, 11))
 def load_method(tx: Translator, inst: Any) -> None:
     obj = tx.pop()

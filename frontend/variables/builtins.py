@@ -363,7 +363,7 @@ for _op in (operator.neg, operator.pos, operator.invert):
     builtin(_op)(_unary(_op))
 builtin(abs, operator.abs)(_unary(operator.abs))
 builtin(pow)(_binary(operator.pow))
-for _name in (
+for _opname in (
     "add",
     "sub",
     "mul",
@@ -389,9 +389,9 @@ for _name in (
     "ior",
     "ixor",
 ):
-    builtin(getattr(operator, _name))(_binary(getattr(operator, _name)))
-for _name in ("lt", "le", "eq", "ne", "gt", "ge"):
-    builtin(getattr(operator, _name))(_binary(getattr(operator, _name), compare=True))
+    builtin(getattr(operator, _opname))(_binary(getattr(operator, _opname)))
+for _opname in ("lt", "le", "eq", "ne", "gt", "ge"):
+    builtin(getattr(operator, _opname))(_binary(getattr(operator, _opname), compare=True))
 
 
 @builtin(operator.getitem)
@@ -467,7 +467,9 @@ def _any_all(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | No
 
 @builtin(torch.Size)
 def _size(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) == 1 and not args[0].is_constant():
+    if not args:
+        return ConstantVariable(torch.Size())
+    if len(args) == 1 and not kwargs:
         items = _iterable_items(tx, args[0])
         if all(i.is_constant() for i in items):
             return ConstantVariable(torch.Size([i.as_constant() for i in items]))
@@ -475,3 +477,16 @@ def _size(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 
 
 BUILTIN_NAMES = {name: value for name, value in vars(builtins).items()}
+
+
+@builtin(super)
+def _super(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    from framejit.frontend.variables.objects import SuperVariable
+
+    if kwargs:
+        return None
+    if len(args) == 2 and args[0].is_constant():
+        return SuperVariable(args[0].as_constant(), args[1])
+    if args:
+        return None
+    return tx.zero_arg_super()

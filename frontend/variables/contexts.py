@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 
 if TYPE_CHECKING:
@@ -72,8 +71,9 @@ class WithExitVariable(VariableTracker):
     def python_type(self) -> type:
         return type(lambda: None)
 
-    def call(self, tx: Translator, args: list[VariableTracker],
-             kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
         self.ctx.exit(tx)
         return ConstantVariable(None)
 

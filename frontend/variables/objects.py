@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import LOGGER_METHODS, ReplayedCallVariable
-from framejit.frontend.variables.contexts import GRAD_MODE_CLASSES, GradModeVariable
 from framejit.frontend.sources import (
     AttrSource,
     Source,
@@ -29,6 +28,7 @@ from framejit.frontend.sources import (
     submodule_source,
 )
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
+from framejit.frontend.variables.contexts import GRAD_MODE_CLASSES, GradModeVariable
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 
 if TYPE_CHECKING:
@@ -464,3 +464,39 @@ class PythonModuleVariable(VariableTracker):
         if is_trusted_module(self.mod) or self.source is None:
             return tx.wrap_value(value, None)
         return tx.wrap_source(AttrSource(self.source, name))
+
+
+class SuperVariable(VariableTracker):
+    """`super()` / `super(cls, obj)`: attribute lookups start after `cls` in obj's MRO."""
+
+    def __init__(self, cls: type, obj: VariableTracker) -> None:
+        self.cls = cls
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"Super({self.cls.__qualname__}, {self.obj!r})"
+
+    def python_type(self) -> type:
+        return super
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        owner = self.obj.python_type()
+        if isinstance(self.obj, ClassVariable):
+            owner = self.obj.cls
+        mro = owner.__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else len(mro)
+        for klass in mro[start:]:
+            if name not in klass.__dict__:
+                continue
+            attr = klass.__dict__[name]
+            if isinstance(attr, property) and attr.fget is not None:
+                return tx.call_function_value(attr.fget, [self.obj], {})
+            if isinstance(attr, staticmethod):
+                return tx.wrap_value(attr.__func__, None)
+            if isinstance(attr, classmethod):
+                cls_vt = self.obj if isinstance(self.obj, ClassVariable) else ClassVariable(owner)
+                return UserMethodVariable(tx.wrap_value(attr.__func__, None), cls_vt)
+            if isinstance(attr, types.FunctionType):
+                return UserMethodVariable(UserFunctionVariable(attr), self.obj)
+            return tx.wrap_value(attr, None)
+        raise Unsupported("exception", f"super().{name}", "AttributeError")

@@ -1,0 +1,84 @@
+"""nn.LSTM / nn.GRU / nn.RNN calls captured as their aten ops (`torch.lstm`, `torch.gru`,
+`torch.rnn_tanh`, `torch.rnn_relu`) instead of inlining their Python forward, which keeps
+weak references and cuDNN bookkeeping the translator cannot follow.
+
+Supported: batched input (3-D), with or without an initial state, no projections (`proj_size`
+0), no PackedSequence. The module's configuration is read through guarded attribute reads, its
+weights are graph inputs read from `_parameters` like any parameter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.containers import ListVariable, TupleVariable
+from framejit.frontend.variables.tensor import TensorVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.translator import Translator
+    from framejit.frontend.variables.objects import NNModuleVariable
+
+RNN_TYPES = (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
+
+
+def _const(tx: Translator, module: NNModuleVariable, name: str) -> Any:
+    return module.getattr(tx, name).as_constant()
+
+
+def call_rnn(
+    tx: Translator,
+    module: NNModuleVariable,
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+) -> VariableTracker:
+    mod = module.obj
+    if type(mod) not in RNN_TYPES:
+        raise Unsupported("unsupported_call", f"{type(mod).__name__} (a subclass of an RNN)")
+    if getattr(mod, "proj_size", 0):
+        raise Unsupported("unsupported_call", "LSTM with proj_size")
+    x = args[0] if args else kwargs.get("input")
+    hx = args[1] if len(args) > 1 else kwargs.get("hx", ConstantVariable(None))
+    if not isinstance(x, TensorVariable) or x.fake.dim() != 3:
+        raise Unsupported("unsupported_call", f"{type(mod).__name__} on a non-3-D input")
+    num_layers = _const(tx, module, "num_layers")
+    bidirectional = _const(tx, module, "bidirectional")
+    batch_first = _const(tx, module, "batch_first")
+    hidden = _const(tx, module, "hidden_size")
+    bias = _const(tx, module, "bias")
+    dropout = float(_const(tx, module, "dropout"))
+    training = _const(tx, module, "training")
+    weights = ListVariable([module.getattr(tx, n) for n in mod._flat_weights_names])
+    batch = x.fake.shape[0 if batch_first else 1]
+    state_shape = (num_layers * (2 if bidirectional else 1), batch, hidden)
+
+    def zeros() -> VariableTracker:
+        return tx.output.call_op(
+            "call_function",
+            torch.zeros,
+            [ConstantVariable(state_shape)],
+            {"dtype": ConstantVariable(x.fake.dtype), "device": ConstantVariable(x.fake.device)},
+        )
+
+    flags = [
+        ConstantVariable(v)
+        for v in (bias, num_layers, dropout, training, bidirectional, batch_first)
+    ]
+    if isinstance(mod, torch.nn.LSTM):
+        if hx.is_constant() and hx.as_constant() is None:
+            state = TupleVariable([zeros(), zeros()])
+        else:
+            state = TupleVariable(hx.unpack(tx))
+        out = tx.output.call_op("call_function", torch.lstm, [x, state, weights, *flags], {})
+        output, h, c = out.unpack(tx)
+        return TupleVariable([output, TupleVariable([h, c])])
+    if isinstance(mod, torch.nn.GRU):
+        op = torch.gru
+    else:
+        op = torch.rnn_tanh if mod.nonlinearity == "tanh" else torch.rnn_relu
+    state = zeros() if hx.is_constant() and hx.as_constant() is None else hx
+    out = tx.output.call_op("call_function", op, [x, state, weights, *flags], {})
+    output, h = out.unpack(tx)
+    return TupleVariable([output, h])

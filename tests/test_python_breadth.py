@@ -1,0 +1,392 @@
+"""The breadth of real Python: side effects replayed after the graph, super(), grad-mode blocks,
+generators, recurrent modules, hooks, recursion, and the small language features models use.
+
+Every case compares with eager on real tensors over two calls and asserts the graph count.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import math
+import operator
+import warnings
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+import framejit
+from framejit.testing import CompileCounter
+
+
+def same(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+        assert a.requires_grad == b.requires_grad
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            same(a[k], b[k])
+    else:
+        assert a == b
+
+
+def check(fn, *args, graphs: int | None = 1, calls: int = 2):
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    for _ in range(calls):
+        same(jitted(*args), fn(*args))
+    if graphs is not None:
+        assert counter.frame_count == graphs
+    return counter
+
+
+# --- side effects -----------------------------------------------------------------------------
+
+
+class State:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.last = None
+
+
+def updates_state(x, state, history, stats):
+    state.calls += 1
+    state.last = x * 2
+    history.append(state.last.sum())
+    stats["max"] = x.max()
+    del history[0]
+    return state.last + state.calls
+
+
+def test_writes_to_objects_lists_and_dicts_passed_in_are_replayed() -> None:
+    x = torch.randn(3)
+    eager = (State(), [torch.zeros(())], {})
+    compiled = (State(), [torch.zeros(())], {})
+    counter = CompileCounter()
+    jitted = framejit.jit(updates_state, backend=counter)
+    for _ in range(3):
+        same(jitted(x, *compiled), updates_state(x, *eager))
+        assert compiled[0].calls == eager[0].calls
+        same(compiled[0].last, eager[0].last)
+        same(compiled[1], eager[1])
+        same(compiled[2], eager[2])
+    # state.calls is read (guarded) and written: each new value is a new entry
+    assert counter.frame_count == 3
+
+
+STEP = 0
+
+
+def bumps_a_global(x):
+    global STEP
+    STEP = STEP + 1
+    return x * STEP
+
+
+def test_global_writes_are_replayed() -> None:
+    global STEP
+    STEP = 0
+    jitted = framejit.jit(bumps_a_global, backend=CompileCounter())
+    same(jitted(torch.ones(2)), torch.ones(2))
+    assert STEP == 1
+    same(jitted(torch.ones(2)), torch.ones(2) * 2)
+    assert STEP == 2
+
+
+def make_counter():
+    count = 0
+
+    def step(x):
+        nonlocal count
+        count += 1
+        return x + count
+
+    return step, lambda: count
+
+
+def test_nonlocal_writes_are_replayed() -> None:
+    step, read = make_counter()
+    jitted = framejit.jit(step, backend=CompileCounter())
+    same(jitted(torch.zeros(2)), torch.ones(2))
+    assert read() == 1
+    same(jitted(torch.zeros(2)), torch.full((2,), 2.0))
+    assert read() == 2
+
+
+class Cached(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.cache = None
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.cache = y.detach()
+        return y.relu()
+
+
+def test_module_attribute_writes_are_replayed() -> None:
+    torch.manual_seed(0)
+    model = Cached()
+    jitted = framejit.jit(model, backend=CompileCounter())
+    x = torch.randn(2, 3)
+    out = jitted(x)
+    same(out, model.lin(x).relu())
+    same(model.cache, model.lin(x).detach())
+
+
+log = logging.getLogger("framejit.tests.breadth")
+
+
+def logs_and_warns(x):
+    log.warning("input of shape %s", tuple(x.shape))
+    warnings.warn("a user warning from traced code", stacklevel=1)
+    return x.sin()
+
+
+def test_logging_and_warnings_are_replayed_without_a_break(caplog) -> None:
+    counter = CompileCounter()
+    jitted = framejit.jit(logs_and_warns, backend=counter)
+    x = torch.randn(2, 2)
+    for _ in range(2):
+        caplog.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            same(jitted(x), x.sin())
+        assert [r.getMessage() for r in caplog.records if r.name == log.name] == [
+            "input of shape (2, 2)"
+        ]
+        assert [str(w.message) for w in caught] == ["a user warning from traced code"]
+        assert caught[0].lineno == logs_and_warns.__code__.co_firstlineno + 2  # its own line
+    assert counter.frame_count == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert framejit.explain(logs_and_warns, x).graph_break_count == 0
+
+
+# --- classes, super(), properties ------------------------------------------------------------
+
+
+class Scaled(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+class Shifted(Scaled):
+    offset = 1.5
+
+    @property
+    def shift(self):
+        return self.offset * 2
+
+    @classmethod
+    def double(cls, t):
+        return t * 2
+
+    @staticmethod
+    def halve(t):
+        return t / 2
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self.halve(self.double(y)) + self.shift + super(Scaled, self).forward(x)
+
+
+def test_super_properties_classmethods_staticmethods() -> None:
+    torch.manual_seed(0)
+    model = Shifted(4, 4)
+    check(model, torch.randn(2, 4))
+
+
+class Table:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __getitem__(self, t):
+        return t * self.scale
+
+    def __call__(self, t):
+        return t + self.scale
+
+
+def uses_dunder_methods(x, table):
+    return table[x] + table(x)
+
+
+def test_getitem_and_call_of_user_classes() -> None:
+    check(uses_dunder_methods, torch.randn(3), Table(3.0))
+
+
+class Mode(enum.Enum):
+    ADD = 1
+    MUL = 2
+
+
+@dataclass
+class Config:
+    scale: float
+    mode: Mode
+
+
+def uses_enums_dataclasses_and_fstrings(x, cfg):
+    name = f"{cfg.mode.name.lower()}_{cfg.scale:.1f}"
+    if cfg.mode is Mode.ADD and type(x) is torch.Tensor:
+        y = x + cfg.scale
+    else:
+        y = x * cfg.scale
+    return y * math.sqrt(4) + operator.mul(len(name), 1), {name: y}
+
+
+@pytest.mark.parametrize("mode", [Mode.ADD, Mode.MUL])
+def test_enums_dataclasses_fstrings_math_operator(mode: Mode) -> None:
+    check(uses_enums_dataclasses_and_fstrings, torch.randn(3), Config(2.0, mode))
+
+
+def size_arithmetic(x):
+    shape = x.shape[:-1] + (2, x.shape[-1] // 2)
+    assert len(shape) == 3, "constant assert"
+    return x.reshape(shape).sum(-1), torch.Size([shape[0], -1])
+
+
+def test_torch_size_arithmetic_and_constant_asserts() -> None:
+    check(size_arithmetic, torch.randn(3, 8))
+
+
+def partial_of_a_torch_function(x):
+    softmax = functools.partial(torch.softmax, dim=-1)
+    return softmax(x) + sum(abs(v) for v in (1, -2, 3)) + round(2.6) + max([1, 5, 2])
+
+
+def test_partial_and_builtins_on_constants() -> None:
+    check(partial_of_a_torch_function, torch.randn(2, 5))
+
+
+def recursive(x, depth):
+    if depth == 0:
+        return x
+    return recursive(x * 2, depth - 1) + 1
+
+
+def test_recursion_is_inlined_up_to_the_limit() -> None:
+    check(recursive, torch.randn(3), 5)
+    old = framejit.config.inline_depth_limit
+    framejit.config.inline_depth_limit = 3
+    try:
+        # past the limit the call breaks the graph and the callee is compiled on its own
+        counter = check(recursive, torch.randn(3), 6, graphs=None)
+        assert counter.frame_count >= 2
+    finally:
+        framejit.config.inline_depth_limit = old
+
+
+# --- grad mode, generators -------------------------------------------------------------------
+
+
+def no_grad_inside(x, w):
+    with torch.no_grad():
+        norm = w.norm()
+    return x @ w / norm
+
+
+def test_no_grad_inside_keeps_gradients_right() -> None:
+    x, w = torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)
+    jitted = framejit.jit(no_grad_inside)
+    jitted(x, w).sum().backward()
+    compiled = w.grad.clone()
+    w.grad = None
+    no_grad_inside(x, w).sum().backward()
+    same(compiled, w.grad)
+
+
+def squares(x, n):
+    for i in range(n):
+        yield x**i
+
+
+def consumes_a_user_generator(x):
+    return torch.stack(list(squares(x, 3))), sum(t.sum() for t in squares(x, 2))
+
+
+def test_user_generators_consumed_in_the_frame() -> None:
+    check(consumes_a_user_generator, torch.randn(3))
+
+
+# --- modules -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.LSTM(4, 6, num_layers=2, batch_first=True),
+        lambda: nn.GRU(4, 6, bidirectional=True),
+        lambda: nn.RNN(4, 6, nonlinearity="relu"),
+    ],
+    ids=["lstm", "gru", "rnn"],
+)
+def test_recurrent_modules_are_one_op_each(make) -> None:
+    torch.manual_seed(0)
+    model = make()
+    x = torch.randn(2, 3, 4)
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter)
+    for _ in range(2):
+        same(jitted(x), model(x))
+    assert counter.frame_count == 1
+    graph = counter.graphs[0]
+    assert any(n.target in (torch.lstm, torch.gru, torch.rnn_relu) for n in graph.graph.nodes)
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(4, 5, batch_first=True)
+        self.head = nn.Linear(5, 2)
+
+    def forward(self, x):
+        out, (h, _) = self.rnn(x)
+        return self.head(out[:, -1]) + h[-1].sum()
+
+
+def test_a_recurrent_module_inside_a_model_trains_like_eager() -> None:
+    torch.manual_seed(0)
+    model = Encoder()
+    x = torch.randn(3, 7, 4)
+    jitted = framejit.jit(model)
+    jitted(x).sum().backward()
+    compiled = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for a, b in zip(compiled, (p.grad for p in model.parameters())):
+        same(a, b)
+
+
+def test_forward_hooks_on_a_submodule_run() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
+    seen: list[str] = []
+    model[0].register_forward_pre_hook(lambda m, args: seen.append("pre"))
+    model[0].register_forward_hook(lambda m, args, out: seen.append("post") or out * 2)
+    x = torch.randn(2, 3)
+    jitted = framejit.jit(model, backend=CompileCounter())
+    same(jitted(x), model(x))
+    assert seen == ["pre", "post", "pre", "post"]
+
+
+def asserts_then_breaks(x):
+    y = x * 2
+    assert y.shape == x.shape, "same shape"
+    print("breaking with pytest-rewritten locals in scope")
+    return y + 1
+
+
+def test_a_break_in_a_function_whose_locals_have_unusual_names(capsys) -> None:
+    # pytest rewrites the assert above into locals named `@py_assert...`
+    check(asserts_then_breaks, torch.randn(3), graphs=2)
