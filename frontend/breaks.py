@@ -98,11 +98,28 @@ class GraphBreak(Exception):
     kw_names: tuple[str, ...]
 
 
-def _in_exception_range(code: types.CodeType, offset: int) -> bool:
+def _blocking_exception_range(code: types.CodeType, offset: int) -> bool:
+    """Whether `offset` lies in a range whose handler a break would lose: a `try` block (the
+    instruction that runs for real would no longer be inside it). The body of a `with` block is
+    fine: its exit is on the stack, and the resume function keeps the block's handler."""
     parse = getattr(dis, "_parse_exception_table", None)
     if parse is None:
         return bool(code.co_exceptiontable)
-    return any(e.start <= offset < e.end for e in parse(code))
+    by_offset = {i.offset: i for i in dis.get_instructions(code)}
+    for entry in parse(code):
+        if not entry.start <= offset < entry.end:
+            continue
+        handler = by_offset.get(entry.target)
+        after = by_offset.get(entry.target + 2)
+        is_with = (
+            handler is not None
+            and handler.opname == "PUSH_EXC_INFO"
+            and after is not None
+            and after.opname == "WITH_EXCEPT_START"
+        )
+        if not is_with:
+            return True
+    return False
 
 
 def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:
@@ -111,7 +128,7 @@ def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int
     name = inst.opname
     if name not in BREAK_EFFECTS and name not in TRUTH_JUMPS:
         return False
-    return not (tx.code.co_cellvars or _in_exception_range(tx.code, inst.offset))
+    return not (tx.code.co_cellvars or _blocking_exception_range(tx.code, inst.offset))
 
 
 # --- resume functions ---------------------------------------------------------------------------

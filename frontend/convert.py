@@ -11,6 +11,7 @@ because framejit is on.
 
 from __future__ import annotations
 
+import dataclasses
 import dis
 import io
 import time
@@ -151,12 +152,10 @@ def _eager_entry(
 
 
 def _global_state_guard(output: OutputGraph) -> Guard:
-    return Guard(
-        None,
-        GuardKind.GLOBAL_STATE,
-        GlobalState.current(output.calls_modules),
-        "global state when the frame was compiled",
-    )
+    """The state the frame was entered with (read before tracing: the trace and the backend may
+    change grad mode while they run)."""
+    state = dataclasses.replace(output.state_at_entry, module_hooks=output.calls_modules)
+    return Guard(None, GuardKind.GLOBAL_STATE, state, "global state when the frame was compiled")
 
 
 def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
@@ -204,7 +203,11 @@ def _compile_graph(
     gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=f"{code.co_name}_graph")
     inputs: list[Source] = [src for src, _ in output.placeholders]
     _log_graph(code, gm, inputs)
-    compiled = backend(gm, list(output.input_values))
+    grad_mode = torch.is_grad_enabled()
+    try:
+        compiled = backend(gm, list(output.input_values))
+    finally:  # a backend that runs the graph (make_fx) runs its grad-mode nodes too
+        torch._C._set_grad_enabled(grad_mode)
     if not callable(compiled):
         raise TypeError(
             f"backend {backend!r} returned {type(compiled).__name__}, expected a callable"

@@ -30,7 +30,7 @@ from framejit.frontend.sources import (
 )
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.frontend.variables.tensor import TensorVariable
-from framejit.guards import Guard, GuardKind
+from framejit.guards import GlobalState, Guard, GuardKind
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -57,6 +57,7 @@ class OutputGraph:
         self.created: list[torch.fx.Node] = []  # every node, in creation order (for rollback)
         self.side_effects = SideEffects()
         self.grad_at_exit = torch.is_grad_enabled()  # grad mode where the trace ended
+        self.state_at_entry = GlobalState.current()
         # id(real mutable object) -> its variable: two sources reaching one list/object share
         # one variable, so a write through one is seen through the other.
         self.objects_by_id: dict[int, VariableTracker] = {}

@@ -338,3 +338,47 @@ def mutates_then_breaks(x):
 
 def test_a_break_after_mutating_a_local_list(capsys) -> None:
     run_both(mutates_then_breaks, torch.randn(3), capsys=capsys)
+
+
+def break_inside_no_grad(x, w):
+    with torch.no_grad():
+        a = x * w
+        print("inside no_grad")
+        b = a + w
+    return a, b, b * w
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_break_inside_a_grad_mode_block_resumes_inside_it(backend: str, capsys) -> None:
+    x, w = torch.randn(3), torch.randn(3, requires_grad=True)
+    counter = CompileCounter()
+    inner = framejit.backend.lookup_backend(backend)
+
+    def counting(gm, inputs):
+        counter(gm, inputs)
+        return inner(gm, inputs)
+
+    jitted = framejit.jit(break_inside_no_grad, backend=counting)
+    for _ in range(2):
+        got, want = jitted(x, w), break_inside_no_grad(x, w)
+        same(got, want)
+        assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [
+            False, False, True]
+        assert torch.is_grad_enabled()
+    assert counter.frame_count == 2
+
+
+def raises_inside_no_grad(x, limit):
+    with torch.no_grad():
+        y = x * 2
+        if y.sum() > limit:
+            raise ValueError("over the limit")
+    return y
+
+
+def test_an_exception_in_a_resumed_grad_mode_block_restores_grad_mode() -> None:
+    jitted = framejit.jit(raises_inside_no_grad, backend=CompileCounter())
+    same(jitted(torch.ones(2), 100.0), raises_inside_no_grad(torch.ones(2), 100.0))
+    with pytest.raises(ValueError, match="over the limit"):
+        jitted(torch.ones(2), 0.0)
+    assert torch.is_grad_enabled()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
+from framejit.frontend.variables.contexts import GradModeExit, WithExitVariable
 from framejit.frontend.sources import AttrSource, ItemSource, Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.frontend.variables.builtins import is_builtin
@@ -164,6 +165,10 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         return DictVariable(
             {k: wrap_source(tx, ItemSource(source, k)) for k in value}, source, cls=t
         )
+    if t is GradModeExit:
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, AttrSource(source, "prior"), GuardKind.CONSTANT_MATCH, value.prior)
+        return WithExitVariable.resumed(value.prior, source)
     if t is functools.partial:
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         return PartialVariable(

@@ -62,20 +62,44 @@ class GradModeVariable(VariableTracker):
             set_grad_mode(tx, self.prior)
 
 
+class GradModeExit:
+    """What a `with` block over a grad-mode context holds as its exit after a graph break: the
+    resume function's copy of the block calls it (normally or with an exception) to restore
+    the mode from before the block."""
+
+    def __init__(self, prior: bool) -> None:
+        self.prior = prior
+
+    def __call__(self, *exc_info: Any) -> None:
+        torch._C._set_grad_enabled(self.prior)
+
+
 class WithExitVariable(VariableTracker):
     """The `__exit__` a `with` block calls at its end: leaves the context."""
 
-    def __init__(self, ctx: GradModeVariable) -> None:
+    def __init__(self, ctx: GradModeVariable, source: Any = None) -> None:
         self.ctx = ctx
+        self.source = source
 
     def python_type(self) -> type:
-        return type(lambda: None)
+        return GradModeExit
 
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         self.ctx.exit(tx)
         return ConstantVariable(None)
+
+    def reconstruct(self, cg: Any) -> None:
+        prior = self.ctx.prior
+        cg.call_const(GradModeExit, lambda: cg.load_const(prior), 1)
+
+    @staticmethod
+    def resumed(prior: bool, source: Any) -> WithExitVariable:
+        """The exit of a block a graph break interrupted, met again in the resume function."""
+        ctx = GradModeVariable(torch.set_grad_enabled, torch.is_grad_enabled(), False)
+        ctx.prior = prior
+        return WithExitVariable(ctx, source)
 
 
 GRAD_MODE_CLASSES: dict[Any, bool | None] = {
