@@ -52,7 +52,7 @@ from framejit.frontend.variables.functions import (
 )
 from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.tensor import TensorVariable
-from framejit.guards import CacheEntry, GlobalState, Guard, GuardKind, compile_guards
+from framejit.guards import CacheEntry, Guard, GuardKind, compile_guards
 
 from framejit import logs
 from framejit.config import config

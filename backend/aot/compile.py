@@ -49,6 +49,12 @@ def aot_compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
 ) -> Callable[..., Any]:
     """Compile captured graph `gm` through the AOT stage; see the module docstring."""
+    if any(n.op == "call_function" and n.target is torch._C._set_grad_enabled
+           for n in gm.graph.nodes):
+        # grad mode changes inside the graph (a `with no_grad()` block): the stage traces and
+        # runs a graph under one mode, so the captured graph runs as it is
+        log.info("aot: running the captured graph as it is: it switches grad mode")
+        return gm.forward
     info = analyze(gm, example_inputs)
     if info.fallback is not None:
         log.info("aot: running the captured graph as it is: %s", info.fallback)

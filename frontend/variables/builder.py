@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
-from framejit.frontend.variables.contexts import GradModeExit, WithExitVariable
 from framejit.frontend.sources import AttrSource, ItemSource, Source
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.frontend.variables.builtins import is_builtin
@@ -29,6 +28,7 @@ from framejit.frontend.variables.containers import (
     NamedTupleVariable,
     TupleVariable,
 )
+from framejit.frontend.variables.contexts import GradModeExit, WithExitVariable
 from framejit.frontend.variables.functions import (
     PartialVariable,
     TorchFunctionVariable,
