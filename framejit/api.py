@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,20 +189,8 @@ class JitFunction:
         cache, fn = self._cache, self._fn
         if cache.eager or self._settings.backend is None:
             return fn(*args, **kwargs)
-        if cache.entries:
-            reasons = cache.failures(fn, frame_args)
-            reason = reasons[0] if reasons else "?"
-            cache.recompile_reasons.append(reason)
-            logs.artifact("recompiles", lambda: f"recompiling {fn.__qualname__}: {reason}")
-            if len(cache.entries) >= config.recompile_limit:
-                cache.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
-                warnings.warn(
-                    f"framejit: {fn.__qualname__} recompiled {len(cache.entries)} times "
-                    f"(config.recompile_limit={config.recompile_limit}); running it eagerly "
-                    f"from now on. Reasons: " + "; ".join(cache.recompile_reasons[-3:]),
-                    stacklevel=3,
-                )
-                return fn(*args, **kwargs)
+        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=3):
+            return fn(*args, **kwargs)
         s = self._settings
         with hook_disabled():  # user code the backend runs while compiling is not hooked
             result = compile_frame(fn, frame_args, s.backend, s.fullgraph, self._wrap_resume)

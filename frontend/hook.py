@@ -29,7 +29,6 @@ import sysconfig
 import threading
 import time
 import types
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -290,19 +289,8 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         entry = cache.lookup(fn, args)  # another thread may have compiled it meanwhile
         if entry is not None:
             return cache, entry
-        reasons = cache.failures(fn, args)
-        reason = reasons[0] if reasons else "?"
-        cache.recompile_reasons.append(reason)
         summary.recompiles += 1
-        logs.artifact("recompiles", lambda: f"recompiling {code.co_qualname}: {reason}")
-        if len(cache.entries) >= config.recompile_limit:
-            cache.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
-            warnings.warn(
-                f"framejit: {code.co_qualname} recompiled {len(cache.entries)} times "
-                f"(config.recompile_limit={config.recompile_limit}); running it eagerly from now "
-                f"on. Reasons: " + "; ".join(cache.recompile_reasons[-3:]),
-                stacklevel=2,
-            )
+        if cache.record_miss(fn, args, code.co_qualname, stacklevel=2):
             return _skip("recompile limit")
     else:
         why = skipped_by_rule(fn)

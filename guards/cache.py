@@ -9,6 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,27 @@ class CodeCache:
     def failures(self, fn: Any, args: tuple[Any, ...]) -> list[str]:
         """Why each entry rejected these arguments, most recently used entry first."""
         return [e.guards.why_failed(fn, *args) or "(guard holds)" for e in self.entries]
+
+    def record_miss(self, fn: Any, args: tuple[Any, ...], qualname: str, stacklevel: int) -> bool:
+        """Log why every entry rejected these arguments (`recompiles`); True when
+        `config.recompile_limit` is reached: the code is then marked eager, with one warning."""
+        from framejit import logs
+        from framejit.config import config
+
+        reasons = self.failures(fn, args)
+        reason = reasons[0] if reasons else "?"
+        self.recompile_reasons.append(reason)
+        logs.artifact("recompiles", lambda: f"recompiling {qualname}: {reason}")
+        if len(self.entries) < config.recompile_limit:
+            return False
+        self.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
+        warnings.warn(
+            f"framejit: {qualname} recompiled {len(self.entries)} times "
+            f"(config.recompile_limit={config.recompile_limit}); running it eagerly from now "
+            f"on. Reasons: " + "; ".join(self.recompile_reasons[-3:]),
+            stacklevel=stacklevel + 1,
+        )
+        return True
 
     def add(self, entry: CacheEntry) -> None:
         self.entries.insert(0, entry)

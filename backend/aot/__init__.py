@@ -5,7 +5,7 @@ Entry point: `aot_compile(gm, example_inputs, inner)` (compile.py). The stage fu
 the core op set (core_ops.py), and for training traces the joint forward+backward graph and
 partitions it by a min cut (partition.py) into a forward and a backward run by an
 `autograd.Function` (runtime.py). It is built on make_fx, FakeTensors, functionalization and
-torch's decomposition tables only; it does not use torch._functorch.aot_autograd.
+torch's decomposition tables only; it does not use torch's own AOT-autograd module.
 """
 
 from framejit.backend.aot.compile import aot_compile
