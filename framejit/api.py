@@ -117,7 +117,7 @@ def _make_binder(fn: types.FunctionType) -> Any:
             return args
 
         return bind_positionally
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, follow_wrapped=False)  # the code's own parameters
     params = []
     for p in sig.parameters.values():
         text = p.name

@@ -23,9 +23,13 @@ ordinary PyTorch program checked the same way (`check`):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import io
+import logging
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -199,6 +203,39 @@ def _run(fn: Callable, arguments: Call, grad: bool | None) -> tuple[Any, Call]:
     return out, arguments
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.name, record.levelno, record.getMessage()))
+
+
+@contextlib.contextmanager
+def _captured_output() -> Iterator[dict[str, Any]]:
+    """What a program prints, logs (every logger, DEBUG and up) and warns, in order."""
+    seen: dict[str, Any] = {}
+    stdout = io.StringIO()
+    handler = _Records()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(stdout):
+            warnings.simplefilter("always")
+            yield seen
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    seen["stdout"] = stdout.getvalue()
+    seen["logs"] = [r for r in handler.records if not r[0].startswith("framejit")]
+    seen["warnings"] = [
+        (w.category.__name__, str(w.message)) for w in caught if "framejit" not in str(w.message)
+    ]
+
+
 def _named(fn: Any, arguments: Call) -> dict[str, Any]:
     named: dict[str, Any] = {f"args[{i}]": a for i, a in enumerate(arguments.args)}
     named.update({f"kwargs[{k!r}]": v for k, v in arguments.kwargs.items()})
@@ -218,11 +255,24 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
     fullgraph: bool | None = None,
+    output: bool = False,
+    breaks: int | tuple[int, ...] | None = None,
+    setup: Callable[[], Any] | None = None,
+    observe: Callable[[], Any] | None = None,
+    separate_eager: bool = False,
 ) -> None:
     """Compare `framejit.jit(fn)` with eager `fn` on inputs from `make()`; see the module doc.
 
     `build`, when given instead of `fn`, makes the thing to compile (under the fixed seed).
     `grad` runs every call with grad mode on (True) or off (False); None leaves it as is.
+
+    Optional extras (all off by default):
+    `output=True` compares what each call prints to stdout, logs and warns with eager's;
+    `breaks` is the graph break count `framejit.explain` must report for one call;
+    `setup()` runs before every call (eager and compiled), e.g. to reset global state;
+    `observe()` runs after every call and its result must equal eager's;
+    `separate_eager=True` calls `build()` again (same seed) for the eager side instead of
+    sharing one object, for callables that carry their own state (closures with counters).
     """
     import framejit.testing  # also binds `framejit`; imported here so cases load without it
 
@@ -232,7 +282,12 @@ def check(
         fn = build()
     assert fn is not None
     arguments = _arguments(make)
-    eager_fn = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
+    if separate_eager:
+        assert build is not None, "separate_eager needs build"
+        torch.manual_seed(SEED)
+        eager_fn = build()
+    else:
+        eager_fn = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
 
     counter = framejit.testing.CompileCounter()
     if fullgraph is None:
@@ -242,9 +297,20 @@ def check(
         )
     compiled_fn = framejit.jit(fn, backend=counter, fullgraph=fullgraph)
 
+    def one_run(f: Callable) -> tuple[Any, Call, dict[str, Any], Any]:
+        if setup is not None:
+            setup()
+        seen: dict[str, Any] = {}
+        if output:
+            with _captured_output() as seen:
+                out, args = _run(f, arguments, grad)
+        else:
+            out, args = _run(f, arguments, grad)
+        return out, args, seen, observe() if observe is not None else None
+
     for run in ("first call", "second call"):
-        eager_out, eager_args = _run(eager_fn, arguments, grad)
-        out, args = _run(compiled_fn, arguments, grad)
+        eager_out, eager_args, eager_seen, eager_state = one_run(eager_fn)
+        out, args, seen, state = one_run(compiled_fn)
         where = f"{run}: "
         try:
             assert_same(out, eager_out, "out", rtol, atol)
@@ -254,6 +320,12 @@ def check(
                 assert_same(fn, eager_fn, "module (after the call)", rtol, atol)
             if identity:
                 assert_identity(out, _named(fn, args), eager_out, _named(eager_fn, eager_args))
+            for kind in ("stdout", "logs", "warnings"):
+                if seen.get(kind) != eager_seen.get(kind):
+                    raise AssertionError(
+                        f"{kind}: {seen.get(kind)!r} != eager {eager_seen.get(kind)!r}"
+                    )
+            assert_same(state, eager_state, "observe()", rtol, atol)
         except AssertionError as error:
             raise AssertionError(where + str(error)) from None
 
@@ -262,6 +334,26 @@ def check(
         f"framejit compiled {counter.frame_count} graph(s) over two calls; expected "
         + " or ".join(map(str, allowed))
     )
+
+    if breaks is not None:
+        if build is not None:
+            torch.manual_seed(SEED)
+            target = build()
+        else:
+            target = fn
+        if setup is not None:
+            setup()
+        explained = copy.deepcopy(arguments)
+        with (
+            _captured_output(),
+            torch.set_grad_enabled(torch.is_grad_enabled() if grad is None else grad),
+        ):
+            report = framejit.explain(target, *explained.args, **explained.kwargs)
+        allowed_breaks = breaks if isinstance(breaks, tuple) else (breaks,)
+        assert report.graph_break_count in allowed_breaks, (
+            f"explain reports {report.graph_break_count} graph break(s) "
+            f"{report.break_reasons}; expected " + " or ".join(map(str, allowed_breaks))
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,6 +367,7 @@ class Case:
     build: Callable[[], Any] | None
     make: Callable[[], Any]
     options: dict
+    marks: tuple = ()
 
     def run(self) -> None:
         check(self.fn, self.make, build=self.build, **self.options)
@@ -292,19 +385,24 @@ class Corpus:
     once under `torch.no_grad()` and once with grad enabled (ids `name-no_grad`, `name-grad`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, **defaults: Any) -> None:
         self.cases: list[Case] = []
+        self.defaults = defaults  # options every case of this file gets unless it overrides
 
     def _add(self, name, fn, build, make, grad_modes: bool, options: dict) -> None:
+        options = {**self.defaults, **options}
+        marks: tuple = ()
+        if "xfail" in options:  # xfail="framejit bug: ..." marks a known bug, strictly
+            marks = (pytest.mark.xfail(strict=True, reason=options.pop("xfail")),)
         if any(case.name.split("-")[0] == name for case in self.cases):
             raise ValueError(f"case {name!r} registered twice")
         if grad_modes:
             for mode, grad in GRAD_MODES.items():
                 self.cases.append(
-                    Case(f"{name}-{mode}", fn, build, make, {**options, "grad": grad})
+                    Case(f"{name}-{mode}", fn, build, make, {**options, "grad": grad}, marks)
                 )
         else:
-            self.cases.append(Case(name, fn, build, make, options))
+            self.cases.append(Case(name, fn, build, make, options, marks))
 
     def program(
         self,
@@ -335,7 +433,7 @@ class Corpus:
         return register
 
     def params(self) -> list:
-        return [pytest.param(case, id=case.name) for case in self.cases]
+        return [pytest.param(case, id=case.name, marks=case.marks) for case in self.cases]
 
     def __len__(self) -> int:
         return len(self.cases)
