@@ -1,8 +1,9 @@
 """Backend registry: names to `(gm, example_inputs) -> callable` functions.
 
 Built in: `eager` (runs the captured GraphModule as it is), `aot_eager` (the AOT stage, then the
-aten graphs run as Python: `backend/aot/`) and `auto` (the best available for the inputs: today
-`aot_eager`; `triton` joins for CUDA tensors when it lands). Users add their own with
+aten graphs run as Python: `backend/aot/`), `triton` (the AOT stage, then fused Triton kernels:
+`backend/triton/`) and `auto` (the best available for the inputs: `triton` for CUDA tensors when
+Triton is importable, `aot_eager` otherwise). Users add their own with
 `framejit.register_backend`.
 """
 
@@ -70,8 +71,30 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[.
     return aot_compile(gm, example_inputs, eager)
 
 
+@register_backend("triton")
+def triton(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """The AOT stage, then each aten graph lowered to fused Triton kernels
+    (`backend/triton/`). CPU tensors need `TRITON_INTERPRET=1`; without it they run as
+    `aot_eager` would, with a `perf_hints` line."""
+    from framejit.backend.aot import aot_compile
+    from framejit.backend.triton import compile_graph
+
+    return aot_compile(gm, example_inputs, compile_graph)
+
+
+def _wants_triton(example_inputs: list[Any]) -> bool:
+    """CUDA tensors among the inputs, and Triton importable."""
+    if not any(isinstance(v, torch.Tensor) and v.is_cuda for v in example_inputs):
+        return False
+    from framejit.backend.triton import triton_available
+
+    return triton_available()
+
+
 @register_backend("auto")
 def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The best backend available for these inputs: `aot_eager` (on CPU, and on CUDA until the
-    Triton backend lands)."""
+    """The best backend available for these inputs: `triton` for CUDA tensors when Triton is
+    usable, otherwise `aot_eager` (always on CPU)."""
+    if _wants_triton(example_inputs):
+        return triton(gm, example_inputs)
     return aot_eager(gm, example_inputs)

@@ -33,28 +33,59 @@ from framejit.backend.aot.analysis import GraphInfo, analyze, graph_with_outputs
 from framejit.backend.aot.partition import partition
 from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
 from framejit.backend.aot.trace import trace_inference, trace_joint
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 
 from framejit import logs
+from framejit.config import config
 
 log = logging.getLogger(__name__)
 
 Inner = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
-# Ops whose joint forward/backward graph the stage does not build (autograd runs them).
-_NO_JOINT_GRAPH = frozenset({torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu})
+# Graphs with these run as captured: recurrent ops decompose on CPU into mkldnn kernels whose
+# backward needs a workspace the traced graph cannot rebuild (and that are not core aten), and a
+# grad-mode switch inside the graph does not survive tracing under one mode.
+_AS_CAPTURED = frozenset(
+    {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch._C._set_grad_enabled}
+)
 
 
 def aot_compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
 ) -> Callable[..., Any]:
-    """Compile captured graph `gm` through the AOT stage; see the module docstring."""
-    if any(n.op == "call_function" and n.target is torch._C._set_grad_enabled
-           for n in gm.graph.nodes):
-        # grad mode changes inside the graph (a `with no_grad()` block): the stage traces and
-        # runs a graph under one mode, so the captured graph runs as it is
-        log.info("aot: running the captured graph as it is: it switches grad mode")
+    """Compile captured graph `gm` through the AOT stage; see the module docstring.
+
+    A graph the stage cannot trace (an op whose output shape depends on values once
+    decomposed, for example) runs as captured: the stage never makes a graph fail."""
+    special = [
+        n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in _AS_CAPTURED
+    ]
+    if special:
+        log.info("aot: running the captured graph as it is: it calls %s", special[0].__name__)
         return gm.forward
+    try:
+        return _compile(gm, example_inputs, inner)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure: run the graph as captured
+        value_dependent = isinstance(
+            exc, (DynamicOutputShapeException, DataDependentOutputException)
+        )
+        if config.raise_internal_errors and not value_dependent:
+            raise  # a bug of the stage: the tests want to see it
+        log.info(
+            "aot: running the captured graph as it is: tracing failed: %s: %s",
+            type(exc).__name__,
+            exc,
+        )
+        return gm.forward
+
+
+def _compile(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
+) -> Callable[..., Any]:
     info = analyze(gm, example_inputs)
     if info.fallback is not None:
         log.info("aot: running the captured graph as it is: %s", info.fallback)
@@ -85,10 +116,6 @@ def aot_compile(
         _log(gm, inference=graph)
         return InferenceRunner(info, inner(graph, _example(graph)))
 
-    if any(n.op == "call_function" and n.target in _NO_JOINT_GRAPH for n in gm.graph.nodes):
-        # their CPU kernels (mkldnn) keep a workspace that the traced backward cannot rebuild
-        log.info("aot: running the captured graph as it is: a recurrent op under training")
-        return gm.forward
     with mode:
         tangents = [
             torch.empty(forward_values[k].shape, dtype=forward_values[k].dtype)

@@ -1,0 +1,109 @@
+"""The Triton backend: functional core-aten graphs become fused Triton kernels.
+
+A named, linear pipeline, each step printable (golden tests compare the text):
+
+    lower     (lower.py, op table in ops.py)  aten graph -> LoopGraph (pointwise/reduction/extern)
+    schedule  (schedule.py)                   inline pointwise chains, group nodes into kernels
+    codegen   (codegen.py)                    one Python module: Triton kernels + `call` wrapper
+    load      (cache.py)                      written under config.cache_dir, keyed by source
+
+`compile_graph(gm, example_inputs)` is the `inner` backend the AOT stage calls for each aten
+graph (the registry's `triton` backend is `aot_compile(gm, inputs, compile_graph)`).
+`stages(gm)` returns every step's text, for debugging and tests.
+
+CPU tensors: kernels run in Triton's interpreter when `TRITON_INTERPRET=1` is set before the
+kernels are loaded (that is how CI tests them). Without it, a graph on CPU runs as its aten graph
+(as `aot_eager` would), with a `perf_hints` line saying why: framejit never fails a program for
+want of a device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from framejit import logs
+
+log = logging.getLogger("framejit.backend")
+
+
+@dataclass
+class Stages:
+    lowered: str
+    scheduled: str
+    source: str
+    hints: list[str]
+
+
+def triton_available() -> bool:
+    return _triton_problem() is None
+
+
+def _triton_problem() -> str | None:
+    """Why Triton cannot be used here (None: it can)."""
+    try:
+        import triton  # noqa: F401
+        from triton import language  # noqa: F401
+    except Exception as e:  # a broken install fails in many ways; never fail the program
+        return f"Triton cannot be imported ({type(e).__name__}: {e})"
+    return None
+
+
+def _run(gm: torch.fx.GraphModule) -> Any:
+    from framejit.backend.triton.codegen import codegen
+    from framejit.backend.triton.lower import lower
+    from framejit.backend.triton.schedule import schedule
+
+    lowering = lower(gm)
+    scheduled = schedule(lowering)
+    source, constants = codegen(scheduled)
+    return lowering, scheduled, source, constants
+
+
+def stages(gm: torch.fx.GraphModule) -> Stages:
+    """Each pipeline step's text for aten graph `gm` (nothing is compiled or loaded)."""
+    lowering, scheduled, source, _ = _run(gm)
+    return Stages(str(lowering.graph), str(scheduled), source, scheduled.hints)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """Compile one functional aten graph to a `call(*inputs) -> tuple` running Triton kernels."""
+    from framejit.backend.triton import cache
+    from framejit.backend.triton.lower import NotLowered
+
+    devices = {str(v.device) for v in example_inputs if isinstance(v, torch.Tensor)}
+    problem = _triton_problem()
+    if problem is not None:
+        return _fallback(gm, problem)
+    if any(d == "cpu" for d in devices):
+        if not cache.interpreter_active():
+            return _fallback(gm, "CPU tensors need TRITON_INTERPRET=1 (Triton's CPU interpreter)")
+        try:
+            import triton.runtime.interpreter  # noqa: F401
+        except Exception as e:
+            return _fallback(gm, f"Triton's interpreter cannot be imported ({e})")
+    try:
+        lowering, scheduled, source, constants = _run(gm)
+    except NotLowered as e:
+        return _fallback(gm, str(e))
+    log.debug("triton: loop IR\n%s", lowering.graph)
+    log.debug("triton: schedule\n%s", scheduled)
+    for hint in scheduled.hints:
+        logs.artifact("perf_hints", f"triton: {hint}")
+    logs.artifact("output_code", lambda: source, language="python")
+    module = cache.load(source, constants)
+    return module.call
+
+
+def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
+    logs.artifact("perf_hints", f"triton: running the aten graph as it is: {reason}")
+    log.info("triton: running the aten graph as it is: %s", reason)
+    return gm.forward
+
+
+__all__ = ["Stages", "compile_graph", "stages", "triton_available"]

@@ -1,0 +1,692 @@
+"""Triton codegen: a `Schedule` becomes one Python module, its kernels and a `call` wrapper.
+
+`codegen(schedule) -> str` writes, through a small indenting `Writer`:
+
+1. the imports and the device;
+2. the helper functions the kernels use (`fj_tanh`, `fj_log1p`, ...), written with core `tl`
+   math only, so the same source runs on a GPU and in Triton's CPU interpreter;
+3. one `@triton.jit` kernel per scheduled kernel, named for what it does
+   (`fj_pointwise_add_relu_0`, `fj_reduce_softmax_1`), with a header comment listing the
+   nodes fused into it, and tutorial-style names: `in_ptr0`, `out_ptr0`, `pid`, `offsets`,
+   `mask`, `XBLOCK: tl.constexpr`;
+4. `call(*inputs)`: allocates the stored buffers with their strides, launches the kernels with
+   grids computed here (shapes are static), runs the externs, frees intermediates after their
+   last use, and returns the graph's outputs.
+
+Invariants:
+
+- Kernels compute in float32 for float16/bfloat16 data (loads upcast, stores cast back).
+- Every load and store is masked unless its address is a constant; masked-off lanes never reach
+  a reduction (`tl.where(mask, value, identity)`).
+- A kernel with nothing to do (a zero-size tensor) is not launched.
+- Shapes and strides are compile-time constants (the frontend guards them); the source is a
+  pure function of the schedule, so identical graphs give identical text (and cache hits).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from framejit.backend.triton.ir import (
+    Const,
+    Expr,
+    Extern,
+    ExternArg,
+    IndexValue,
+    InputBuffer,
+    Ix,
+    Load,
+    Op,
+    Reduction,
+    Sym,
+    contiguous_strides,
+    linear,
+    loop_vars,
+    strip_parens,
+    subs_index,
+    unflatten,
+)
+from framejit.backend.triton.schedule import Kernel, Schedule, extern_buffers
+
+TL_DTYPES = {
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
+}
+
+# Kernel-level ops of the IR: how each is written in Triton.
+KERNEL_OPS = {
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "mod": "{0} % {1}",
+    "neg": "-{0}",
+    "exp": "tl.exp({0})",
+    "log": "tl.log({0})",
+    "sqrt": "tl.sqrt({0})",
+    "rsqrt": "tl.rsqrt({0})",
+    "abs": "tl.abs({0})",
+    "sigmoid": "tl.sigmoid({0})",
+    "erf": "tl.math.erf({0})",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
+    "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})",
+    "trunc": "fj_trunc({0})",
+    "round": "fj_round({0})",
+    "tanh": "fj_tanh({0})",
+    "log1p": "fj_log1p({0})",
+    "expm1": "fj_expm1({0})",
+    "maximum": "tl.maximum({0}, {1})",
+    "minimum": "tl.minimum({0}, {1})",
+    "where": "tl.where({0}, {1}, {2})",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "and": "{0} & {1}",
+    "or": "{0} | {1}",
+    "xor": "{0} ^ {1}",
+    "not": "{0} == 0",
+    "invert": "~{0}",
+    "lshift": "{0} << {1}",
+    "rshift": "{0} >> {1}",
+}
+
+# Helpers in core `tl` math (libdevice does not run in the interpreter); name -> (deps, source).
+HELPERS = {
+    "fj_expm1": (
+        (),
+        """\
+@triton.jit
+def fj_expm1(x):
+    # exp(x) - 1 without cancellation near 0 (Kahan)
+    u = tl.exp(x)
+    d = u - 1.0
+    return tl.where(u == 1.0, x, tl.where((d == -1.0) | (u == float("inf")), d, d * x / tl.log(u)))
+""",
+    ),
+    "fj_tanh": (
+        ("fj_expm1",),
+        """\
+@triton.jit
+def fj_tanh(x):
+    e = fj_expm1(-2.0 * tl.abs(x))
+    t = -e / (e + 2.0)
+    return tl.where(x < 0, -t, t)
+""",
+    ),
+    "fj_log1p": (
+        (),
+        """\
+@triton.jit
+def fj_log1p(x):
+    # log(1 + x) without cancellation near 0 (Kahan)
+    u = 1.0 + x
+    exact = (u == 1.0) | (u == float("inf"))
+    return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * x / (u - 1.0))
+""",
+    ),
+    "fj_trunc": (
+        (),
+        """\
+@triton.jit
+def fj_trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+""",
+    ),
+    "fj_round": (
+        (),
+        """\
+@triton.jit
+def fj_round(x):
+    # round half to even, as torch.round
+    r = tl.floor(x + 0.5)
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+""",
+    ),
+}
+
+POINTWISE_BLOCK = 1024
+PERSISTENT_TILE = 4096
+LOOP_RBLOCK = 1024
+
+
+class Writer:
+    """Lines with indentation; `with w.indent():` nests."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.level = 0
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(("    " * self.level + text) if text else "")
+
+    def extend(self, lines: list[str]) -> None:
+        for text in lines:
+            self.line(text)
+
+    @contextmanager
+    def indent(self) -> Iterator[None]:
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def literal(value: bool | int | float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return f"({value!r})" if value < 0 else repr(value)
+    return f"({value})" if value < 0 else str(value)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+class KernelCode:
+    """The source and launch of one kernel."""
+
+    def __init__(self, kernel: Kernel, schedule: Schedule, layouts: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self.schedule = schedule
+        self.layouts = layouts
+        self.members = {m.name: m for m in kernel.members}
+        self.in_ptrs: dict[str, str] = {}
+        self.out_ptrs = {name: f"out_ptr{k}" for k, name in enumerate(kernel.stores)}
+        self.body = Writer()
+        self.body.level = 1
+        self.scopes: list[dict[Any, str]] = [{}]
+        self.count = 0
+        self.helpers: set[str] = set()
+        self.reduction = kernel.kind == "reduction"
+        self.xsyms, self.rsyms = kernel.group_syms()
+
+    # -- values -----------------------------------------------------------------------------
+
+    def lookup(self, key: Any) -> str | None:
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def emit(self, text: str, key: Any = None) -> str:
+        name = f"tmp{self.count}"
+        self.count += 1
+        self.body.line(f"{name} = {text}")
+        if key is not None:
+            self.scopes[-1][key] = name
+        return name
+
+    def value(self, expr: Expr) -> str:
+        if isinstance(expr, Const):
+            return literal(expr.value)
+        found = self.lookup(expr)
+        if found is not None:
+            return found
+        if isinstance(expr, Load):
+            return self.load(expr)
+        if isinstance(expr, IndexValue):
+            if expr.index.is_const:
+                return literal(expr.index.const)
+            return self.emit(f"({expr.index}).to(tl.int64)", expr)
+        assert isinstance(expr, Op)
+        args = [self.value(a) for a in expr.args]
+        if expr.name == "convert":
+            if expr.dtype == torch.bool:
+                return self.emit(f"{args[0]} != 0", expr)
+            return self.emit(f"{args[0]}.to({TL_DTYPES[expr.dtype]})", expr)
+        template = KERNEL_OPS[expr.name]
+        helper = re.match(r"(fj_\w+)\(", template)
+        if helper:
+            self._use_helper(helper.group(1))
+        return self.emit(template.format(*args), expr)
+
+    def _use_helper(self, name: str) -> None:
+        deps, _ = HELPERS[name]
+        for dep in deps:
+            self._use_helper(dep)
+        self.helpers.add(name)
+
+    def member_value(self, name: str) -> str:
+        found = self.lookup(("member", name))
+        if found is not None:
+            return found
+        node = self.members[name]
+        body = subs_index(self.schedule.bodies[name], self.kernel.mapping(node))
+        result = self.value(body)
+        self.scopes[-1][("member", name)] = result
+        return result
+
+    def load(self, load: Load) -> str:
+        if load.buffer in self.members:
+            return self.member_value(load.buffer)
+        _, stride, dtype = self.layouts[load.buffer]
+        ptr = self.in_ptrs.setdefault(load.buffer, f"in_ptr{len(self.in_ptrs)}")
+        address = linear(load.index, stride)
+        mask = self.mask_for(address)
+        if mask:
+            other = (
+                ""
+                if dtype == torch.bool
+                else (", other=0.0" if dtype.is_floating_point else ", other=0")
+            )
+            text = f"tl.load({ptr} + {self.address(address)}, {mask}{other})"
+        else:
+            text = f"tl.load({ptr} + {self.address(address)})"
+        if dtype in (torch.float16, torch.bfloat16):
+            text += ".to(tl.float32)"
+        return self.emit(text, load)
+
+    def mask_for(self, address: Ix) -> str:
+        syms = {s.name for s in address.syms()}
+        if not self.reduction:
+            return "mask" if syms else ""
+        has_x = any(s.name in syms for s in self.xsyms)
+        has_r = any(s.name in syms for s in self.rsyms)
+        return {(True, True): "mask", (True, False): "xmask", (False, True): "rmask"}.get(
+            (has_x, has_r), ""
+        )
+
+    def address(self, address: Ix) -> str:
+        if not self.reduction:
+            flat = linear(loop_vars(self.kernel.xshape), contiguous_strides(self.kernel.xshape))
+            if address == flat and not address.is_const:
+                return "offsets"
+        text = str(address)
+        return f"({text})" if " " in text else text
+
+    # -- kernel -----------------------------------------------------------------------------
+
+    def store(self, name: str, value: str, full: bool) -> None:
+        shape, stride, dtype = self.layouts[name]
+        node = self.members[name]
+        address = linear(loop_vars(shape), stride).subs(self.kernel.mapping(node))
+        expr_dtype = self.schedule.bodies[name].dtype
+        if dtype != expr_dtype:
+            value = f"{value} != 0" if dtype == torch.bool else f"{value}.to({TL_DTYPES[dtype]})"
+        mask = self.mask_for(address) or ("mask" if full or not self.reduction else "xmask")
+        pointer = self.address(address)
+        if address.is_const:
+            base = "xoffsets" if self.reduction else "offsets"
+            pointer = f"{pointer} + 0 * {base}"
+        self.body.line(f"tl.store({self.out_ptrs[name]} + {pointer}, {value}, {mask})")
+
+    def reduce(self, node: Reduction, persistent: bool) -> str:
+        body = subs_index(self.schedule.bodies[node.name], self.kernel.mapping(node))
+        is_bool = node.dtype == torch.bool
+        dtype = torch.int32 if is_bool else body.dtype
+        identity = _identity(node.reduce_type, dtype)
+        combine = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[node.reduce_type]
+        suffix = " != 0" if is_bool else ""
+        if persistent:
+            value = self.value(body)
+            if is_bool:
+                value = f"{value}.to(tl.int32)"
+            return self.emit(f"{combine}(tl.where(mask, {value}, {identity}), 1)[:, None]{suffix}")
+        acc = f"acc{self.count}"
+        self.count += 1
+        self.body.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {TL_DTYPES[dtype]})")
+        with self.loop():
+            value = self.value(body)
+            if is_bool:
+                value = f"{value}.to(tl.int32)"
+            masked = f"tl.where(mask, {value}, {identity})"
+            update = {
+                "sum": f"{acc} + {masked}",
+                "max": f"tl.maximum({acc}, {masked})",
+                "min": f"tl.minimum({acc}, {masked})",
+            }[node.reduce_type]
+            self.body.line(f"{acc} = {update}")
+        return self.emit(f"{combine}({acc}, 1)[:, None]{suffix}")
+
+    @contextmanager
+    def loop(self) -> Iterator[None]:
+        self.body.line("for roffset in range(0, rnumel, RBLOCK):")
+        with self.body.indent():
+            self.body.line("roffsets = roffset + tl.arange(0, RBLOCK)[None, :]")
+            self.body.line("rmask = roffsets < rnumel")
+            self.body.line("mask = xmask & rmask")
+            self.body.extend(_sym_lines(self.kernel.rshape, "roffsets", "r"))
+            self.scopes.append({})
+            try:
+                yield
+            finally:
+                self.scopes.pop()
+
+    def generate(self) -> list[str]:
+        kernel = self.kernel
+        persistent = kernel.persistent
+        full_stores: list[str] = []
+        for node in kernel.members:
+            role = kernel.roles[node.name]
+            if isinstance(node, Reduction):
+                result = self.reduce(node, persistent or not self.reduction)
+                self.scopes[0][("member", node.name)] = result
+                if node.name in kernel.stores:
+                    self.store(node.name, result, full=False)
+            elif node.name in kernel.stores:
+                if role == "full" and not persistent:
+                    full_stores.append(node.name)
+                    continue
+                self.store(node.name, self.member_value(node.name), full=role == "full")
+        if full_stores:
+            with self.loop():
+                for name in full_stores:
+                    self.store(name, self.member_value(name), full=True)
+        return self.body.lines
+
+    def source(self) -> str:
+        body = self.generate()
+        kernel = self.kernel
+        w = Writer()
+        w.line("@triton.jit")
+        ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values())
+        if self.reduction:
+            params = [*ptrs, "xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        else:
+            params = [*ptrs, "xnumel", "XBLOCK: tl.constexpr"]
+        w.line(f"def {kernel.name}({', '.join(params)}):")
+        with w.indent():
+            w.line(f"# {kernel.kind} kernel over {_shape_text(kernel)}; fused nodes:")
+            for node in kernel.inlined:
+                w.line(f"#   {self.schedule.graph.node(node.name)}  (inlined)")
+            for node in kernel.members:
+                where = (
+                    f"-> {self.out_ptrs[node.name]}"
+                    if node.name in self.out_ptrs
+                    else "(kept in registers)"
+                )
+                w.line(f"#   {node}  {where}")
+            for buffer, ptr in self.in_ptrs.items():
+                w.line(f"# {ptr}: {buffer}")
+            wide = _needs_int64(kernel, self.layouts, [*self.in_ptrs, *self.out_ptrs])
+            w.line("pid = tl.program_id(0)" + (".to(tl.int64)" if wide else ""))
+            if self.reduction:
+                w.line("xoffsets = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+                w.line("xmask = xoffsets < xnumel")
+                defs = _sym_lines(kernel.xshape, "xoffsets", "i")
+                if kernel.persistent:
+                    w.line("roffsets = tl.arange(0, RBLOCK)[None, :]")
+                    w.line("rmask = roffsets < rnumel")
+                    w.line("mask = xmask & rmask")
+                    defs += _sym_lines(kernel.rshape, "roffsets", "r")
+            else:
+                w.line("offsets = pid * XBLOCK + tl.arange(0, XBLOCK)")
+                w.line("mask = offsets < xnumel")
+                defs = _sym_lines(kernel.xshape, "offsets", "i")
+            text = "\n".join(body)
+            w.extend([d for d in defs if re.search(rf"\b{d.split(' =')[0]}\b", text)])
+        w.lines.extend(body)
+        return w.text()
+
+    def launch(self) -> tuple[str, list[str]] | None:
+        """The launch line's grid and arguments (after the pointers), or None: nothing to do."""
+        kernel = self.kernel
+        xnumel = _numel(kernel.xshape)
+        if xnumel == 0:
+            return None
+        if not self.reduction:
+            block = min(POINTWISE_BLOCK, next_power_of_2(xnumel))
+            grid = -(-xnumel // block)
+            return f"({grid},)", [str(xnumel), f"XBLOCK={block}", "num_warps=4"]
+        rnumel = _numel(kernel.rshape)
+        if kernel.persistent:
+            rblock = next_power_of_2(max(rnumel, 1))
+            xblock = min(next_power_of_2(xnumel), max(1, PERSISTENT_TILE // rblock))
+        else:
+            rblock, xblock = LOOP_RBLOCK, 1
+        grid = -(-xnumel // xblock)
+        warps = 8 if rblock >= 2048 else 4
+        return f"({grid},)", [
+            str(xnumel),
+            str(rnumel),
+            f"XBLOCK={xblock}",
+            f"RBLOCK={rblock}",
+            f"num_warps={warps}",
+        ]
+
+
+def _identity(reduce_type: str, dtype: torch.dtype) -> str:
+    if reduce_type == "sum":
+        return "0.0" if dtype.is_floating_point else "0"
+    if dtype.is_floating_point:
+        return 'float("-inf")' if reduce_type == "max" else 'float("inf")'
+    info = torch.iinfo(dtype)
+    return literal(info.min if reduce_type == "max" else info.max)
+
+
+def _sym_lines(shape: tuple[int, ...], flat: str, prefix: str) -> list[str]:
+    syms = [s for s in loop_vars(shape, prefix) if not s.is_const]
+    if not syms:
+        return []
+    position = Ix.of(Sym(flat, max(_numel(shape), 1)))
+    lines = []
+    for var, index in zip(loop_vars(shape, prefix), unflatten(position, shape)):
+        if var.is_const:
+            continue
+        lines.append(f"{var} = {strip_parens(str(index))}")
+    return lines
+
+
+def _shape_text(kernel: Kernel) -> str:
+    if kernel.kind == "pointwise":
+        return f"{list(kernel.xshape)}"
+    return f"{list(kernel.xshape)} x reduction {list(kernel.rshape)}"
+
+
+def _needs_int64(kernel: Kernel, layouts: dict[str, Any], buffers: list[str]) -> bool:
+    largest = _numel(kernel.xshape) * max(_numel(kernel.rshape), 1)
+    for name in buffers:
+        shape, stride, _ = layouts[name]
+        largest = max(largest, 1 + sum((n - 1) * s for n, s in zip(shape, stride)))
+    return largest >= 2**31
+
+
+# ---------------------------------------------------------------------------------------------
+# The module
+
+
+def layouts_of(
+    schedule: Schedule,
+) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], torch.dtype]]:
+    layouts: dict[str, Any] = {}
+    for node in schedule.graph.nodes:
+        if isinstance(node, Extern):
+            for name, layout in zip(node.outputs, node.layouts):
+                if name:
+                    layouts[name] = layout
+        else:
+            layouts[node.name] = (node.shape, node.stride, node.dtype)
+    return layouts
+
+
+def codegen(schedule: Schedule) -> tuple[str, list[Any]]:
+    """The module's source, and the constants it reads as `CONSTANTS[k]` (values that have no
+    Python literal, which the loader hands to the module)."""
+    graph = schedule.graph
+    layouts = layouts_of(schedule)
+    constants: list[Any] = []
+    kernels: list[tuple[Kernel, KernelCode, str]] = []
+    helpers: set[str] = set()
+    for step in schedule.steps:
+        if isinstance(step, Kernel):
+            code = KernelCode(step, schedule, layouts)
+            source = code.source()
+            helpers |= code.helpers
+            kernels.append((step, code, source))
+
+    w = Writer()
+    w.line("# Generated by framejit's Triton backend. Kernels first, then `call`, the wrapper.")
+    w.line("import torch")
+    w.line("import triton")
+    w.line("import triton.language as tl")
+    w.line()
+    w.line("aten = torch.ops.aten")
+    w.line("empty_strided = torch.empty_strided")
+    w.line(f"DEVICE = torch.device({graph.device!r})")
+    w.line("CONSTANTS: list = []")
+    for name in HELPERS:
+        if name in helpers:
+            w.line()
+            w.line()
+            w.extend(HELPERS[name][1].rstrip("\n").split("\n"))
+    for _, _, source in kernels:
+        w.line()
+        w.line()
+        w.extend(source.rstrip("\n").split("\n"))
+    wrapper = Writer()
+    _wrapper(wrapper, schedule, kernels, layouts, constants)
+    if "_restride(" in wrapper.text():
+        w.line()
+        w.line()
+        w.extend(RESTRIDE.split("\n"))
+    w.line()
+    w.line()
+    w.lines.extend(wrapper.lines)
+    return w.text(), constants
+
+
+RESTRIDE = """\
+def _restride(t, stride):
+    # an extern's result with other strides than its kernels were written for
+    if t.stride() == stride:
+        return t
+    return empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)"""
+
+
+def _wrapper(
+    w: Writer,
+    schedule: Schedule,
+    kernels: list[tuple[Kernel, KernelCode, str]],
+    layouts: dict[str, Any],
+    constants: list[Any],
+) -> None:
+    graph = schedule.graph
+    inputs = sorted(
+        (n for n in graph.nodes if isinstance(n, InputBuffer)), key=lambda n: n.position
+    )
+    codes = {id(k): code for k, code, _ in kernels}
+    last_use = _last_uses(schedule, codes)
+    returned = {o.buffer for o in graph.outputs if isinstance(o, ExternArg)}
+    kernel_reads = {name for code in codes.values() for name in code.in_ptrs}
+
+    def py(value: Any) -> str:
+        if isinstance(value, ExternArg):
+            text = value.buffer
+            for op, args in value.views:
+                text = f"{_op_text(op)}({', '.join([text, *map(py, args)])})"
+            return text
+        if isinstance(value, (list, tuple)):
+            items = ", ".join(py(v) for v in value)
+            if isinstance(value, tuple):
+                return f"({items}{',' if len(value) == 1 else ''})"
+            return f"[{items}]"
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float):
+            return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+        if isinstance(value, torch.dtype):
+            return str(value)
+        if isinstance(value, torch.device):
+            return f"torch.device({str(value)!r})"
+        if isinstance(value, (torch.layout, torch.memory_format)):
+            return str(value)
+        constants.append(value)
+        return f"CONSTANTS[{len(constants) - 1}]"
+
+    w.line(f"def call({', '.join(n.name for n in inputs)}):")
+    with w.indent():
+        for index, step in enumerate(schedule.steps):
+            if isinstance(step, Kernel):
+                code = codes[id(step)]
+                for name in step.stores:
+                    shape, stride, dtype = layouts[name]
+                    w.line(
+                        f"{name} = empty_strided({shape}, {stride}, dtype={dtype}, device=DEVICE)"
+                    )
+                launch = code.launch()
+                if launch is not None:
+                    grid, rest = launch
+                    args = [_pointer(n, layouts) for n in [*code.in_ptrs, *code.out_ptrs]]
+                    args += rest
+                    w.line(f"{step.name}[{grid}]({', '.join(args)})")
+            else:
+                args = [py(a) for a in step.args] + [f"{k}={py(v)}" for k, v in step.kwargs]
+                names = ", ".join(n or "_" for n in step.outputs)
+                target = names if step.single else f"{names}{',' if len(step.outputs) == 1 else ''}"
+                w.line(f"{target} = {_op_text(step.op)}({', '.join(args)})")
+                for name, layout in zip(step.outputs, step.layouts):
+                    if name and name in kernel_reads:
+                        w.line(f"{name} = _restride({name}, {layout[1]})")
+            dead = sorted(
+                (n for n, last in last_use.items() if last == index and n not in returned),
+                key=lambda n: int(n[3:]) if n[3:].isdigit() else 0,
+            )
+            dead = [n for n in dead if n.startswith("buf")]
+            if dead:
+                w.line(f"del {', '.join(dead)}")
+        outs = [py(o) for o in graph.outputs]
+        w.line(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+
+
+def _pointer(name: str, layouts: dict[str, Any]) -> str:
+    """A buffer as a kernel argument; an empty one (every access masked off) is passed as a
+    one-element scratch tensor, which Triton's interpreter needs to have a valid address."""
+    shape, _, dtype = layouts[name]
+    if _numel(shape) == 0:
+        return f"empty_strided((1,), (1,), dtype={dtype}, device=DEVICE)"
+    return name
+
+
+def _op_text(op: Any) -> str:
+    text = str(op)
+    if isinstance(op, torch._ops.OpOverload):
+        return text if text.startswith("aten.") else f"torch.ops.{text}"
+    module = getattr(op, "__module__", None)
+    name = getattr(op, "__qualname__", None) or getattr(op, "__name__", None)
+    if module and name:
+        return f"__import__({module!r}).{name}" if module != "builtins" else name
+    raise ValueError(f"cannot name extern op {op!r}")
+
+
+def _last_uses(schedule: Schedule, codes: dict[int, KernelCode]) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for index, step in enumerate(schedule.steps):
+        if isinstance(step, Kernel):
+            names = [*codes[id(step)].in_ptrs, *step.stores]
+        else:
+            names = [n for n in step.outputs if n] + extern_buffers(step)
+        for name in names:
+            last[name] = index
+    return last

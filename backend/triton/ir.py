@@ -1,0 +1,468 @@
+"""The loop-level IR: index arithmetic, value expressions, and the nodes of a lowered graph.
+
+A lowered graph is a list of buffers in topological order. Each buffer is one of:
+
+- `InputBuffer`: a graph input, with the strides it arrives with;
+- `Pointwise`: `body` is a value expression over the loop variables `i0, i1, ...` of its shape;
+- `Reduction`: `body` is over `i*` (the kept dims, which are the buffer's shape) and `r*` (the
+  reduction ranges); `reduce_type` is `sum`, `max`, `min` or `any`;
+- `Extern`: an aten op run as itself on realized tensors (matmul, convolution, anything without
+  a lowering).
+
+Invariants:
+
+- Everything is a frozen dataclass and prints as stable text (golden tests compare it):
+  `buf3: f32[4, 128] = pointwise(add(buf1[i0, i1], buf2[i1]))`.
+- Index expressions (`Ix`) are integer-linear combinations of loop variables and of `//` and `%`
+  atoms, with non-negative coefficients; simplification uses each variable's range, so the view
+  arithmetic of a transpose prints as `buf0[i1, i0]`, not as a tower of divisions.
+- A loop variable of a size-1 dimension never exists: its index is the constant 0.
+- Value expressions carry their compute dtype; float16/bfloat16 values are computed in float32
+  (loads upcast, stores cast back), as the kernels do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# Index arithmetic
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A loop variable ranging over `[0, size)`."""
+
+    name: str
+    size: int
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    base: Ix
+    divisor: int
+
+    def __str__(self) -> str:
+        return f"({_paren(self.base)} // {self.divisor})"
+
+
+@dataclass(frozen=True)
+class Mod:
+    base: Ix
+    modulus: int
+
+    def __str__(self) -> str:
+        return f"({_paren(self.base)} % {self.modulus})"
+
+
+Atom = Sym | FloorDiv | Mod
+
+
+def _paren(ix: Ix) -> str:
+    text = str(ix)
+    single = len(ix.terms) == 1 and ix.terms[0][1] == 1 and not ix.const
+    return f"({text})" if " " in text and not single else text
+
+
+def _atom_key(atom: Atom) -> str:
+    return str(atom)
+
+
+@dataclass(frozen=True)
+class Ix:
+    """`const + sum(coeff * atom)`; terms sorted by atom text, no zero coefficients."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(value: int | Atom | Ix) -> Ix:
+        if isinstance(value, Ix):
+            return value
+        if isinstance(value, int):
+            return Ix((), value)
+        return Ix(((value, 1),), 0)
+
+    @staticmethod
+    def _make(coeffs: dict[Atom, int], const: int) -> Ix:
+        terms = tuple(
+            sorted(((a, c) for a, c in coeffs.items() if c), key=lambda t: _atom_key(t[0]))
+        )
+        return Ix(terms, const)
+
+    def __add__(self, other: int | Atom | Ix) -> Ix:
+        other = Ix.of(other)
+        coeffs = dict(self.terms)
+        for atom, c in other.terms:
+            coeffs[atom] = coeffs.get(atom, 0) + c
+        return Ix._make(coeffs, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, k: int) -> Ix:
+        return Ix._make({a: c * k for a, c in self.terms}, self.const * k)
+
+    __rmul__ = __mul__
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def bounds(self) -> tuple[int, int]:
+        """Inclusive (min, max) over the variables' ranges."""
+        lo = hi = self.const
+        for atom, c in self.terms:
+            alo, ahi = _atom_bounds(atom)
+            lo += min(c * alo, c * ahi)
+            hi += max(c * alo, c * ahi)
+        return lo, hi
+
+    def floordiv(self, d: int) -> Ix:
+        if d == 1:
+            return self
+        lo, hi = self.bounds()
+        if lo >= 0 and hi < d:
+            return Ix()
+        if self.is_const:
+            return Ix((), self.const // d)
+        if lo < 0:
+            return Ix.of(FloorDiv(self, d))
+        whole = {a: c // d for a, c in self.terms if c % d == 0}
+        rest = Ix._make({a: c for a, c in self.terms if c % d}, self.const % d)
+        quotient = Ix._make(whole, self.const // d)
+        if rest.is_const and rest.const == 0:
+            return quotient
+        if (
+            len(self.terms) == 1
+            and self.terms[0][1] == 1
+            and isinstance(self.terms[0][0], FloorDiv)
+        ):
+            inner = self.terms[0][0]
+            if self.const == 0:
+                return inner.base.floordiv(inner.divisor * d)
+        rlo, rhi = rest.bounds()
+        if rlo >= 0 and rhi < d:
+            return quotient
+        if not whole:
+            return Ix.of(FloorDiv(rest, d)) + quotient
+        return quotient + rest.floordiv(d)
+
+    def mod(self, m: int) -> Ix:
+        if m == 1:
+            return Ix()
+        lo, hi = self.bounds()
+        if lo < 0:
+            return Ix.of(Mod(self, m))
+        rest = Ix._make({a: c for a, c in self.terms if c % m}, self.const % m)
+        rlo, rhi = rest.bounds()
+        if rlo >= 0 and rhi < m:
+            return rest
+        return Ix.of(Mod(rest, m))
+
+    def subs(self, mapping: dict[Sym, Ix]) -> Ix:
+        out = Ix((), self.const)
+        for atom, c in self.terms:
+            out = out + _subs_atom(atom, mapping) * c
+        return out
+
+    def syms(self) -> set[Sym]:
+        found: set[Sym] = set()
+        for atom, _ in self.terms:
+            if isinstance(atom, Sym):
+                found.add(atom)
+            else:
+                found |= atom.base.syms()
+        return found
+
+    def __str__(self) -> str:
+        parts = [str(a) if c == 1 else f"{c}*{a}" for a, c in sorted(self.terms, key=_term_order)]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+def _term_order(term: tuple[Atom, int]) -> tuple[int, str]:
+    return (-abs(term[1]), _atom_key(term[0]))
+
+
+def _atom_bounds(atom: Atom) -> tuple[int, int]:
+    if isinstance(atom, Sym):
+        return 0, atom.size - 1
+    lo, hi = atom.base.bounds()
+    if isinstance(atom, FloorDiv):
+        return lo // atom.divisor, hi // atom.divisor
+    return (0, min(atom.modulus - 1, hi)) if lo >= 0 else (-(atom.modulus - 1), atom.modulus - 1)
+
+
+def _subs_atom(atom: Atom, mapping: dict[Sym, Ix]) -> Ix:
+    if isinstance(atom, Sym):
+        return mapping.get(atom, Ix.of(atom))
+    base = atom.base.subs(mapping)
+    return base.floordiv(atom.divisor) if isinstance(atom, FloorDiv) else base.mod(atom.modulus)
+
+
+def strip_parens(text: str) -> str:
+    """`a // 8` for `(a // 8)`; `(a // 8) % 4` stays as it is."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for k, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and k < len(text) - 1:
+            return text
+    return text[1:-1]
+
+
+def loop_vars(shape: tuple[int, ...], prefix: str = "i") -> tuple[Ix, ...]:
+    """`(i0, i1, ...)` for `shape`; a size-1 (or size-0) dimension's index is the constant 0."""
+    return tuple(Ix.of(Sym(f"{prefix}{k}", n)) if n > 1 else Ix() for k, n in enumerate(shape))
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def linear(index: tuple[Ix, ...], strides: tuple[int, ...]) -> Ix:
+    out = Ix()
+    for i, s in zip(index, strides):
+        out = out + i * s
+    return out
+
+
+def unflatten(flat: Ix, shape: tuple[int, ...]) -> tuple[Ix, ...]:
+    """The index into `shape` (row-major) of the flat position `flat`."""
+    out = []
+    for n, s in zip(shape, contiguous_strides(shape)):
+        out.append(flat.floordiv(s).mod(n) if n > 1 else Ix())
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Value expressions
+
+_SHORT = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "b8",
+}
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a kernel computes a value of `dtype` in: low-precision floats go to float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+@dataclass(frozen=True)
+class Load:
+    buffer: str
+    index: tuple[Ix, ...]
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return f"{self.buffer}[{', '.join(strip_parens(str(i)) for i in self.index)}]"
+
+
+@dataclass(frozen=True)
+class Const:
+    value: bool | int | float
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as a value (`arange`)."""
+
+    index: Ix
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return f"index({self.index})"
+
+
+@dataclass(frozen=True)
+class Op:
+    """A kernel-level operation (`add`, `exp`, `where`, `convert`, ...); see codegen's table."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        if self.name == "convert":
+            return f"convert({self.args[0]}, {short_dtype(self.dtype)})"
+        return f"{self.name}({', '.join(map(str, self.args))})"
+
+
+Expr = Load | Const | IndexValue | Op
+
+
+def expr_loads(expr: Expr) -> list[Load]:
+    if isinstance(expr, Load):
+        return [expr]
+    if isinstance(expr, Op):
+        return [load for arg in expr.args for load in expr_loads(arg)]
+    return []
+
+
+def expr_size(expr: Expr) -> int:
+    return 1 + sum(expr_size(a) for a in expr.args) if isinstance(expr, Op) else 1
+
+
+def substitute(expr: Expr, replace_load: Any) -> Expr:
+    """Rebuild `expr` with every `Load` replaced by `replace_load(load)`."""
+    if isinstance(expr, Load):
+        return replace_load(expr)
+    if isinstance(expr, Op):
+        return Op(expr.name, tuple(substitute(a, replace_load) for a in expr.args), expr.dtype)
+    return expr
+
+
+def subs_index(expr: Expr, mapping: dict[Sym, Ix]) -> Expr:
+    """`expr` with loop variables renamed/replaced by `mapping` (in loads and index values)."""
+    if isinstance(expr, Load):
+        return Load(expr.buffer, tuple(i.subs(mapping) for i in expr.index), expr.dtype)
+    if isinstance(expr, IndexValue):
+        return IndexValue(expr.index.subs(mapping), expr.dtype)
+    if isinstance(expr, Op):
+        return Op(expr.name, tuple(subs_index(a, mapping) for a in expr.args), expr.dtype)
+    return expr
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+
+
+def _shape_text(dtype: torch.dtype, shape: tuple[int, ...]) -> str:
+    return f"{short_dtype(dtype)}[{', '.join(map(str, shape))}]"
+
+
+@dataclass(frozen=True)
+class InputBuffer:
+    name: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    position: int
+
+    def __str__(self) -> str:
+        strides = ", ".join(map(str, self.stride))
+        head = f"{self.name}: {_shape_text(self.dtype, self.shape)}"
+        return f"{head} = input({self.position}, strides=[{strides}])"
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    name: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    body: Expr
+    origin: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {_shape_text(self.dtype, self.shape)} = pointwise({self.body})"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    name: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    reduce_type: str
+    ranges: tuple[int, ...]
+    body: Expr
+    origin: str
+
+    def __str__(self) -> str:
+        ranges = ", ".join(f"r{k} < {n}" for k, n in enumerate(self.ranges) if n > 1)
+        over = f", {ranges}" if ranges else ""
+        head = f"{self.name}: {_shape_text(self.dtype, self.shape)}"
+        return f"{head} = reduce_{self.reduce_type}({self.body}{over})"
+
+
+@dataclass(frozen=True)
+class Extern:
+    """`outputs[k]` names the k-th tensor the op returns (None: not a tensor, or unused);
+    `layouts[k]` is its (shape, stride, dtype). `args`/`kwargs` hold `ExternArg`s for tensors."""
+
+    name: str
+    op: Any
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    outputs: tuple[str | None, ...]
+    layouts: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype] | None, ...]
+    single: bool  # the op returns one tensor, not a tuple
+    origin: str
+
+    def __str__(self) -> str:
+        args = [repr(a) if not isinstance(a, ExternArg) else str(a) for a in self.args]
+        args += [f"{k}={v if isinstance(v, ExternArg) else repr(v)}" for k, v in self.kwargs]
+        names = ", ".join(n or "_" for n in self.outputs)
+        return f"{names} = extern({self.op}, {', '.join(args)})"
+
+
+@dataclass(frozen=True)
+class ExternArg:
+    """A tensor argument of an extern: a realized buffer, possibly seen through view ops that
+    the wrapper replays (`views`: (op, args after the tensor) pairs)."""
+
+    buffer: str
+    views: tuple[tuple[Any, tuple[Any, ...]], ...] = ()
+
+    def __str__(self) -> str:
+        text = self.buffer
+        for op, args in self.views:
+            text = f"{op}({', '.join([text, *map(repr, args)])})"
+        return text
+
+
+Node = InputBuffer | Pointwise | Reduction | Extern
+
+
+@dataclass
+class LoopGraph:
+    """The lowered graph: buffers in topological order, and what the graph returns."""
+
+    nodes: list[Node] = field(default_factory=list)
+    # Each output: an ExternArg (a buffer, maybe through replayed views) or a constant.
+    outputs: list[Any] = field(default_factory=list)
+    device: str = "cpu"
+
+    def __str__(self) -> str:
+        lines = [str(n) for n in self.nodes]
+        outs = [str(o) if isinstance(o, ExternArg) else repr(o) for o in self.outputs]
+        lines.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        return "\n".join(lines)
+
+    def node(self, name: str) -> Node:
+        return self._by_name()[name]
+
+    def _by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes if not isinstance(n, Extern)} | {
+            out: n for n in self.nodes if isinstance(n, Extern) for out in n.outputs if out
+        }

@@ -1,0 +1,294 @@
+"""Lowering: a functional core-aten graph becomes a `LoopGraph` of loop-level nodes.
+
+`lower(gm) -> Lowering` (its `.graph` is the `LoopGraph`) walks the aten graph in order.
+Each op is looked up in the op table (`ops.py`, one entry per op: its lowering and its dtype
+rule); ops without an entry, or whose
+entry declines the particular call (`NotLowered`), become an `Extern` that runs the aten op
+itself, with a `perf_hints` line. Nothing fails for want of a lowering.
+
+Values during lowering are `TensorValue`s: a shape, a dtype and a loader `index -> Expr`.
+Every non-view op creates one buffer node (`buf3 = pointwise(...)`); views create no node,
+only a loader doing index arithmetic on the buffer they view, plus the list of view ops that
+the wrapper replays when an extern or an output needs the real tensor (`ExternArg.views`).
+
+Invariants:
+
+- Buffers that must exist in memory (graph outputs, extern arguments) are listed in
+  `LoopGraph`'s companion set `must_realize`; the scheduler inlines every other pointwise node.
+- A node made for an fx node with a dense layout gets that node's strides, so outputs come
+  back laid out as eager lays them out; nodes made inside a decomposition are contiguous.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.aot.core_ops import op_name
+from framejit.backend.triton.ir import (
+    Expr,
+    Extern,
+    ExternArg,
+    InputBuffer,
+    Ix,
+    Load,
+    LoopGraph,
+    Pointwise,
+    Reduction,
+    compute_dtype,
+    contiguous_strides,
+    loop_vars,
+)
+
+SUPPORTED_DTYPES = frozenset(
+    {
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+
+class NotLowered(Exception):
+    """Raised by a lowering that does not handle this particular call; the op runs as extern."""
+
+
+@dataclass(frozen=True)
+class TensorValue:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    loader: Callable[[tuple[Ix, ...]], Expr]
+    # The realized buffer this value is (possibly through replayable view ops).
+    base: ExternArg
+
+    def load(self, index: Sequence[Ix]) -> Expr:
+        return self.loader(tuple(index))
+
+    def view(
+        self,
+        shape: Sequence[int],
+        loader: Callable[[tuple[Ix, ...]], Expr],
+        op: Any,
+        args: tuple[Any, ...],
+        dtype: torch.dtype | None = None,
+    ) -> TensorValue:
+        base = ExternArg(self.base.buffer, (*self.base.views, (op, args)))
+        return TensorValue(tuple(shape), dtype or self.dtype, loader, base)
+
+
+@dataclass
+class Lowering:
+    """State of one lowering: the graph being built and what the scheduler must know."""
+
+    graph: LoopGraph = field(default_factory=LoopGraph)
+    must_realize: set[str] = field(default_factory=set)
+    hints: list[str] = field(default_factory=list)
+    origin: str = ""
+    _count: int = 0
+
+    def new_name(self) -> str:
+        name = f"buf{self._count}"
+        self._count += 1
+        return name
+
+    def buffer_value(self, name: str, shape: Sequence[int], dtype: torch.dtype) -> TensorValue:
+        load_dtype = compute_dtype(dtype)
+
+        def loader(index: tuple[Ix, ...]) -> Expr:
+            return Load(name, index, load_dtype)
+
+        return TensorValue(tuple(shape), dtype, loader, ExternArg(name))
+
+    def pointwise(
+        self, shape: Sequence[int], dtype: torch.dtype, fn: Callable[[tuple[Ix, ...]], Expr]
+    ) -> TensorValue:
+        shape = tuple(shape)
+        name = self.new_name()
+        body = fn(loop_vars(shape))
+        self.graph.nodes.append(
+            Pointwise(name, shape, contiguous_strides(shape), dtype, body, self.origin)
+        )
+        return self.buffer_value(name, shape, dtype)
+
+    def reduction(
+        self,
+        shape: Sequence[int],
+        ranges: Sequence[int],
+        dtype: torch.dtype,
+        reduce_type: str,
+        fn: Callable[[tuple[Ix, ...], tuple[Ix, ...]], Expr],
+    ) -> TensorValue:
+        shape, ranges = tuple(shape), tuple(ranges)
+        name = self.new_name()
+        body = fn(loop_vars(shape), loop_vars(ranges, "r"))
+        self.graph.nodes.append(
+            Reduction(
+                name,
+                shape,
+                contiguous_strides(shape),
+                dtype,
+                reduce_type,
+                ranges,
+                body,
+                self.origin,
+            )
+        )
+        return self.buffer_value(name, shape, dtype)
+
+    def realize(self, value: TensorValue) -> ExternArg:
+        self.must_realize.add(value.base.buffer)
+        return value.base
+
+    def hint(self, text: str) -> None:
+        self.hints.append(text)
+
+
+def lower(gm: torch.fx.GraphModule) -> Lowering:
+    """Lower every node of `gm`; see the module docstring."""
+    from framejit.backend.triton.ops import LOWERINGS
+
+    ctx = Lowering()
+    env: dict[torch.fx.Node, Any] = {}
+    position = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta["val"]
+            if not isinstance(val, torch.Tensor):
+                raise NotLowered(f"input {node.name} is not a tensor")
+            ctx.graph.device = str(val.device)
+            buf = InputBuffer(node.name, tuple(val.shape), tuple(val.stride()), val.dtype, position)
+            position += 1
+            ctx.graph.nodes.append(buf)
+            env[node] = ctx.buffer_value(node.name, buf.shape, buf.dtype)
+        elif node.op == "call_function":
+            env[node] = _lower_call(ctx, node, env, LOWERINGS)
+        elif node.op == "output":
+            outs = node.args[0]
+            for out in outs if isinstance(outs, (list, tuple)) else [outs]:
+                value = env.get(out, out) if isinstance(out, torch.fx.Node) else out
+                ctx.graph.outputs.append(
+                    ctx.realize(value) if isinstance(value, TensorValue) else value
+                )
+        if node.op == "placeholder" or "val" not in node.meta:
+            continue
+        val = node.meta["val"]
+        if isinstance(val, torch.Tensor) and str(val.device) != "meta":
+            ctx.graph.device = str(val.device)
+    return ctx
+
+
+def _lower_call(
+    ctx: Lowering, node: torch.fx.Node, env: dict[torch.fx.Node, Any], table: dict[str, Any]
+) -> Any:
+    if node.target is operator.getitem:
+        return env[node.args[0]][node.args[1]]
+    name = op_name(node.target)
+    ctx.origin = name.removeprefix("aten.")
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    rule = table.get(name)
+    reason = f"{name} has no lowering"
+    if rule is not None:
+        unsupported = _unsupported_dtype(node)
+        if unsupported is None:
+            count = len(ctx.graph.nodes)
+            try:
+                value = rule.lower(ctx, node, *args, **kwargs)
+            except NotLowered as e:
+                del ctx.graph.nodes[count:]
+                reason = f"{name}: {e}"
+            else:
+                _adopt_layout(ctx, node, value, count)
+                return value
+        else:
+            reason = f"{name}: dtype {unsupported} is not lowered"
+    ctx.hint(f"{reason}; {node.name} runs as an aten call (extern)")
+    return extern(ctx, node, args, kwargs)
+
+
+def _unsupported_dtype(node: torch.fx.Node) -> torch.dtype | None:
+    vals = [node.meta.get("val")]
+    vals += [a.meta.get("val") for a in node.all_input_nodes]
+    for val in vals:
+        for v in val if isinstance(val, (list, tuple)) else [val]:
+            if isinstance(v, torch.Tensor) and v.dtype not in SUPPORTED_DTYPES:
+                return v.dtype
+    return None
+
+
+def _adopt_layout(ctx: Lowering, node: torch.fx.Node, value: Any, count: int) -> None:
+    """Give the buffer made for `node` the strides eager would give its result."""
+    val = node.meta.get("val")
+    if not (isinstance(value, TensorValue) and isinstance(val, torch.Tensor)) or value.base.views:
+        return
+    for k in range(count, len(ctx.graph.nodes)):
+        buf = ctx.graph.nodes[k]
+        if (
+            buf.name == value.base.buffer
+            and isinstance(buf, (Pointwise, Reduction))
+            and buf.shape == tuple(val.shape)
+            and _dense(val)
+        ):
+            ctx.graph.nodes[k] = replace(buf, stride=tuple(val.stride()))
+
+
+def _dense(val: torch.Tensor) -> bool:
+    pairs = sorted((s, n) for n, s in zip(val.shape, val.stride()) if n != 1)
+    step = 1
+    for s, n in pairs:
+        if s != step:
+            return False
+        step *= n
+    return True
+
+
+def extern(ctx: Lowering, node: torch.fx.Node, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Run `node`'s aten op itself on realized tensors."""
+
+    def arg(value: Any) -> Any:
+        if isinstance(value, TensorValue):
+            return ctx.realize(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(arg(v) for v in value)
+        return value
+
+    val = node.meta.get("val")
+    single = not isinstance(val, (list, tuple))
+    vals = [val] if single else list(val)
+    names: list[str | None] = []
+    layouts: list[Any] = []
+    values: list[Any] = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            name = ctx.new_name()
+            names.append(name)
+            layouts.append((tuple(v.shape), tuple(v.stride()), v.dtype))
+            values.append(ctx.buffer_value(name, v.shape, v.dtype))
+        else:
+            names.append(None)
+            layouts.append(None)
+            values.append(v)
+    ctx.graph.nodes.append(
+        Extern(
+            names[0] or ctx.new_name(),
+            node.target,
+            tuple(arg(a) for a in args),
+            tuple((k, arg(v)) for k, v in kwargs.items()),
+            tuple(names),
+            tuple(layouts),
+            single,
+            op_name(node.target).removeprefix("aten."),
+        )
+    )
+    return values[0] if single else tuple(values)

@@ -1,0 +1,343 @@
+"""Scheduling: decide which loop-IR nodes share a kernel and which buffers exist in memory.
+
+`schedule(lowering) -> Schedule` runs two passes over the lowered graph:
+
+1. Inlining. A pointwise node that need not exist in memory (not an output, not an extern's
+   argument) is substituted into every consumer's body, so chains of pointwise ops, and
+   pointwise prologues of reductions, become one expression. A node with several consumers and
+   a large body is kept (materialized) instead of recomputed; that is a `perf_hints` line.
+2. Grouping. The remaining nodes, in order, are packed greedily into kernels:
+   - a *pointwise* kernel holds pointwise nodes of one shape;
+   - a *reduction* kernel holds reductions with the same kept shape and reduction ranges, the
+     pointwise nodes before them over the full shape (prologues that had to be materialized)
+     and after them over the full shape or the kept shape (epilogues: softmax's division,
+     var's scaling).
+   A member reads another member only where that member is computed (the same element), so
+   its value comes from registers; a node that reads one elsewhere, or has another shape,
+   starts a new kernel, and the reason is a `perf_hints` line. An extern ends the kernel.
+
+Invariants:
+
+- Members keep topological order; a buffer is stored only if something outside its kernel
+  reads it (another kernel, an extern, the graph's outputs). A reduction whose only readers are
+  in its own kernel (softmax's max and sum) never touches memory.
+- Nothing here changes results: declining a fusion only costs memory traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from framejit.backend.triton.ir import (
+    Expr,
+    Extern,
+    ExternArg,
+    InputBuffer,
+    Ix,
+    Load,
+    LoopGraph,
+    Pointwise,
+    Reduction,
+    Sym,
+    expr_loads,
+    expr_size,
+    loop_vars,
+    subs_index,
+    substitute,
+)
+from framejit.backend.triton.lower import Lowering
+
+# A pointwise node read by several consumers is recomputed in each while its body is this small.
+INLINE_LIMIT = 64
+# Reductions over at most this many elements keep a whole row in registers (one pass).
+PERSISTENT_LIMIT = 4096
+
+Member = Pointwise | Reduction
+
+
+@dataclass
+class Kernel:
+    """One Triton kernel: `members` in order, each with its role (`x`: over the kept shape,
+    `full`: over kept + reduction shape, `reduce`: a reduction)."""
+
+    index: int
+    kind: str  # "pointwise" | "reduction"
+    xshape: tuple[int, ...]
+    rshape: tuple[int, ...] = ()
+    members: list[Member] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)
+    stores: list[str] = field(default_factory=list)
+    inlined: list[Pointwise] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        origins: list[str] = []
+        ordered = sorted([*self.members, *self.inlined], key=lambda n: int(n.name[3:]))
+        for node in ordered:
+            origin = _nice(node.origin)
+            if origin not in origins:
+                origins.append(origin)
+        kind = "pointwise" if self.kind == "pointwise" else "reduce"
+        return f"fj_{kind}_{'_'.join(origins[:4])}_{self.index}"
+
+    @property
+    def persistent(self) -> bool:
+        return _numel(self.rshape) <= PERSISTENT_LIMIT
+
+    def group_syms(self) -> tuple[list[Sym], list[Sym]]:
+        return _syms(loop_vars(self.xshape)), _syms(loop_vars(self.rshape, "r"))
+
+    def mapping(self, node: Member) -> dict[Sym, Ix]:
+        """The member's own loop variables in terms of the kernel's."""
+        xs, rs = self.group_syms()
+        role = self.roles[node.name]
+        if isinstance(node, Reduction):
+            own = _syms(loop_vars(node.shape)) + _syms(loop_vars(node.ranges, "r"))
+        else:
+            own = _syms(loop_vars(node.shape))
+        target = xs if role == "x" else xs + rs
+        return {s: Ix.of(t) for s, t in zip(own, target)}
+
+    def __str__(self) -> str:
+        shape = f"x={list(self.xshape)}" + (f", r={list(self.rshape)}" if self.rshape else "")
+        mode = "" if self.kind == "pointwise" else (" persistent" if self.persistent else " looped")
+        lines = [f"kernel {self.name} ({self.kind}{mode}, {shape})"]
+        for node in self.inlined:
+            lines.append(f"  inlined {node.name} ({node.origin})")
+        for node in self.members:
+            stored = " stored" if node.name in self.stores else ""
+            lines.append(f"  {self.roles[node.name]:6} {node}{stored}")
+        return "\n".join(lines)
+
+
+@dataclass
+class Schedule:
+    graph: LoopGraph
+    steps: list[Kernel | Extern]
+    bodies: dict[str, Expr]
+    hints: list[str]
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) if isinstance(s, Kernel) else f"extern {s}" for s in self.steps)
+
+
+def _syms(index: tuple[Ix, ...]) -> list[Sym]:
+    return [i.terms[0][0] for i in index if not i.is_const]  # type: ignore[misc]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _nonunit(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(n for n in shape if n != 1)
+
+
+def _nice(origin: str) -> str:
+    name = origin.lstrip("_").removeprefix("native_")
+    return name.split(".")[0]
+
+
+def schedule(lowering: Lowering) -> Schedule:
+    graph = lowering.graph
+    hints = list(lowering.hints)
+    bodies, inlined_into = _inline(graph, lowering.must_realize, hints)
+    nodes = {n.name: n for n in graph.nodes}
+    steps: list[Kernel | Extern] = []
+    current: Kernel | None = None
+    for node in graph.nodes:
+        if (
+            isinstance(node, InputBuffer)
+            or node.name not in bodies
+            and not isinstance(node, Extern)
+        ):
+            continue
+        if isinstance(node, Extern):
+            current = None
+            steps.append(node)
+            continue
+        reason = _try_add(current, node, bodies) if current is not None else "no open kernel"
+        if reason is None:
+            assert current is not None
+            current.members.append(node)
+        else:
+            if current is not None and _reads_any(bodies[node.name], current):
+                hints.append(f"{node.name} ({node.origin}) not fused into {current.name}: {reason}")
+            current = _start(len([s for s in steps if isinstance(s, Kernel)]), node)
+            steps.append(current)
+        for name in inlined_into.get(node.name, ()):
+            if nodes[name] not in current.inlined:
+                current.inlined.append(nodes[name])  # type: ignore[arg-type]
+        current.inlined.sort(key=lambda n: int(n.name[3:]))
+    _mark_stores(graph, steps, bodies, lowering.must_realize)
+    return Schedule(graph, steps, bodies, hints)
+
+
+def _inline(
+    graph: LoopGraph, must_realize: set[str], hints: list[str]
+) -> tuple[dict[str, Expr], dict[str, list[str]]]:
+    """Bodies of the nodes that stay, with inlinable pointwise producers substituted."""
+    consumers: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        if isinstance(node, (Pointwise, Reduction)):
+            for load in expr_loads(node.body):
+                consumers.setdefault(load.buffer, set()).add(node.name)
+    bodies: dict[str, Expr] = {}
+    inlined_bodies: dict[str, Expr] = {}
+    inlined_into: dict[str, list[str]] = {}
+    inlinable: dict[str, Pointwise] = {}
+    for node in graph.nodes:
+        if not isinstance(node, (Pointwise, Reduction)):
+            continue
+        used: list[str] = []
+
+        def replace(load: Load, used: list[str] = used) -> Expr:
+            producer = inlinable.get(load.buffer)
+            if producer is None:
+                return load
+            used.append(producer.name)
+            used.extend(inlined_into.get(producer.name, ()))
+            own = _syms(loop_vars(producer.shape))
+            kept = [i for i, n in zip(load.index, producer.shape) if n != 1]
+            return subs_index(inlined_bodies[producer.name], dict(zip(own, kept)))
+
+        body = substitute(node.body, replace)
+        bodies[node.name] = body
+        inlined_into[node.name] = list(dict.fromkeys(used))
+        users = consumers.get(node.name, set())
+        if not isinstance(node, Pointwise) or node.name in must_realize:
+            continue
+        if len(users) <= 1 or expr_size(body) <= INLINE_LIMIT:
+            inlinable[node.name] = node
+            inlined_bodies[node.name] = bodies.pop(node.name)
+        else:
+            hints.append(
+                f"{node.name} ({node.origin}) is materialized: {len(users)} readers and a "
+                f"{expr_size(body)}-op body (recomputing is allowed up to {INLINE_LIMIT})"
+            )
+    return bodies, inlined_into
+
+
+def _start(index: int, node: Member) -> Kernel:
+    if isinstance(node, Reduction):
+        kernel = Kernel(index, "reduction", node.shape, node.ranges)
+        kernel.roles[node.name] = "reduce"
+    else:
+        kernel = Kernel(index, "pointwise", node.shape)
+        kernel.roles[node.name] = "x"
+    kernel.members.append(node)
+    return kernel
+
+
+def _role(kernel: Kernel, node: Member) -> str | None:
+    x, r = _nonunit(kernel.xshape), _nonunit(kernel.rshape)
+    if isinstance(node, Reduction):
+        if _nonunit(node.shape) == x and _nonunit(node.ranges) == r:
+            return "reduce"
+        return None
+    shape = _nonunit(node.shape)
+    if shape == x:
+        return "x"
+    if kernel.kind == "reduction" and shape == x + r:
+        return "full"
+    return None
+
+
+def _try_add(kernel: Kernel, node: Member, bodies: dict[str, Expr]) -> str | None:
+    """Add `node` to `kernel` if it fits; otherwise the reason it does not."""
+    if kernel.kind == "pointwise" and isinstance(node, Reduction):
+        full = _nonunit(node.shape) + _nonunit(node.ranges)
+        if any(_nonunit(m.shape) != full for m in kernel.members):
+            return f"reduction over {list(node.ranges)} of {list(node.shape)} has another shape"
+        trial = Kernel(kernel.index, "reduction", node.shape, node.ranges)
+        trial.members = list(kernel.members)
+        trial.roles = {m.name: "full" for m in kernel.members}
+    else:
+        trial = Kernel(kernel.index, kernel.kind, kernel.xshape, kernel.rshape)
+        trial.members = list(kernel.members)
+        trial.roles = dict(kernel.roles)
+    role = _role(trial, node)
+    if role is None:
+        return f"shape {list(node.shape)} does not match the kernel's {_describe(trial)}"
+    trial.roles[node.name] = role
+    trial.members.append(node)
+    reason = _reads_elsewhere(trial, node, bodies)
+    if reason:
+        return reason
+    kernel.kind, kernel.xshape, kernel.rshape = trial.kind, trial.xshape, trial.rshape
+    kernel.roles[node.name] = role
+    for m in kernel.members:
+        kernel.roles[m.name] = trial.roles[m.name]
+    return None
+
+
+def _describe(kernel: Kernel) -> str:
+    if kernel.kind == "pointwise":
+        return str(list(kernel.xshape))
+    return f"{list(kernel.xshape)} x {list(kernel.rshape)}"
+
+
+def _reads_elsewhere(kernel: Kernel, node: Member, bodies: dict[str, Expr]) -> str | None:
+    members = {m.name: m for m in kernel.members}
+    mapping = kernel.mapping(node)
+    for load in expr_loads(bodies[node.name]):
+        producer = members.get(load.buffer)
+        if producer is None or producer is node:
+            continue
+        seen = tuple(i.subs(mapping) for i in load.index)
+        own = loop_vars(producer.shape)
+        where = tuple(i.subs(kernel.mapping(producer)) for i in own)
+        if seen != where:
+            shown = ", ".join(map(str, seen))
+            return f"it reads {producer.name} at [{shown}], not where the kernel computes it"
+        if kernel.roles[producer.name] == "full" and kernel.roles[node.name] == "x":
+            return f"it reads full-shape {producer.name} from a kept-shape node"
+    return None
+
+
+def _reads_any(body: Expr, kernel: Kernel) -> bool:
+    names = {m.name for m in kernel.members}
+    return any(load.buffer in names for load in expr_loads(body))
+
+
+def _mark_stores(
+    graph: LoopGraph, steps: list[Kernel | Extern], bodies: dict[str, Expr], must: set[str]
+) -> None:
+    owner: dict[str, Kernel] = {}
+    for step in steps:
+        if isinstance(step, Kernel):
+            for m in step.members:
+                owner[m.name] = step
+    read_outside: set[str] = set(must)
+    for step in steps:
+        if isinstance(step, Kernel):
+            for m in step.members:
+                for load in expr_loads(bodies[m.name]):
+                    if owner.get(load.buffer) is not step:
+                        read_outside.add(load.buffer)
+        else:
+            read_outside |= set(extern_buffers(step))
+    for out in graph.outputs:
+        if isinstance(out, ExternArg):
+            read_outside.add(out.buffer)
+    for step in steps:
+        if isinstance(step, Kernel):
+            step.stores = [m.name for m in step.members if m.name in read_outside]
+
+
+def extern_buffers(node: Extern) -> list[str]:
+    found: list[str] = []
+
+    def visit(value: object) -> None:
+        if isinstance(value, ExternArg):
+            found.append(value.buffer)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v)
+
+    visit(node.args)
+    visit([v for _, v in node.kwargs])
+    return found

@@ -1,0 +1,148 @@
+"""Fused graphs against eager: MLP with GELU, softmax, layer norm, residual adds, attention,
+odd layouts (non-contiguous, non-power-of-two, zero-size), and what the scheduler fused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_helpers import aten_stages, check
+
+torch.manual_seed(0)
+
+
+def test_mlp_block_with_gelu() -> None:
+    def mlp(x, w1, b1, w2, b2, g, b):
+        h = F.gelu(x @ w1.t() + b1)
+        y = x + (h @ w2.t() + b2)
+        return F.layer_norm(y, (y.shape[-1],), g, b)
+
+    d, hidden = 24, 40
+    check(
+        mlp,
+        torch.randn(5, d),
+        torch.randn(hidden, d) * 0.2,
+        torch.randn(hidden),
+        torch.randn(d, hidden) * 0.2,
+        torch.randn(d),
+        torch.randn(d),
+        torch.randn(d),
+    )
+
+
+def test_mlp_module() -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(12, 20), torch.nn.GELU(), torch.nn.Linear(20, 12), torch.nn.LayerNorm(12)
+    ).eval()
+    x = torch.randn(3, 12)
+    import framejit
+
+    with torch.no_grad():
+        got = framejit.jit(model, backend="triton")(x)
+        torch.testing.assert_close(got, model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_softmax_and_log_softmax(dtype: torch.dtype) -> None:
+    x = torch.randn(6, 37).to(dtype)
+    check(lambda x: (torch.softmax(x, -1), torch.log_softmax(x, -1)), x)
+
+
+def test_softmax_inner_dim() -> None:
+    check(lambda x: torch.softmax(x, 1), torch.randn(3, 5, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_layer_norm(dtype: torch.dtype) -> None:
+    x, w, b = torch.randn(4, 3, 50), torch.randn(50), torch.randn(50)
+    check(lambda x, w, b: F.layer_norm(x, (50,), w, b), x.to(dtype), w.to(dtype), b.to(dtype))
+    check(lambda x: F.layer_norm(x, (3, 50)), x)
+
+
+def test_attention_block() -> None:
+    def attention(q, k, v):
+        w = (q @ k.transpose(-2, -1)) * 0.125
+        return torch.softmax(w, dim=-1) @ v + q
+
+    q, k, v = (torch.randn(2, 5, 8) for _ in range(3))
+    check(attention, q, k, v)
+
+
+def test_residual_chain() -> None:
+    check(
+        lambda x, y: torch.relu(x + y) * torch.sigmoid(y) + x - y.exp(),
+        torch.randn(9, 33),
+        torch.randn(33),
+    )
+
+
+def test_non_contiguous_inputs() -> None:
+    base = torch.randn(8, 12)
+    check(lambda x, y: (x * 2 + y, x.sum(-1)), base.t(), torch.randn(24, 8)[::2])
+    check(lambda x: torch.softmax(x, -1), base[:, ::3])
+    check(lambda x: x + 1, torch.randn(4, 6)[1:3])  # storage offset
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0,)])
+def test_zero_size(shape: tuple[int, ...]) -> None:
+    check(lambda x: (x * 2 + 1, x.sum(-1)), torch.randn(shape))
+
+
+@pytest.mark.parametrize("n", [1, 7, 127, 1000])
+def test_odd_sizes(n: int) -> None:
+    check(lambda x: (x.exp() * 2, torch.softmax(x, -1), x.sum()), torch.randn(3, n))
+
+
+def test_scalar_tensors() -> None:
+    check(lambda x, s: (x * s, s + 1), torch.randn(4), torch.tensor(2.5))
+
+
+def test_softmax_is_one_kernel() -> None:
+    found = aten_stages(lambda x: torch.softmax(x, -1), torch.randn(4, 16))
+    kernels = [line for line in found.source.splitlines() if line.startswith("def fj_")]
+    assert len(kernels) == 1 and kernels[0].startswith("def fj_reduce_softmax_0(")
+    assert found.source.count("tl.store(") == 1  # max and sum stay in registers
+
+
+def test_layer_norm_is_one_kernel() -> None:
+    found = aten_stages(
+        lambda x, w, b: F.layer_norm(x, (16,), w, b),
+        torch.randn(4, 16),
+        torch.randn(16),
+        torch.randn(16),
+    )
+    kernels = [line for line in found.source.splitlines() if line.startswith("def fj_")]
+    assert kernels == [
+        "def fj_reduce_layer_norm_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, rnumel, "
+        "XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):"
+    ]
+
+
+def test_declined_fusion_is_a_hint() -> None:
+    def fn(x):
+        y = x.exp()
+        return y, y.t() + 1  # y is an output, so stored; y.t() reads it elsewhere
+
+    found = aten_stages(fn, torch.randn(6, 6))
+    assert any("not fused" in h and "reads buf0 at [i1, i0]" in h for h in found.hints), found.hints
+
+
+def test_training_step_forward_and_backward() -> None:
+    from triton_helpers import require_interpreter
+
+    import framejit
+
+    require_interpreter()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, 10), torch.nn.GELU(), torch.nn.Linear(10, 6), torch.nn.LayerNorm(6)
+    )
+    x = torch.randn(4, 6)
+    ref = model(x).softmax(-1).sum()
+    ref.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    out = framejit.jit(lambda x: model(x).softmax(-1).sum(), backend="triton")(x)
+    out.backward()
+    torch.testing.assert_close(out, ref)
+    for p, g in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-5)

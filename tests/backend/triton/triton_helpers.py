@@ -1,0 +1,83 @@
+"""Shared by the Triton backend tests: compile through `framejit.jit(backend="triton")` and
+compare with eager; get each pipeline stage's text for an aten graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from framejit.backend import lookup_backend
+from framejit.backend.aot import aot_compile
+from framejit.backend.triton import Stages, cache, stages
+
+import framejit
+
+
+def require_interpreter() -> None:
+    """Skip unless Triton's CPU interpreter can run here (it needs numpy)."""
+    try:
+        import triton.runtime.interpreter  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"Triton's interpreter is not usable: {e}")
+
+
+def _loads() -> int:
+    return cache.STATS["written"] + cache.STATS["disk_hits"] + cache.STATS["memory_hits"]
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"atol": 2e-2, "rtol": 2e-2}
+    return {"atol": 1e-5, "rtol": 1e-5}
+
+
+def check(fn: Callable[..., Any], *args: Any, device: str = "cpu", frontend: bool = True) -> Any:
+    """`fn` through the triton backend equals eager (values, dtypes, shapes, strides).
+
+    `frontend=False` skips the bytecode frontend (fx.symbolic_trace, then the backend), for
+    functions the frontend does not capture yet."""
+    if device == "cpu":
+        require_interpreter()
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    loads = _loads()
+
+    def program(*values: Any) -> Any:
+        return fn(*values)
+
+    with torch.no_grad():
+        expected = fn(*args)
+        if frontend:
+            got = framejit.jit(program, backend="triton", fullgraph=True)(*args)
+        else:
+            gm = torch.fx.symbolic_trace(fn)
+            got = lookup_backend("triton")(gm, list(args))(*args)
+            got = got[0] if not isinstance(expected, (tuple, list)) else got
+    assert _loads() > loads, "the triton backend did not compile (fell back to aten)"
+    flat_e = expected if isinstance(expected, (tuple, list)) else [expected]
+    flat_g = got if isinstance(got, (tuple, list)) else [got]
+    assert len(flat_e) == len(flat_g)
+    for e, g in zip(flat_e, flat_g):
+        assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, e.dtype, g.shape, e.shape)
+        if e.numel() > 1:
+            assert g.stride() == e.stride()
+        if e.dtype.is_floating_point:
+            torch.testing.assert_close(g, e, equal_nan=True, **tolerance(e.dtype))
+        else:
+            assert torch.equal(g, e), (g, e)
+    return got
+
+
+def aten_stages(fn: Callable[..., Any], *args: Any) -> Stages:
+    """The Triton pipeline's text for `fn`'s aten graph (through the AOT stage)."""
+    found: list[Stages] = []
+
+    def inner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        found.append(stages(gm))
+        return gm.forward
+
+    with torch.no_grad():
+        aot_compile(torch.fx.symbolic_trace(fn), list(args), inner)
+    return found[0]
