@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bytecode import Bytecode, Instr, Label
+from bytecode import Bytecode, CellVar, Instr, Label
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
@@ -96,6 +96,7 @@ class GraphBreak(Exception):
     stack: list[VariableTracker]
     locals: dict[str, VariableTracker]
     kw_names: tuple[str, ...]
+    cells: dict[str, Any]  # the frame's cells and free variables (CellVariable for its own)
 
 
 def _blocking_exception_range(code: types.CodeType, offset: int) -> bool:
@@ -128,7 +129,7 @@ def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int
     name = inst.opname
     if name not in BREAK_EFFECTS and name not in TRUTH_JUMPS:
         return False
-    return not (tx.code.co_cellvars or _blocking_exception_range(tx.code, inst.offset))
+    return not _blocking_exception_range(tx.code, inst.offset)
 
 
 # --- resume functions ---------------------------------------------------------------------------
@@ -143,13 +144,20 @@ _resume_cache: weakref.WeakKeyDictionary[types.CodeType, dict[Any, types.CodeTyp
 
 
 def resume_code(
-    code: types.CodeType, offset: int, kinds: tuple[str, ...], local_names: tuple[str, ...]
+    code: types.CodeType,
+    offset: int,
+    kinds: tuple[str, ...],
+    local_names: tuple[str, ...],
+    cell_names: tuple[str, ...] = (),
 ) -> types.CodeType:
     """`code` restarted at the instruction at `offset` with a stack of len(kinds) items, then
-    `local_names` as arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed
-    as argument ___stack<i>) or "iter" (passed as a tuple of the items left; the prologue
-    turns it back into an iterator, so a loop that broke resumes capturable)."""
-    key = (offset, kinds, local_names)
+    `local_names`, then the contents of the cells `cell_names` as arguments. A stack item's kind
+    is "null" (pushed as NULL), "value" (passed as argument ___stack<i>) or "iter" (passed as a
+    tuple of the items left; the prologue turns it back into an iterator, so a loop that broke
+    resumes capturable). The resume function has the code's cell variables as fresh cells,
+    filled from ___cell_<name> (a closure made before the break would still hold the old cells,
+    so codegen refuses to pass one on)."""
+    key = (offset, kinds, local_names, cell_names)
     per_code = _resume_cache.setdefault(code, {})
     cached = per_code.get(key)
     if cached is not None:
@@ -172,10 +180,12 @@ def resume_code(
             seen += 1
         body.append(item)
     stack_args = [f"___stack{i}" for i, kind in enumerate(kinds) if kind != "null"]
-    prologue: list[Any] = []
+    prologue: list[Any] = [Instr("MAKE_CELL", CellVar(n)) for n in code.co_cellvars]
     if code.co_freevars:
         prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
     prologue.append(Instr("RESUME", 0))
+    for name in cell_names:
+        prologue += [Instr("LOAD_FAST", f"___cell_{name}"), Instr("STORE_DEREF", CellVar(name))]
     for i, kind in enumerate(kinds):
         if kind == "null":
             prologue.append(Instr("PUSH_NULL"))
@@ -194,12 +204,12 @@ def resume_code(
     bc.qualname = f"{root_qualname}.<resume at line {line}>"
     bc.filename = code.co_filename
     bc.first_lineno = code.co_firstlineno
-    bc.argnames = [*stack_args, *local_names]
+    bc.argnames = [*stack_args, *local_names, *(f"___cell_{n}" for n in cell_names)]
     bc.argcount = len(bc.argnames)
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
     bc.freevars = list(code.co_freevars)
-    bc.cellvars = []
+    bc.cellvars = list(code.co_cellvars)
     bc.flags = code.co_flags & ~(0x04 | 0x08)  # no *args / **kwargs: everything is positional
     bc.extend(prologue + body)
     try:

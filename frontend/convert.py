@@ -37,7 +37,7 @@ from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import Source
 from framejit.frontend.translator import root_translator
-from framejit.frontend.variables.base import NULL, VariableTracker
+from framejit.frontend.variables.base import NULL, CellVariable, VariableTracker
 from framejit.frontend.variables.containers import (
     BaseSequence,
     DataclassVariable,
@@ -269,7 +269,8 @@ def _finish_break(
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
     """Graph so far -> the break instruction, run for real -> resume function(s)."""
     outputs: list[TensorVariable] = []
-    for vt in [*gb.stack, *gb.locals.values(), *output.side_effects.values()]:
+    cell_values = [c.contents for c in gb.cells.values() if isinstance(c, CellVariable)]
+    for vt in [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
     lineno = gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
     cg = CodeGen(code, lineno)
@@ -286,13 +287,21 @@ def _finish_break(
         if vt is not NULL and not name.startswith("___stack")
     ]
 
+    cells = [
+        (name, cell.contents)
+        for name, cell in gb.cells.items()
+        if isinstance(cell, CellVariable) and cell.contents is not None
+    ]
+
     def resume_at(offset: int, layout: list[VariableTracker | None]) -> None:
         kinds = tuple(stack_kind(item) for item in layout)
-        rcode = resume_code(code, offset, kinds, tuple(name for name, _ in live))
+        rcode = resume_code(
+            code, offset, kinds, tuple(name for name, _ in live), tuple(n for n, _ in cells)
+        )
         target = resume_function(fn, rcode)
         if resume_depth(rcode) <= config.max_resume_depth:
             target = wrap_resume(target)  # else: a long chain (a loop that breaks): eager
-        cg.call_resume(target, kinds, [vt for _, vt in live])
+        cg.call_resume(target, kinds, [vt for _, vt in live] + [vt for _, vt in cells])
 
     next_offset = tx_next_offset(code, inst.offset)
     if inst.opname in TRUTH_JUMPS:

@@ -44,6 +44,8 @@ from framejit.frontend.variables.base import (
     VariableTracker,
     mutation_count,
     note_mutation,
+    undo_mark,
+    undo_to,
 )
 from framejit.frontend.variables.containers import (
     BaseSequence,
@@ -56,7 +58,11 @@ from framejit.frontend.variables.functions import (
     NestedFunctionVariable,
     UserFunctionVariable,
 )
-from framejit.frontend.variables.objects import NNModuleVariable
+from framejit.frontend.variables.objects import (
+    NewObjectVariable,
+    NNModuleVariable,
+    UserObjectVariable,
+)
 from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GuardKind
@@ -159,15 +165,20 @@ class Translator:
                     self._step(fn, inst)
                     continue
                 stack, local_vars, kw_names = list(self.stack), dict(self.locals), self.kw_names
-                mark, mutations = self.output.checkpoint(), mutation_count()
+                cells = dict(self.cells)
+                contents = {n: c.contents for n, c in cells.items() if isinstance(c, CellVariable)}
+                mark, mutations, undo = self.output.checkpoint(), mutation_count(), undo_mark()
                 try:
                     self._step(fn, inst)
                 except Unsupported as exc:
                     if not can_break(self, inst, exc, mutations):
                         raise
                     self.output.rollback(mark)
+                    undo_to(undo)
+                    for name, value in contents.items():  # a store into a cell, rewound
+                        cells[name].contents = value
                     exc.stack.insert(0, self.location())
-                    raise GraphBreak(inst, exc, stack, local_vars, kw_names) from None
+                    raise GraphBreak(inst, exc, stack, local_vars, kw_names, cells) from None
         except Unsupported as exc:
             exc.stack.insert(0, self.location())
             raise
@@ -366,13 +377,29 @@ class Translator:
         if isinstance(a, BaseSequence) and b.is_constant() and op in (operator.mul, operator.imul):
             items = a.items * b.as_constant()
             return type(a)(items) if type(a) in plain else TupleVariable(items)
-        if (
-            isinstance(a, BaseSequence)
-            and isinstance(b, BaseSequence)
-            and op in (operator.eq, operator.ne)
-        ):
-            pass
+        result = self._user_operator(op, a, b)
+        if result is not None:
+            return result
         raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+
+    def _user_operator(
+        self, op: Any, a: VariableTracker, b: VariableTracker
+    ) -> VariableTracker | None:
+        """`a + b` where a class of a or b defines `__add__` / `__radd__` (and so on) in Python:
+        inline that method, as Python would call it."""
+        names = _DUNDERS.get(op)
+        if names is None:
+            return None
+        forward, reflected, inplace = names
+        for obj, other, name in ((a, b, inplace), (a, b, forward), (b, a, reflected)):
+            if name is None or not isinstance(obj, (UserObjectVariable, NewObjectVariable)):
+                continue
+            method = _python_method(obj.python_type(), name)
+            if method is not None:
+                result = UserFunctionVariable(method).call(self, [obj, other], {})
+                if not (result.is_constant() and result.as_constant() is NotImplemented):
+                    return result
+        return None
 
     def compare_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -625,6 +652,36 @@ def _item(base: Source, key: Any) -> Source:
     from framejit.frontend.sources import ItemSource
 
     return ItemSource(base, key)
+
+
+_DUNDERS: dict[Any, tuple[str, str, str | None]] = {}
+for _op, _name in (
+    ("add", "add"),
+    ("sub", "sub"),
+    ("mul", "mul"),
+    ("truediv", "truediv"),
+    ("floordiv", "floordiv"),
+    ("mod", "mod"),
+    ("pow", "pow"),
+    ("matmul", "matmul"),
+    ("and_", "and"),
+    ("or_", "or"),
+    ("xor", "xor"),
+):
+    _DUNDERS[getattr(operator, _op)] = (f"__{_name}__", f"__r{_name}__", None)
+    _DUNDERS[getattr(operator, "i" + _op.rstrip("_"))] = (
+        f"__{_name}__",
+        f"__r{_name}__",
+        f"__i{_name}__",
+    )
+
+
+def _python_method(cls: type, name: str) -> types.FunctionType | None:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return attr if isinstance(attr, types.FunctionType) else None
+    return None
 
 
 def _trusted_globals(f_globals: dict[str, Any]) -> bool:

@@ -96,6 +96,23 @@ def mutation_count() -> int:
     return _mutations[0]
 
 
+_undo: list[Any] = []  # callables that restore an in-place change the translator can rewind
+
+
+def note_undoable(restore: Any) -> None:
+    """An in-place change that a graph break can rewind by calling `restore()`."""
+    _undo.append(restore)
+
+
+def undo_mark() -> int:
+    return len(_undo)
+
+
+def undo_to(mark: int) -> None:
+    while len(_undo) > mark:
+        _undo.pop()()
+
+
 class ConstantVariable(VariableTracker):
     """A Python value whose identity does not matter and that never changes."""
 

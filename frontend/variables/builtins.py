@@ -9,6 +9,7 @@ constants (`math.sqrt(64)`, `max(2, 3)`) fold without an entry.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
 from collections.abc import Callable
@@ -456,13 +457,20 @@ def _print(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None
     raise Unsupported("unsupported_call", "print()", "printing happens outside the graph")
 
 
-@builtin(any, all)
-def _any_all(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) == 1 and not args[0].is_constant():
+def _any_all(fn: Any) -> Handler:
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if len(args) != 1 or kwargs or args[0].is_constant():
+            return None  # constants fold through PURE
         items = _iterable_items(tx, args[0])
         if any(isinstance(i, TensorVariable) for i in items):
-            raise Unsupported("data_dependent", "any()/all() over tensors")
-    return None
+            raise Unsupported("data_dependent", f"{fn.__name__}() over tensors")
+        return ConstantVariable(fn(i.truth(tx) for i in items))
+
+    return handler
+
+
+builtin(any)(_any_all(any))
+builtin(all)(_any_all(all))
 
 
 @builtin(torch.Size)
@@ -490,3 +498,27 @@ def _super(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None
     if args:
         return None
     return tx.zero_arg_super()
+
+
+@builtin(setattr)
+def _setattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 3 or kwargs or not args[1].is_constant():
+        return None
+    args[0].setattr(tx, args[1].as_constant(), args[2])
+    return ConstantVariable(None)
+
+
+@builtin(functools.reduce)
+def _reduce(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if not 2 <= len(args) <= 3 or kwargs:
+        return None
+    fn, items = args[0], _iterable_items(tx, args[1])
+    if len(args) == 3:
+        acc = args[2]
+    elif items:
+        acc, items = items[0], items[1:]
+    else:
+        raise Unsupported("exception", "reduce() of an empty sequence", "TypeError")
+    for item in items:
+        acc = fn.call(tx, [acc, item], {})
+    return acc

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    VariableTracker,
+    note_mutation,
+    note_undoable,
+)
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
@@ -203,9 +208,30 @@ class NamedTupleVariable(BaseSequence):
                 ]
                 if name in members:
                     return self.items[members.index(name)]
-        if fields is not None and name == "_asdict":
-            raise Unsupported("unsupported_attr", f"{self.cls.__name__}._asdict")
+        if fields is not None and name in ("_replace", "_asdict"):
+            from framejit.frontend.variables.functions import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
         return super().getattr(tx, name)
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        fields = getattr(self.cls, "_fields", None)
+        if fields is not None and name == "_replace" and not args:
+            items = dict(zip(fields, self.items))
+            unknown = set(kwargs) - set(fields)
+            if unknown:
+                raise Unsupported("exception", f"{self.cls.__name__}._replace", "ValueError")
+            items.update(kwargs)
+            return NamedTupleVariable(self.cls, [items[f] for f in fields])
+        if fields is not None and name == "_asdict" and not args and not kwargs:
+            return DictVariable(dict(zip(fields, self.items)))
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg: CodeGen) -> None:
         if self.source is not None:
@@ -385,18 +411,21 @@ class IteratorVariable(VariableTracker):
     def python_type(self) -> type:
         return type(iter(()))
 
+    def _advance_to(self, index: int) -> None:
+        old = self.index
+        note_undoable(lambda: setattr(self, "index", old))
+        self.index = index
+
     def next(self) -> VariableTracker | None:
-        note_mutation()
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]
-        self.index += 1
+        self._advance_to(self.index + 1)
         return item
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
-        note_mutation()
         rest = self.items[self.index :]
-        self.index = len(self.items)
+        self._advance_to(len(self.items))
         return rest
 
     def reconstruct(self, cg: CodeGen) -> None:

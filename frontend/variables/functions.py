@@ -81,6 +81,27 @@ class NestedFunctionVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
 
+    def reconstruct(self, cg: CodeGen) -> None:
+        """A real function object again (a break passes it on, or the frame returns it)."""
+        cells = [getattr(c, "cell", None) for c in self.closure]
+        if any(c is None for c in cells):
+            raise Unsupported(
+                "reconstruct", f"function {self.qualname} closing over cells of the traced frame"
+            )
+        from framejit.frontend.variables.containers import DictVariable, TupleVariable
+
+        cg.call_const(
+            _make_function,
+            lambda: (
+                cg.load_const(self.code),
+                cg.load_const(self.f_globals),
+                cg.reconstruct(TupleVariable(self.defaults)),
+                cg.reconstruct(DictVariable(self.kwdefaults)),
+                cg.load_const(tuple(cells)),
+            ),
+            5,
+        )
+
     def python_type(self) -> type:
         return types.FunctionType
 
@@ -162,9 +183,11 @@ class ConstantMethodVariable(VariableTracker):
         return types.BuiltinMethodType
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        args = [_constant_items(tx, a) for a in args]  # "".join(generator of constants)
         if not all_constant(args, kwargs):
+            kinds = ", ".join(a.type_name() for a in args if not a.is_constant())
             raise Unsupported(
-                "unsupported_call", f"{type(self.value).__name__}.{self.name} on tensors"
+                "unsupported_call", f"{type(self.value).__name__}.{self.name}", f"on {kinds}"
             )
         result = constant_fold(getattr(self.value, self.name), args, kwargs)
         return tx.wrap_constant_result(result)
@@ -263,3 +286,25 @@ def _make_partial(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     import functools
 
     return functools.partial(fn, *args, **kwargs)
+
+
+def _constant_items(tx: Translator, vt: VariableTracker) -> VariableTracker:
+    """An iterator or container of constants, as one constant list (else `vt` itself)."""
+    from framejit.frontend.variables.containers import IteratorVariable
+
+    if isinstance(vt, IteratorVariable) and all(i.is_constant() for i in vt.items[vt.index :]):
+        return ConstantVariable([i.as_constant() for i in vt.unpack(tx)])
+    return vt
+
+
+def _make_function(
+    code: types.CodeType,
+    f_globals: dict[str, Any],
+    defaults: tuple[Any, ...],
+    kwdefaults: dict[str, Any],
+    closure: tuple[Any, ...],
+) -> types.FunctionType:
+    fn = types.FunctionType(code, f_globals, code.co_name, defaults or None, closure or None)
+    fn.__kwdefaults__ = kwdefaults or None
+    fn.__qualname__ = code.co_qualname
+    return fn
