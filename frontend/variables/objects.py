@@ -280,12 +280,16 @@ class ClassVariable(VariableTracker):
                     raise Unsupported("unsupported_call", "torch.set_grad_enabled(non-constant)")
                 mode = bool(args[0].as_constant())
             return GradModeVariable.create(tx, cls, mode)
-        if isinstance(cls, enum.EnumMeta) and len(args) == 1 and not kwargs:
-            if args[0].is_constant():
-                try:
-                    return ConstantVariable(cls(args[0].as_constant()))
-                except ValueError as exc:
-                    raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+        if (
+            isinstance(cls, enum.EnumMeta)
+            and len(args) == 1
+            and not kwargs
+            and args[0].is_constant()
+        ):
+            try:
+                return ConstantVariable(cls(args[0].as_constant()))
+            except ValueError as exc:
+                raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
         if cls is functools.partial and args:
             return PartialVariable(args[0], args[1:], kwargs)
         if cls is collections.OrderedDict:
