@@ -256,7 +256,7 @@ class JitModule(torch.nn.Module):
     attribute read or written on the wrapper go to the original, so the two never disagree.
     """
 
-    _OWN = frozenset({"_orig_mod", "_jit_forward"})
+    _OWN = frozenset({"_orig_mod", "_jit_forward", "_jit_call"})
 
     def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
         object.__setattr__(self, "_orig_mod", mod)
@@ -281,6 +281,7 @@ class JitModule(torch.nn.Module):
         else:
             jitted = types.MethodType(JitFunction(forward, settings), mod)
         object.__setattr__(self, "_jit_forward", jitted)
+        object.__setattr__(self, "_jit_call", JitFunction(_call_module, settings))
 
     @property  # type: ignore[override]
     def training(self) -> bool:
@@ -296,9 +297,10 @@ class JitModule(torch.nn.Module):
             mod._forward_hooks
             or mod._forward_pre_hooks
             or mod._backward_hooks
-            or (mod._backward_pre_hooks)
+            or mod._backward_pre_hooks
         ):
-            return mod(*args, **kwargs)  # the original's hooks must run: call it eagerly
+            # the original's hooks must run: compile the call itself, hooks included
+            return self._jit_call(mod, *args, **kwargs)
         return self._jit_forward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

@@ -91,6 +91,16 @@ class CodeGen:
         emit_args()
         self._emit(*versions.emit_call(nargs))
 
+    def call_on_top_with_arg(self) -> None:
+        """[callable, arg] on the stack -> call it, discard the result."""
+        self._emit(
+            Instr("PUSH_NULL"),
+            Instr("SWAP", 3),
+            Instr("SWAP", 2),
+            *versions.emit_call(1),
+            Instr("POP_TOP"),
+        )
+
     def call_on_top(self, fn: Any) -> None:
         """Replace the value on top of the stack by fn(value)."""
         self._emit(

@@ -43,6 +43,7 @@ from framejit.frontend.variables.containers import (
     DataclassVariable,
     DictVariable,
     IteratorVariable,
+    ListVariable,
     SliceVariable,
 )
 from framejit.frontend.variables.functions import (
@@ -163,6 +164,9 @@ def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
     if isinstance(vt, TensorVariable):
         if vt.source is None and all(o.node is not vt.node for o in out):
             out.append(vt)
+    elif isinstance(vt, ListVariable) and not vt.contents_read:
+        for item in vt.appended:
+            _collect_outputs(item, out)
     elif isinstance(vt, BaseSequence):
         for item in vt.items:
             _collect_outputs(item, out)

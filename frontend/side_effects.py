@@ -124,7 +124,10 @@ class SideEffects:
         for obj, attrs in self.attrs.values():
             out += [obj, *attrs.values()]
         for vt in self.containers.values():
-            out += list(vt.items.values()) if hasattr(vt.items, "values") else list(vt.items)
+            if getattr(vt, "contents_read", True):
+                out += list(vt.items.values()) if hasattr(vt.items, "values") else list(vt.items)
+            else:
+                out += list(vt.appended)
         out += list(self.globals.values())
         out += [v for _, v in self.cells.values()]
         for fn, args, kwargs, _ in self.calls:
@@ -141,7 +144,14 @@ class SideEffects:
                 cg.reconstruct(obj)
                 cg.emit(Instr("STORE_ATTR", name))
         for vt in self.containers.values():
-            if isinstance(vt, ListVariable):
+            if isinstance(vt, ListVariable) and not vt.contents_read:
+                cg.reconstruct(vt)  # the real list, through its source: extend it
+                cg.load_attr("extend")
+                for item in vt.appended:
+                    cg.reconstruct(item)
+                cg.build(list, len(vt.appended))
+                cg.call_on_top_with_arg()
+            elif isinstance(vt, ListVariable):
                 for item in vt.items:
                     cg.reconstruct(item)
                 cg.build(list, len(vt.items))

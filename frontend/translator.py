@@ -472,16 +472,20 @@ class Translator:
         args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
+        """`module(*args)`: forward pre-hooks, forward (or the RNN op), forward hooks, inlined
+        the way nn.Module.__call__ runs them. Backward hooks, keyword hooks and global hooks
+        are not captured (the call then runs for real, at a graph break)."""
         mod = module.obj
-        if (
-            mod._forward_hooks
-            or mod._forward_pre_hooks
-            or mod._backward_hooks
-            or mod._backward_pre_hooks
-        ):
-            raise Unsupported("module_hooks", f"calling {type(mod).__name__} with hooks")
         from torch.nn.modules import module as nn_module
 
+        if (
+            mod._backward_hooks
+            or mod._backward_pre_hooks
+            or mod._forward_hooks_with_kwargs
+            or mod._forward_pre_hooks_with_kwargs
+            or mod._forward_hooks_always_called
+        ):
+            raise Unsupported("module_hooks", f"calling {type(mod).__name__} with these hooks")
         if (
             nn_module._global_forward_hooks
             or nn_module._global_forward_pre_hooks
@@ -489,11 +493,44 @@ class Translator:
             or nn_module._global_backward_pre_hooks
         ):
             raise Unsupported("module_hooks", "global nn.Module hooks are registered")
-        if module.source is not None:
-            self.output.add_guard(
-                module.source, GuardKind.MODULE_NO_HOOKS, None, self.location_text()
-            )
         self.output.calls_modules = True
+        if not (mod._forward_hooks or mod._forward_pre_hooks):
+            if module.source is not None:  # the common case: one cheap guard, no hooks at all
+                self.output.add_guard(
+                    module.source, GuardKind.MODULE_NO_HOOKS, None, self.location_text()
+                )
+            return self._module_forward(module, args, kwargs)
+        for attr in ("_backward_hooks", "_backward_pre_hooks"):  # pinned empty
+            self._module_hooks(module, attr)
+        pre_hooks = self._module_hooks(module, "_forward_pre_hooks")
+        post_hooks = self._module_hooks(module, "_forward_hooks")
+        for hook in pre_hooks:
+            result = hook.call(self, [module, TupleVariable(list(args))], {})
+            if not (result.is_constant() and result.as_constant() is None):
+                args = result.unpack(self) if isinstance(result, TupleVariable) else [result]
+        out = self._module_forward(module, args, kwargs)
+        for hook in post_hooks:
+            result = hook.call(self, [module, TupleVariable(list(args)), out], {})
+            if not (result.is_constant() and result.as_constant() is None):
+                out = result
+        return out
+
+    def _module_hooks(self, module: NNModuleVariable, attr: str) -> list[VariableTracker]:
+        """The hooks in `module.<attr>`, guarded: same keys (handles), same functions."""
+        hooks = getattr(module.obj, attr)
+        if module.source is None:
+            if hooks:
+                raise Unsupported("module_hooks", "hooks on a module with no source")
+            return []
+        return list(self.wrap_source(AttrSource(module.source, attr)).items.values())
+
+    def _module_forward(
+        self,
+        module: NNModuleVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        mod = module.obj
         if isinstance(mod, RNN_TYPES):
             return call_rnn(self, module, args, kwargs)
         if "forward" in mod.__dict__:

@@ -375,9 +375,28 @@ def test_forward_hooks_on_a_submodule_run() -> None:
     model[0].register_forward_pre_hook(lambda m, args: seen.append("pre"))
     model[0].register_forward_hook(lambda m, args, out: seen.append("post") or out * 2)
     x = torch.randn(2, 3)
-    jitted = framejit.jit(model, backend=CompileCounter())
-    same(jitted(x), model(x))
-    assert seen == ["pre", "post", "pre", "post"]
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter)
+    for _ in range(2):
+        same(jitted(x), model(x))
+    assert seen == ["pre", "post"] * 4
+    assert counter.frame_count == 1  # the hooks are inlined into the graph
+    handle = model[2].register_forward_hook(lambda m, args, out: out + 1)
+    same(jitted(x), model(x))  # a hook added later: the guards see it
+    handle.remove()
+    assert counter.frame_count == 2
+
+
+def test_hooks_on_the_jitted_module_itself_are_inlined() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 3)
+    model.register_forward_hook(lambda m, args, out: out.relu())
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        same(jitted(x), model(x))
+    assert counter.frame_count == 1
 
 
 def asserts_then_breaks(x):
@@ -390,3 +409,24 @@ def asserts_then_breaks(x):
 def test_a_break_in_a_function_whose_locals_have_unusual_names(capsys) -> None:
     # pytest rewrites the assert above into locals named `@py_assert...`
     check(asserts_then_breaks, torch.randn(3), graphs=2)
+
+
+LOSSES: list = []
+
+
+def logs_its_loss(x, w):
+    loss = (x @ w).pow(2).mean()
+    LOSSES.append(loss.detach())
+    return loss
+
+
+def test_appending_to_an_outside_list_does_not_specialize_on_its_length() -> None:
+    LOSSES.clear()
+    counter = CompileCounter()
+    jitted = framejit.jit(logs_its_loss, backend=counter)
+    x, w = torch.randn(4, 3), torch.randn(3, 2)
+    for _ in range(5):
+        same(jitted(x, w), logs_its_loss(x, w))
+    assert len(LOSSES) == 10
+    same(LOSSES[0], LOSSES[1])
+    assert counter.frame_count == 1  # the list grows, the entry stays valid

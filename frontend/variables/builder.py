@@ -148,7 +148,15 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if t in (torch.device, torch.Size):
         _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
         return ConstantVariable(value, source)
-    if t in (tuple, list) or (isinstance(value, tuple) and hasattr(t, "_fields")):
+    if t is list:
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+
+        def read() -> list[VariableTracker]:
+            _guard(tx, source, GuardKind.LENGTH_CHECK, len(value))
+            return [wrap_source(tx, ItemSource(source, i)) for i in range(len(value))]
+
+        return ListVariable([], source, read)
+    if t is tuple or (isinstance(value, tuple) and hasattr(t, "_fields")):
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.LENGTH_CHECK, len(value))
         items = [wrap_source(tx, ItemSource(source, i)) for i in range(len(value))]

@@ -8,6 +8,7 @@ Python-visible side effect, which this milestone refuses (`side_effect`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
@@ -122,7 +123,37 @@ class TupleVariable(BaseSequence):
 
 
 class ListVariable(BaseSequence):
+    """A list. One read from outside the frame can leave its contents unread: then it is only
+    type-guarded, appends are kept aside, and the replay appends them to the real list - so
+    code that only appends (a log of losses, activations collected by a hook) does not
+    specialize on how long the list is."""
+
     kind = list
+
+    def __init__(
+        self,
+        items: list[VariableTracker],
+        source: Source | None = None,
+        read: Callable[[], list[VariableTracker]] | None = None,
+    ) -> None:
+        self._read = read  # reads (and guards) the real contents on first use
+        self.appended: list[VariableTracker] = []  # appends made while the contents are unread
+        super().__init__(items, source)
+
+    @property
+    def items(self) -> list[VariableTracker]:  # type: ignore[override]
+        if self._read is not None:
+            read, self._read = self._read, None
+            self._items = read() + self.appended
+        return self._items
+
+    @items.setter
+    def items(self, value: list[VariableTracker]) -> None:
+        self._items = list(value)
+
+    @property
+    def contents_read(self) -> bool:
+        return self._read is None
 
     def mutate(
         self,
@@ -134,6 +165,9 @@ class ListVariable(BaseSequence):
         note_mutation()
         if self.source is not None:  # replayed on the real list after the graph
             tx.output.side_effects.changed_container(self)
+        if not self.contents_read and name in ("append", "extend") and len(args) == 1:
+            self.appended += [args[0]] if name == "append" else args[0].unpack(tx)
+            return ConstantVariable(None)
         items = self.items
         if name == "append" and len(args) == 1:
             items.append(args[0])
