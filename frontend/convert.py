@@ -106,6 +106,8 @@ def compile_frame(
             finally:  # `with no_grad()` or set_grad_enabled in the trace changed the real mode
                 output.grad_at_exit = torch.is_grad_enabled()
                 torch._C._set_grad_enabled(grad_at_entry)
+                for ctx in reversed(output.open_contexts):  # autocast blocks left open
+                    ctx.__exit__(None, None, None)
             entry, graphs = _finish(fn, code, output, result, backend, argnames, tx.lineno)
         except GraphBreak as gb:
             _log_break(code, gb.reason)

@@ -58,6 +58,7 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.grad_at_exit = torch.is_grad_enabled()  # grad mode where the trace ended
         self.state_at_entry = GlobalState.current()
+        self.open_contexts: list[Any] = []  # real autocast contexts the trace entered
         # id(real mutable object) -> its variable: two sources reaching one list/object share
         # one variable, so a write through one is seen through the other.
         self.objects_by_id: dict[int, VariableTracker] = {}

@@ -430,3 +430,36 @@ def test_appending_to_an_outside_list_does_not_specialize_on_its_length() -> Non
     assert len(LOSSES) == 10
     same(LOSSES[0], LOSSES[1])
     assert counter.frame_count == 1  # the list grows, the entry stays valid
+
+
+def autocast_block(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        z = y.relu()
+    return z, y.dtype, z.float().sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_autocast_blocks_are_captured(backend: str) -> None:
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    jitted = framejit.jit(autocast_block, backend=backend)
+    for _ in range(2):
+        same(jitted(x, w), autocast_block(x, w))
+        assert not torch.is_autocast_enabled("cpu")
+    assert framejit.explain(autocast_block, x, w).graph_count == 1
+
+
+def breaks_inside_autocast(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+        print("inside autocast")
+        z = y @ w
+    return z
+
+
+def test_a_break_inside_an_autocast_block_runs_the_frame_correctly(capsys) -> None:
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    jitted = framejit.jit(breaks_inside_autocast, backend=CompileCounter())
+    for _ in range(2):
+        same(jitted(x, w), breaks_inside_autocast(x, w))
+        assert not torch.is_autocast_enabled("cpu")

@@ -50,7 +50,14 @@ Inner = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 # backward needs a workspace the traced graph cannot rebuild (and that are not core aten), and a
 # grad-mode switch inside the graph does not survive tracing under one mode.
 _AS_CAPTURED = frozenset(
-    {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu, torch._C._set_grad_enabled}
+    {
+        torch.lstm,
+        torch.gru,
+        torch.rnn_tanh,
+        torch.rnn_relu,
+        torch._C._set_grad_enabled,
+        torch.amp.autocast_mode._enter_autocast,
+    }
 )
 
 

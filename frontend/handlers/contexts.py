@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
-from framejit.frontend.variables.contexts import GradModeVariable, WithExitVariable
+from framejit.frontend.variables.contexts import (
+    AutocastExitVariable,
+    AutocastVariable,
+    GradModeVariable,
+    WithExitVariable,
+)
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -20,12 +25,16 @@ if TYPE_CHECKING:
 @handler("BEFORE_WITH")
 def before_with(tx: Translator, inst: Any) -> None:
     ctx = tx.pop()
-    if not isinstance(ctx, GradModeVariable):
+    if isinstance(ctx, GradModeVariable):
+        exit_vt: Any = WithExitVariable(ctx)
+    elif isinstance(ctx, AutocastVariable):
+        exit_vt = AutocastExitVariable(ctx)
+    else:
         raise Unsupported(
             "unsupported_control_flow",
             f"`with` over a {ctx.type_name()}",
-            "only grad-mode contexts are captured in `with` blocks",
+            "only grad-mode and autocast contexts are captured in `with` blocks",
         )
     entered = ctx.enter(tx)
-    tx.push(WithExitVariable(ctx))
+    tx.push(exit_vt)
     tx.push(entered)

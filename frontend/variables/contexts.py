@@ -107,3 +107,89 @@ GRAD_MODE_CLASSES: dict[Any, bool | None] = {
     torch.enable_grad: True,
     torch.set_grad_enabled: None,  # the mode is its argument
 }
+
+
+class AutocastVariable(VariableTracker):
+    """`torch.autocast(device_type, dtype, enabled, cache_enabled)` with constant arguments.
+
+    Entering adds an `_enter_autocast` node (exiting, `_exit_autocast` on it), so the captured
+    ops run under autocast whatever the backend, and enters a real autocast context in the
+    tracing thread so FakeTensors get autocast's dtypes; compile_frame leaves any context the
+    trace left open.
+    """
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+        self.node: Any = None
+        self.real: Any = None
+
+    def __repr__(self) -> str:
+        return f"Autocast{self.args}"
+
+    def python_type(self) -> type:
+        return torch.autocast
+
+    def enter(self, tx: Translator) -> VariableTracker:
+        from torch.amp import autocast_mode
+
+        out = tx.output
+        self.node = out.graph.call_function(autocast_mode._enter_autocast, self.args)
+        out.created.append(self.node)
+        self.real = torch.autocast(*self.args)
+        self.real.__enter__()
+        out.open_contexts.append(self.real)
+        return ConstantVariable(None)
+
+    def exit(self, tx: Translator) -> None:
+        from torch.amp import autocast_mode
+
+        out = tx.output
+        node = out.graph.call_function(autocast_mode._exit_autocast, (self.node,))
+        out.created.append(node)
+        if self.real in out.open_contexts:
+            out.open_contexts.remove(self.real)
+            self.real.__exit__(None, None, None)
+
+
+class AutocastExitVariable(VariableTracker):
+    """The exit an autocast `with` block calls at its end."""
+
+    def __init__(self, ctx: AutocastVariable) -> None:
+        self.ctx = ctx
+
+    def python_type(self) -> type:
+        return type(lambda: None)
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        self.ctx.exit(tx)
+        return ConstantVariable(None)
+
+
+AUTOCAST_CLASSES = (torch.autocast, torch.amp.autocast)
+
+
+def autocast_arguments(
+    args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> tuple[Any, ...] | None:
+    """(device_type, dtype, enabled, cache_enabled) when all are constants, else None."""
+    import inspect
+
+    try:
+        bound = inspect.signature(torch.autocast.__init__).bind(None, *args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    values.pop("self")
+    if not all(getattr(v, "is_constant", lambda: True)() for v in values.values()):
+        return None
+    plain = {k: v.as_constant() if isinstance(v, VariableTracker) else v for k, v in values.items()}
+    device, dtype = plain["device_type"], plain["dtype"]
+    if dtype is None:
+        dtype = torch.get_autocast_dtype(device)
+    cache = plain["cache_enabled"]
+    if cache is None:
+        cache = torch.is_autocast_cache_enabled()
+    return (device, dtype, bool(plain["enabled"]), bool(cache))

@@ -29,7 +29,13 @@ from framejit.frontend.sources import (
     submodule_source,
 )
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
-from framejit.frontend.variables.contexts import GRAD_MODE_CLASSES, GradModeVariable
+from framejit.frontend.variables.contexts import (
+    AUTOCAST_CLASSES,
+    GRAD_MODE_CLASSES,
+    AutocastVariable,
+    GradModeVariable,
+    autocast_arguments,
+)
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 
 if TYPE_CHECKING:
@@ -290,6 +296,11 @@ class ClassVariable(VariableTracker):
                 return ConstantVariable(cls(args[0].as_constant()))
             except ValueError as exc:
                 raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+        if cls in AUTOCAST_CLASSES:
+            autocast_args = autocast_arguments(args, kwargs)
+            if autocast_args is None:
+                raise Unsupported("unsupported_call", "torch.autocast with non-constant arguments")
+            return AutocastVariable(autocast_args)
         if cls is functools.partial and args:
             return PartialVariable(args[0], args[1:], kwargs)
         if cls is collections.OrderedDict:
