@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bytecode import Bytecode, CellVar, Instr, Label
-from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
 
@@ -259,5 +258,3 @@ def layout_after(gb: GraphBreak) -> tuple[list[VariableTracker | None], int]:
     kept: list[VariableTracker | None] = list(stack[: len(stack) - pops])
     return kept + [None] * pushes, pops
 
-
-_ = versions

@@ -23,7 +23,6 @@ import weakref
 from typing import Any
 
 import torch
-from framejit.frontend import versions
 from framejit.frontend.breaks import GraphBreak, can_break
 from framejit.frontend.errors import Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
@@ -31,6 +30,8 @@ from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import (
     AttrSource,
     FreeVarSource,
+    GlobalSource,
+    ItemSource,
     Source,
     closure_cell_source,
     default_source,
@@ -279,11 +280,11 @@ class Translator:
             return written
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
-                return self.wrap_source(GlobalSourceFor(name))
+                return self.wrap_source(GlobalSource(name))
             if _trusted_globals(self.f_globals):
                 return self.wrap_value(self.f_globals[name], None)
             if self.fn_source is not None:
-                return self.wrap_source(_item(AttrSource(self.fn_source, "__globals__"), name))
+                return self.wrap_source(ItemSource(AttrSource(self.fn_source, "__globals__"), name))
             raise Unsupported(
                 "unsupported_object",
                 f"global {name!r} of another module",
@@ -679,18 +680,6 @@ class _KwDefault:
         self.name = name
 
 
-def GlobalSourceFor(name: str) -> Source:
-    from framejit.frontend.sources import GlobalSource
-
-    return GlobalSource(name)
-
-
-def _item(base: Source, key: Any) -> Source:
-    from framejit.frontend.sources import ItemSource
-
-    return ItemSource(base, key)
-
-
 _DUNDERS: dict[Any, tuple[str, str, str | None]] = {}
 for _op, _name in (
     ("add", "add"),
@@ -767,5 +756,3 @@ def realize(tx: Translator, vt: VariableTracker) -> VariableTracker:
         return tx.wrap_source(vt.source)
     return vt
 
-
-_ = versions  # handlers import version details from here

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend import versions
 from framejit.frontend.handlers import handler
-from framejit.frontend.variables.base import ConstantVariable
 from framejit.frontend.variables.containers import IteratorVariable
 
 if TYPE_CHECKING:
@@ -93,5 +92,3 @@ def for_iter(tx: Translator, inst: Any) -> None:
     else:
         tx.push(item)
 
-
-_ = ConstantVariable
