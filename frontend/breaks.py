@@ -257,4 +257,3 @@ def layout_after(gb: GraphBreak) -> tuple[list[VariableTracker | None], int]:
         pops -= 1  # no NULL below the callable
     kept: list[VariableTracker | None] = list(stack[: len(stack) - pops])
     return kept + [None] * pushes, pops
-

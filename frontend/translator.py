@@ -16,8 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import dis
-import inspect
-import operator
 import types
 import weakref
 from typing import Any
@@ -26,6 +24,8 @@ import torch
 from framejit.frontend.breaks import GraphBreak, can_break
 from framejit.frontend.errors import Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
+from framejit.frontend.inlining import InliningMixin, _RealCell
+from framejit.frontend.operators import OperatorsMixin
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import (
     AttrSource,
@@ -33,13 +33,9 @@ from framejit.frontend.sources import (
     GlobalSource,
     ItemSource,
     Source,
-    closure_cell_source,
-    default_source,
-    kwdefault_source,
 )
 from framejit.frontend.variables import builder
 from framejit.frontend.variables.base import (
-    BINARY_OPS,
     CellVariable,
     ConstantVariable,
     VariableTracker,
@@ -49,24 +45,10 @@ from framejit.frontend.variables.base import (
     undo_to,
 )
 from framejit.frontend.variables.containers import (
-    BaseSequence,
     DictVariable,
-    IteratorVariable,
     ListVariable,
     TupleVariable,
 )
-from framejit.frontend.variables.functions import (
-    NestedFunctionVariable,
-    UserFunctionVariable,
-)
-from framejit.frontend.variables.objects import (
-    NewObjectVariable,
-    NNModuleVariable,
-    UserObjectVariable,
-)
-from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
-from framejit.frontend.variables.tensor import TensorVariable
-from framejit.guards import GuardKind
 
 from framejit.config import config
 
@@ -85,9 +67,6 @@ class Decoded:
 
 
 _decoded: weakref.WeakKeyDictionary[types.CodeType, Decoded] = weakref.WeakKeyDictionary()
-_signatures: weakref.WeakKeyDictionary[types.CodeType, tuple[Any, inspect.Signature]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def decode(code: types.CodeType) -> Decoded:
@@ -97,16 +76,7 @@ def decode(code: types.CodeType) -> Decoded:
     return d
 
 
-class _RealCell(VariableTracker):
-    """A free variable backed by a real cell, read through its Source when loaded."""
-
-    def __init__(self, source: Source | None, cell: Any) -> None:
-        self.source = source
-        self.cell = cell
-        self.written: VariableTracker | None = None  # a value assigned while tracing
-
-
-class Translator:
+class Translator(OperatorsMixin, InliningMixin):
     def __init__(
         self,
         code: types.CodeType,
@@ -351,364 +321,6 @@ class Translator:
             return
         raise Unsupported("side_effect", f"assigning nonlocal {name!r}")
 
-    # --- operators -------------------------------------------------------------------------------
-    def binary_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
-        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
-            return self.output.call_op("call_function", op, [a, b], {})
-        if a.is_constant() and b.is_constant():
-            try:
-                return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
-            except Exception as exc:
-                raise Unsupported(
-                    "exception", f"{op.__name__} on constants", f"raises {exc!r}"
-                ) from None
-        if isinstance(a, ListVariable) and op is operator.iadd:
-            a.mutate(self, "extend", [b], {})  # `lst += other` extends in place
-            return a
-        plain = (ListVariable, TupleVariable)
-        if (
-            isinstance(a, BaseSequence)
-            and isinstance(b, BaseSequence)
-            and op is operator.add
-            and (a.python_type() is b.python_type() or isinstance(a, TupleVariable))
-        ):
-            return (
-                type(a)(a.items + b.items) if type(a) in plain else TupleVariable(a.items + b.items)
-            )
-        if isinstance(a, BaseSequence) and b.is_constant() and op in (operator.mul, operator.imul):
-            items = a.items * b.as_constant()
-            return type(a)(items) if type(a) in plain else TupleVariable(items)
-        result = self._user_operator(op, a, b)
-        if result is not None:
-            return result
-        raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
-
-    def _user_operator(
-        self, op: Any, a: VariableTracker, b: VariableTracker
-    ) -> VariableTracker | None:
-        """`a + b` where a class of a or b defines `__add__` / `__radd__` (and so on) in Python:
-        inline that method, as Python would call it."""
-        names = _DUNDERS.get(op)
-        if names is None:
-            return None
-        forward, reflected, inplace = names
-        for obj, other, name in ((a, b, inplace), (a, b, forward), (b, a, reflected)):
-            if name is None or not isinstance(obj, (UserObjectVariable, NewObjectVariable)):
-                continue
-            method = _python_method(obj.python_type(), name)
-            if method is not None:
-                result = UserFunctionVariable(method).call(self, [obj, other], {})
-                if not (result.is_constant() and result.as_constant() is NotImplemented):
-                    return result
-        return None
-
-    def compare_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
-        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
-            return self.output.call_op("call_function", op, [a, b], {})
-        if a.is_constant() and b.is_constant():
-            return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
-        if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
-            same = a is b or (
-                getattr(a, "obj", None) is not None
-                and getattr(a, "obj", None) is getattr(b, "obj", None)
-            )
-            return ConstantVariable(same if op is operator.eq else not same)
-        raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
-
-    def unary_op(self, op: Any, a: VariableTracker) -> VariableTracker:
-        if isinstance(a, TensorVariable):
-            return self.output.call_op("call_function", op, [a], {})
-        if a.is_constant():
-            return self.wrap_constant_result(op(a.as_constant()))
-        raise Unsupported("unsupported_object", f"{_symbol(op)}{a.type_name()}")
-
-    def is_op(self, a: VariableTracker, b: VariableTracker) -> bool:
-        if a is b:
-            return True
-        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-            self.output.identity_sensitive = True
-            return a.node is b.node
-        if a.is_constant() and b.is_constant():
-            return a.as_constant() is b.as_constant()
-        if (
-            a.is_constant()
-            and a.as_constant() is None
-            or b.is_constant()
-            and b.as_constant() is None
-        ):
-            return False  # a non-constant value is never None
-        if hasattr(a, "obj") and hasattr(b, "obj"):
-            return a.obj is b.obj
-        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
-            return False
-        raise Unsupported("unsupported_object", f"{a.type_name()} is {b.type_name()}")
-
-    def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
-        if isinstance(obj, TensorVariable):
-            return self.output.call_op("call_function", operator.getitem, [obj, index], {})
-        if isinstance(obj, (BaseSequence, DictVariable)):
-            return obj.getitem(self, index)
-        if obj.is_constant() and index.is_constant():
-            try:
-                return self.wrap_constant_result(obj.as_constant()[index.as_constant()])
-            except Exception as exc:
-                raise Unsupported("exception", "indexing a constant", f"raises {exc!r}") from None
-        return obj.call_method(self, "__getitem__", [index], {})
-
-    def setitem(self, obj: VariableTracker, index: VariableTracker, value: VariableTracker) -> None:
-        if isinstance(obj, TensorVariable):
-            self.output.call_op("call_function", operator.setitem, [obj, index, value], {})
-            return
-        obj.call_method(self, "__setitem__", [index, value], {})
-
-    # --- calls -----------------------------------------------------------------------------------
-    def call_function_value(
-        self, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
-    ) -> VariableTracker:
-        return self.wrap_value(fn, None).call(self, args, kwargs)
-
-    def call_module(
-        self,
-        module: NNModuleVariable,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        """`module(*args)`: forward pre-hooks, forward (or the RNN op), forward hooks, inlined
-        the way nn.Module.__call__ runs them. Backward hooks, keyword hooks and global hooks
-        are not captured (the call then runs for real, at a graph break)."""
-        mod = module.obj
-        from torch.nn.modules import module as nn_module
-
-        if (
-            mod._backward_hooks
-            or mod._backward_pre_hooks
-            or mod._forward_hooks_with_kwargs
-            or mod._forward_pre_hooks_with_kwargs
-            or mod._forward_hooks_always_called
-        ):
-            raise Unsupported("module_hooks", f"calling {type(mod).__name__} with these hooks")
-        if (
-            nn_module._global_forward_hooks
-            or nn_module._global_forward_pre_hooks
-            or nn_module._global_backward_hooks
-            or nn_module._global_backward_pre_hooks
-        ):
-            raise Unsupported("module_hooks", "global nn.Module hooks are registered")
-        self.output.calls_modules = True
-        if not (mod._forward_hooks or mod._forward_pre_hooks):
-            if module.source is not None:  # the common case: one cheap guard, no hooks at all
-                self.output.add_guard(
-                    module.source, GuardKind.MODULE_NO_HOOKS, None, self.location_text()
-                )
-            return self._module_forward(module, args, kwargs)
-        for attr in ("_backward_hooks", "_backward_pre_hooks"):  # pinned empty
-            self._module_hooks(module, attr)
-        pre_hooks = self._module_hooks(module, "_forward_pre_hooks")
-        post_hooks = self._module_hooks(module, "_forward_hooks")
-        for hook in pre_hooks:
-            result = hook.call(self, [module, TupleVariable(list(args))], {})
-            if not (result.is_constant() and result.as_constant() is None):
-                args = result.unpack(self) if isinstance(result, TupleVariable) else [result]
-        out = self._module_forward(module, args, kwargs)
-        for hook in post_hooks:
-            result = hook.call(self, [module, TupleVariable(list(args)), out], {})
-            if not (result.is_constant() and result.as_constant() is None):
-                out = result
-        return out
-
-    def _module_hooks(self, module: NNModuleVariable, attr: str) -> list[VariableTracker]:
-        """The hooks in `module.<attr>`, guarded: same keys (handles), same functions."""
-        hooks = getattr(module.obj, attr)
-        if module.source is None:
-            if hooks:
-                raise Unsupported("module_hooks", "hooks on a module with no source")
-            return []
-        return list(self.wrap_source(AttrSource(module.source, attr)).items.values())
-
-    def _module_forward(
-        self,
-        module: NNModuleVariable,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        mod = module.obj
-        if isinstance(mod, RNN_TYPES):
-            return call_rnn(self, module, args, kwargs)
-        if "forward" in mod.__dict__:
-            forward = module.getattr(self, "forward")
-            return forward.call(self, args, kwargs)
-        return module.getattr(self, "forward").call(self, args, kwargs)
-
-    def inline_user_function(
-        self,
-        fn_vt: UserFunctionVariable,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        fn = fn_vt.fn
-        code = fn.__code__
-        src = fn_vt.source
-        if getattr(fn, "_framejit_disabled", False):
-            raise Unsupported("unsupported_call", f"{fn.__qualname__}", "framejit.disable")
-
-        def default(i: int) -> VariableTracker:
-            if src is not None:
-                return self.wrap_source(default_source(src, i))
-            return self.wrap_value(fn.__defaults__[i], None)
-
-        def kwdefault(name: str) -> VariableTracker:
-            if src is not None:
-                return self.wrap_source(kwdefault_source(src, name))
-            return self.wrap_value(fn.__kwdefaults__[name], None)
-
-        freevars: dict[str, CellVariable | _RealCell] = {}
-        for i, name in enumerate(code.co_freevars):
-            cell_src = closure_cell_source(src, i) if src is not None else None
-            freevars[name] = _RealCell(cell_src, fn.__closure__[i])
-        bound = self._bind(
-            code,
-            fn.__qualname__,
-            len(fn.__defaults__ or ()),
-            tuple(fn.__kwdefaults__ or ()),
-            default,
-            kwdefault,
-            args,
-            kwargs,
-        )
-        return self._inline(code, fn.__globals__, bound, freevars, src)
-
-    def inline_nested_function(
-        self,
-        fn_vt: NestedFunctionVariable,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        code = fn_vt.code
-        freevars: dict[str, CellVariable | _RealCell] = dict(zip(code.co_freevars, fn_vt.closure))
-        bound = self._bind(
-            code,
-            fn_vt.qualname,
-            len(fn_vt.defaults),
-            tuple(fn_vt.kwdefaults),
-            lambda i: fn_vt.defaults[i],
-            lambda n: fn_vt.kwdefaults[n],
-            args,
-            kwargs,
-        )
-        return self._inline(code, fn_vt.f_globals, bound, freevars, None)
-
-    def _bind(
-        self,
-        code: types.CodeType,
-        qualname: str,
-        ndefaults: int,
-        kwdefault_names: tuple[str, ...],
-        default: Any,
-        kwdefault: Any,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> dict[str, VariableTracker]:
-        key = (code, ndefaults, kwdefault_names)
-        cached = _signatures.get(code)
-        sig = cached[1] if cached is not None and cached[0] == key else None
-        if sig is None:
-            dummy = types.FunctionType(
-                code,
-                {},
-                code.co_name,
-                tuple(_Default(i) for i in range(ndefaults)),
-                tuple(types.CellType() for _ in code.co_freevars),
-            )
-            dummy.__kwdefaults__ = {n: _KwDefault(n) for n in kwdefault_names} or None
-            sig = inspect.signature(dummy)
-            _signatures[code] = (key, sig)
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise Unsupported("exception", f"calling {qualname}", f"TypeError: {exc}") from None
-        bound.apply_defaults()
-        out: dict[str, VariableTracker] = {}
-        # inspect renames comprehension arguments (".0" -> "implicit0"): map back by position
-        real_names = dict(zip(sig.parameters, code.co_varnames))
-        for name, value in bound.arguments.items():
-            kind = sig.parameters[name].kind
-            if isinstance(value, _Default):
-                value = default(value.index)
-            elif isinstance(value, _KwDefault):
-                value = kwdefault(value.name)
-            elif kind is inspect.Parameter.VAR_POSITIONAL:
-                value = TupleVariable(list(value))
-            elif kind is inspect.Parameter.VAR_KEYWORD:
-                value = DictVariable(dict(value))
-            out[real_names[name]] = value
-        return out
-
-    def _inline(
-        self,
-        code: types.CodeType,
-        f_globals: dict[str, Any],
-        bound: dict[str, VariableTracker],
-        freevars: dict[str, Any],
-        fn_source: Source | None,
-    ) -> VariableTracker:
-        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-            raise Unsupported("generator", f"calling async function {code.co_name}")
-        generator = bool(code.co_flags & inspect.CO_GENERATOR)
-        if self.depth + 1 > config.inline_depth_limit:
-            raise Unsupported(
-                "recursion_limit", f"calling {code.co_name}", f"depth {config.inline_depth_limit}"
-            )
-        child = Translator(code, f_globals, self.output, bound, freevars, parent=self)
-        child.fn_source = fn_source
-        if generator:  # run to exhaustion now; the caller iterates over what it yielded
-            child.yielded = []
-        child.steps = self.steps
-        result = child.run()
-        self.steps = child.steps
-        if generator:
-            return IteratorVariable(child.yielded)
-        return result
-
-
-class _Default:
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-class _KwDefault:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-_DUNDERS: dict[Any, tuple[str, str, str | None]] = {}
-for _op, _name in (
-    ("add", "add"),
-    ("sub", "sub"),
-    ("mul", "mul"),
-    ("truediv", "truediv"),
-    ("floordiv", "floordiv"),
-    ("mod", "mod"),
-    ("pow", "pow"),
-    ("matmul", "matmul"),
-    ("and_", "and"),
-    ("or_", "or"),
-    ("xor", "xor"),
-):
-    _DUNDERS[getattr(operator, _op)] = (f"__{_name}__", f"__r{_name}__", None)
-    _DUNDERS[getattr(operator, "i" + _op.rstrip("_"))] = (
-        f"__{_name}__",
-        f"__r{_name}__",
-        f"__i{_name}__",
-    )
-
-
-def _python_method(cls: type, name: str) -> types.FunctionType | None:
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            attr = klass.__dict__[name]
-            return attr if isinstance(attr, types.FunctionType) else None
-    return None
-
 
 def _trusted_globals(f_globals: dict[str, Any]) -> bool:
     """Globals of library modules (torch, the standard library) are read without guards."""
@@ -716,17 +328,6 @@ def _trusted_globals(f_globals: dict[str, Any]) -> bool:
 
     name = str(f_globals.get("__name__", ""))
     return name.split(".")[0] in TRUSTED_MODULE_ROOTS
-
-
-def _symbol(op: Any) -> str:
-    for sym, fn in BINARY_OPS.items():
-        if fn is op:
-            return sym
-    return getattr(op, "__name__", "?")
-
-
-def _is_object(vt: VariableTracker) -> bool:
-    return hasattr(vt, "obj")
 
 
 def root_translator(
@@ -755,4 +356,3 @@ def realize(tx: Translator, vt: VariableTracker) -> VariableTracker:
     if isinstance(vt, _LazyArg):
         return tx.wrap_source(vt.source)
     return vt
-

@@ -91,4 +91,3 @@ def for_iter(tx: Translator, inst: Any) -> None:
         tx.jump_to(versions.for_iter_exit_offset(inst, tx.decoded.next_offset))
     else:
         tx.push(item)
-

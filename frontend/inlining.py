@@ -1,0 +1,278 @@
+"""Calls the translator inlines: user functions, nested functions, generators, modules.
+
+A mixin of the Translator. Arguments are bound with the callee's own signature (defaults read
+lazily, through guarded sources), the callee runs in a child Translator that shares the
+OutputGraph, and module calls run forward pre-hooks, forward (or the recurrent op) and
+forward hooks the way nn.Module.__call__ does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import weakref
+from typing import Any
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import (
+    AttrSource,
+    Source,
+    closure_cell_source,
+    default_source,
+    kwdefault_source,
+)
+from framejit.frontend.variables.base import (
+    CellVariable,
+    VariableTracker,
+)
+from framejit.frontend.variables.containers import (
+    DictVariable,
+    IteratorVariable,
+    TupleVariable,
+)
+from framejit.frontend.variables.functions import (
+    NestedFunctionVariable,
+    UserFunctionVariable,
+)
+from framejit.frontend.variables.objects import (
+    NNModuleVariable,
+)
+from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
+from framejit.guards import GuardKind
+
+from framejit.config import config
+
+_signatures: weakref.WeakKeyDictionary[types.CodeType, tuple[Any, inspect.Signature]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class _RealCell(VariableTracker):
+    """A free variable backed by a real cell, read through its Source when loaded."""
+
+    def __init__(self, source: Source | None, cell: Any) -> None:
+        self.source = source
+        self.cell = cell
+        self.written: VariableTracker | None = None  # a value assigned while tracing
+
+
+class InliningMixin:
+    # --- calls -----------------------------------------------------------------------------------
+    def call_function_value(
+        self, fn: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return self.wrap_value(fn, None).call(self, args, kwargs)
+
+    def call_module(
+        self,
+        module: NNModuleVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        """`module(*args)`: forward pre-hooks, forward (or the RNN op), forward hooks, inlined
+        the way nn.Module.__call__ runs them. Backward hooks, keyword hooks and global hooks
+        are not captured (the call then runs for real, at a graph break)."""
+        mod = module.obj
+        from torch.nn.modules import module as nn_module
+
+        if (
+            mod._backward_hooks
+            or mod._backward_pre_hooks
+            or mod._forward_hooks_with_kwargs
+            or mod._forward_pre_hooks_with_kwargs
+            or mod._forward_hooks_always_called
+        ):
+            raise Unsupported("module_hooks", f"calling {type(mod).__name__} with these hooks")
+        if (
+            nn_module._global_forward_hooks
+            or nn_module._global_forward_pre_hooks
+            or nn_module._global_backward_hooks
+            or nn_module._global_backward_pre_hooks
+        ):
+            raise Unsupported("module_hooks", "global nn.Module hooks are registered")
+        self.output.calls_modules = True
+        if not (mod._forward_hooks or mod._forward_pre_hooks):
+            if module.source is not None:  # the common case: one cheap guard, no hooks at all
+                self.output.add_guard(
+                    module.source, GuardKind.MODULE_NO_HOOKS, None, self.location_text()
+                )
+            return self._module_forward(module, args, kwargs)
+        for attr in ("_backward_hooks", "_backward_pre_hooks"):  # pinned empty
+            self._module_hooks(module, attr)
+        pre_hooks = self._module_hooks(module, "_forward_pre_hooks")
+        post_hooks = self._module_hooks(module, "_forward_hooks")
+        for hook in pre_hooks:
+            result = hook.call(self, [module, TupleVariable(list(args))], {})
+            if not (result.is_constant() and result.as_constant() is None):
+                args = result.unpack(self) if isinstance(result, TupleVariable) else [result]
+        out = self._module_forward(module, args, kwargs)
+        for hook in post_hooks:
+            result = hook.call(self, [module, TupleVariable(list(args)), out], {})
+            if not (result.is_constant() and result.as_constant() is None):
+                out = result
+        return out
+
+    def _module_hooks(self, module: NNModuleVariable, attr: str) -> list[VariableTracker]:
+        """The hooks in `module.<attr>`, guarded: same keys (handles), same functions."""
+        hooks = getattr(module.obj, attr)
+        if module.source is None:
+            if hooks:
+                raise Unsupported("module_hooks", "hooks on a module with no source")
+            return []
+        return list(self.wrap_source(AttrSource(module.source, attr)).items.values())
+
+    def _module_forward(
+        self,
+        module: NNModuleVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        mod = module.obj
+        if isinstance(mod, RNN_TYPES):
+            return call_rnn(self, module, args, kwargs)
+        if "forward" in mod.__dict__:
+            forward = module.getattr(self, "forward")
+            return forward.call(self, args, kwargs)
+        return module.getattr(self, "forward").call(self, args, kwargs)
+
+    def inline_user_function(
+        self,
+        fn_vt: UserFunctionVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        fn = fn_vt.fn
+        code = fn.__code__
+        src = fn_vt.source
+        if getattr(fn, "_framejit_disabled", False):
+            raise Unsupported("unsupported_call", f"{fn.__qualname__}", "framejit.disable")
+
+        def default(i: int) -> VariableTracker:
+            if src is not None:
+                return self.wrap_source(default_source(src, i))
+            return self.wrap_value(fn.__defaults__[i], None)
+
+        def kwdefault(name: str) -> VariableTracker:
+            if src is not None:
+                return self.wrap_source(kwdefault_source(src, name))
+            return self.wrap_value(fn.__kwdefaults__[name], None)
+
+        freevars: dict[str, CellVariable | _RealCell] = {}
+        for i, name in enumerate(code.co_freevars):
+            cell_src = closure_cell_source(src, i) if src is not None else None
+            freevars[name] = _RealCell(cell_src, fn.__closure__[i])
+        bound = self._bind(
+            code,
+            fn.__qualname__,
+            len(fn.__defaults__ or ()),
+            tuple(fn.__kwdefaults__ or ()),
+            default,
+            kwdefault,
+            args,
+            kwargs,
+        )
+        return self._inline(code, fn.__globals__, bound, freevars, src)
+
+    def inline_nested_function(
+        self,
+        fn_vt: NestedFunctionVariable,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        code = fn_vt.code
+        freevars: dict[str, CellVariable | _RealCell] = dict(zip(code.co_freevars, fn_vt.closure))
+        bound = self._bind(
+            code,
+            fn_vt.qualname,
+            len(fn_vt.defaults),
+            tuple(fn_vt.kwdefaults),
+            lambda i: fn_vt.defaults[i],
+            lambda n: fn_vt.kwdefaults[n],
+            args,
+            kwargs,
+        )
+        return self._inline(code, fn_vt.f_globals, bound, freevars, None)
+
+    def _bind(
+        self,
+        code: types.CodeType,
+        qualname: str,
+        ndefaults: int,
+        kwdefault_names: tuple[str, ...],
+        default: Any,
+        kwdefault: Any,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> dict[str, VariableTracker]:
+        key = (code, ndefaults, kwdefault_names)
+        cached = _signatures.get(code)
+        sig = cached[1] if cached is not None and cached[0] == key else None
+        if sig is None:
+            dummy = types.FunctionType(
+                code,
+                {},
+                code.co_name,
+                tuple(_Default(i) for i in range(ndefaults)),
+                tuple(types.CellType() for _ in code.co_freevars),
+            )
+            dummy.__kwdefaults__ = {n: _KwDefault(n) for n in kwdefault_names} or None
+            sig = inspect.signature(dummy)
+            _signatures[code] = (key, sig)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise Unsupported("exception", f"calling {qualname}", f"TypeError: {exc}") from None
+        bound.apply_defaults()
+        out: dict[str, VariableTracker] = {}
+        # inspect renames comprehension arguments (".0" -> "implicit0"): map back by position
+        real_names = dict(zip(sig.parameters, code.co_varnames))
+        for name, value in bound.arguments.items():
+            kind = sig.parameters[name].kind
+            if isinstance(value, _Default):
+                value = default(value.index)
+            elif isinstance(value, _KwDefault):
+                value = kwdefault(value.name)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                value = TupleVariable(list(value))
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                value = DictVariable(dict(value))
+            out[real_names[name]] = value
+        return out
+
+    def _inline(
+        self,
+        code: types.CodeType,
+        f_globals: dict[str, Any],
+        bound: dict[str, VariableTracker],
+        freevars: dict[str, Any],
+        fn_source: Source | None,
+    ) -> VariableTracker:
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise Unsupported("generator", f"calling async function {code.co_name}")
+        generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        if self.depth + 1 > config.inline_depth_limit:
+            raise Unsupported(
+                "recursion_limit", f"calling {code.co_name}", f"depth {config.inline_depth_limit}"
+            )
+        from framejit.frontend.translator import Translator
+
+        child = Translator(code, f_globals, self.output, bound, freevars, parent=self)
+        child.fn_source = fn_source
+        if generator:  # run to exhaustion now; the caller iterates over what it yielded
+            child.yielded = []
+        child.steps = self.steps
+        result = child.run()
+        self.steps = child.steps
+        if generator:
+            return IteratorVariable(child.yielded)
+        return result
+
+
+class _Default:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _KwDefault:
+    def __init__(self, name: str) -> None:
+        self.name = name

@@ -1,0 +1,186 @@
+"""Operators on VariableTrackers: arithmetic, comparisons, `is`, subscripts.
+
+A mixin of the Translator (`tx.binary_op(...)` and friends): tensors go to the graph, constants
+fold, sequences concatenate and repeat, and a user class's Python operator methods
+(`__add__`, `__radd__`, ...) are inlined the way Python would call them.
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any
+
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.variables.base import (
+    BINARY_OPS,
+    ConstantVariable,
+    VariableTracker,
+)
+from framejit.frontend.variables.containers import (
+    BaseSequence,
+    DictVariable,
+    ListVariable,
+    TupleVariable,
+)
+from framejit.frontend.variables.functions import (
+    UserFunctionVariable,
+)
+from framejit.frontend.variables.objects import (
+    NewObjectVariable,
+    UserObjectVariable,
+)
+from framejit.frontend.variables.tensor import TensorVariable
+
+
+class OperatorsMixin:
+    # --- operators -------------------------------------------------------------------------------
+    def binary_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            return self.output.call_op("call_function", op, [a, b], {})
+        if a.is_constant() and b.is_constant():
+            try:
+                return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
+            except Exception as exc:
+                raise Unsupported(
+                    "exception", f"{op.__name__} on constants", f"raises {exc!r}"
+                ) from None
+        if isinstance(a, ListVariable) and op is operator.iadd:
+            a.mutate(self, "extend", [b], {})  # `lst += other` extends in place
+            return a
+        plain = (ListVariable, TupleVariable)
+        if (
+            isinstance(a, BaseSequence)
+            and isinstance(b, BaseSequence)
+            and op is operator.add
+            and (a.python_type() is b.python_type() or isinstance(a, TupleVariable))
+        ):
+            return (
+                type(a)(a.items + b.items) if type(a) in plain else TupleVariable(a.items + b.items)
+            )
+        if isinstance(a, BaseSequence) and b.is_constant() and op in (operator.mul, operator.imul):
+            items = a.items * b.as_constant()
+            return type(a)(items) if type(a) in plain else TupleVariable(items)
+        result = self._user_operator(op, a, b)
+        if result is not None:
+            return result
+        raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+
+    def _user_operator(
+        self, op: Any, a: VariableTracker, b: VariableTracker
+    ) -> VariableTracker | None:
+        """`a + b` where a class of a or b defines `__add__` / `__radd__` (and so on) in Python:
+        inline that method, as Python would call it."""
+        names = _DUNDERS.get(op)
+        if names is None:
+            return None
+        forward, reflected, inplace = names
+        for obj, other, name in ((a, b, inplace), (a, b, forward), (b, a, reflected)):
+            if name is None or not isinstance(obj, (UserObjectVariable, NewObjectVariable)):
+                continue
+            method = _python_method(obj.python_type(), name)
+            if method is not None:
+                result = UserFunctionVariable(method).call(self, [obj, other], {})
+                if not (result.is_constant() and result.as_constant() is NotImplemented):
+                    return result
+        return None
+
+    def compare_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            return self.output.call_op("call_function", op, [a, b], {})
+        if a.is_constant() and b.is_constant():
+            return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
+        if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
+            same = a is b or (
+                getattr(a, "obj", None) is not None
+                and getattr(a, "obj", None) is getattr(b, "obj", None)
+            )
+            return ConstantVariable(same if op is operator.eq else not same)
+        raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+
+    def unary_op(self, op: Any, a: VariableTracker) -> VariableTracker:
+        if isinstance(a, TensorVariable):
+            return self.output.call_op("call_function", op, [a], {})
+        if a.is_constant():
+            return self.wrap_constant_result(op(a.as_constant()))
+        raise Unsupported("unsupported_object", f"{_symbol(op)}{a.type_name()}")
+
+    def is_op(self, a: VariableTracker, b: VariableTracker) -> bool:
+        if a is b:
+            return True
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            self.output.identity_sensitive = True
+            return a.node is b.node
+        if a.is_constant() and b.is_constant():
+            return a.as_constant() is b.as_constant()
+        if (
+            a.is_constant()
+            and a.as_constant() is None
+            or b.is_constant()
+            and b.as_constant() is None
+        ):
+            return False  # a non-constant value is never None
+        if hasattr(a, "obj") and hasattr(b, "obj"):
+            return a.obj is b.obj
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            return False
+        raise Unsupported("unsupported_object", f"{a.type_name()} is {b.type_name()}")
+
+    def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
+        if isinstance(obj, TensorVariable):
+            return self.output.call_op("call_function", operator.getitem, [obj, index], {})
+        if isinstance(obj, (BaseSequence, DictVariable)):
+            return obj.getitem(self, index)
+        if obj.is_constant() and index.is_constant():
+            try:
+                return self.wrap_constant_result(obj.as_constant()[index.as_constant()])
+            except Exception as exc:
+                raise Unsupported("exception", "indexing a constant", f"raises {exc!r}") from None
+        return obj.call_method(self, "__getitem__", [index], {})
+
+    def setitem(self, obj: VariableTracker, index: VariableTracker, value: VariableTracker) -> None:
+        if isinstance(obj, TensorVariable):
+            self.output.call_op("call_function", operator.setitem, [obj, index, value], {})
+            return
+        obj.call_method(self, "__setitem__", [index, value], {})
+
+
+_DUNDERS: dict[Any, tuple[str, str, str | None]] = {}
+for _op, _name in (
+    ("add", "add"),
+    ("sub", "sub"),
+    ("mul", "mul"),
+    ("truediv", "truediv"),
+    ("floordiv", "floordiv"),
+    ("mod", "mod"),
+    ("pow", "pow"),
+    ("matmul", "matmul"),
+    ("and_", "and"),
+    ("or_", "or"),
+    ("xor", "xor"),
+):
+    _DUNDERS[getattr(operator, _op)] = (f"__{_name}__", f"__r{_name}__", None)
+    _DUNDERS[getattr(operator, "i" + _op.rstrip("_"))] = (
+        f"__{_name}__",
+        f"__r{_name}__",
+        f"__i{_name}__",
+    )
+
+
+def _python_method(cls: type, name: str) -> types.FunctionType | None:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return attr if isinstance(attr, types.FunctionType) else None
+    return None
+
+
+def _symbol(op: Any) -> str:
+    for sym, fn in BINARY_OPS.items():
+        if fn is op:
+            return sym
+    return getattr(op, "__name__", "?")
+
+
+def _is_object(vt: VariableTracker) -> bool:
+    return hasattr(vt, "obj")
