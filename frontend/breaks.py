@@ -96,6 +96,10 @@ class GraphBreak(Exception):
     locals: dict[str, VariableTracker]
     kw_names: tuple[str, ...]
     cells: dict[str, Any]  # the frame's cells and free variables (CellVariable for its own)
+    # False: the instruction cannot run on its own here (inside a `try`, or an opcode that
+    # is part of a larger construct such as a `with`): the resume function starts at it and
+    # runs it itself, with the code around it.
+    run_instruction: bool = True
 
 
 def _blocking_exception_range(code: types.CodeType, offset: int) -> bool:
@@ -120,6 +124,30 @@ def _blocking_exception_range(code: types.CodeType, offset: int) -> bool:
         if not is_with:
             return True
     return False
+
+
+def can_resume_at(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:
+    """Whether to compile the graph so far and resume *at* the instruction (not after it).
+
+    Worth it only when something was captured before it: a resume function that starts at an
+    instruction it cannot capture runs eagerly, so this never loops."""
+    return (
+        exc.code not in NOT_BREAKABLE
+        and mutation_count() == mutations_before
+        and tx.output.op_count() > 0
+    )
+
+
+def resume_offset(decoded: Any, offset: int) -> int:
+    """Where to resume to run the instruction at `offset` again: before the KW_NAMES and
+    PRECALL (3.11) that belong to a CALL, which carry no stack effect of their own."""
+    instructions = decoded.instructions
+    k = decoded.index_of[offset]
+    if instructions[k].opname != "CALL":
+        return offset
+    while k > 0 and instructions[k - 1].opname in ("PRECALL", "KW_NAMES"):
+        k -= 1
+    return instructions[k].offset
 
 
 def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:

@@ -283,7 +283,7 @@ def _finish_break(
     graphs = _compile_graph(code, output, outputs, backend, cg)
     _emit_state_after_graph(output, cg)  # the instruction that runs for real sees it
     inst = gb.inst
-    callee = _callee_index(gb)
+    callee = _callee_index(gb) if gb.run_instruction else None
     for i, vt in enumerate(gb.stack):
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
     # A resume function's own ___stack arguments are dead once its prologue pushed them.
@@ -310,7 +310,12 @@ def _finish_break(
         cg.call_resume(target, kinds, [vt for _, vt in live] + [vt for _, vt in cells])
 
     next_offset = tx_next_offset(code, inst.offset)
-    if inst.opname in TRUTH_JUMPS:
+    if not gb.run_instruction:  # the resume function starts at the instruction itself
+        from framejit.frontend.breaks import resume_offset
+        from framejit.frontend.translator import decode
+
+        resume_at(resume_offset(decode(code), inst.offset), list(gb.stack))
+    elif inst.opname in TRUTH_JUMPS:
         rest: list[VariableTracker | None] = list(gb.stack[:-1])
         jump = cg.pop_jump_if(TRUTH_JUMPS[inst.opname])
         resume_at(next_offset, rest)

@@ -23,6 +23,7 @@ REASONS: dict[str, str] = {
     "module_hooks": "modules with forward/backward hooks are called eagerly",
     "recursion_limit": "user functions nest deeper than config.inline_depth_limit",
     "unsupported_control_flow": "this control flow is not captured yet",
+    "unsupported_context": "`with` blocks over this context manager are not captured yet",
     "reconstruct": "this value cannot be rebuilt after the graph runs",
     "generator": "generator and coroutine code runs eagerly",
     "exception": "raising or handling exceptions is not captured yet",

@@ -21,7 +21,7 @@ import weakref
 from typing import Any
 
 import torch
-from framejit.frontend.breaks import GraphBreak, can_break
+from framejit.frontend.breaks import GraphBreak, can_break, can_resume_at
 from framejit.frontend.errors import Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
 from framejit.frontend.inlining import InliningMixin, _RealCell
@@ -142,14 +142,19 @@ class Translator(OperatorsMixin, InliningMixin):
                 try:
                     self._step(fn, inst)
                 except Unsupported as exc:
-                    if not can_break(self, inst, exc, mutations):
-                        raise
+                    run_it = can_break(self, inst, exc, mutations)
+                    if not run_it:
+                        self.output.rollback(mark)
+                        if not can_resume_at(self, inst, exc, mutations):
+                            raise
                     self.output.rollback(mark)
                     undo_to(undo)
                     for name, value in contents.items():  # a store into a cell, rewound
                         cells[name].contents = value
                     exc.stack.insert(0, self.location())
-                    raise GraphBreak(inst, exc, stack, local_vars, kw_names, cells) from None
+                    raise GraphBreak(
+                        inst, exc, stack, local_vars, kw_names, cells, run_instruction=run_it
+                    ) from None
         except Unsupported as exc:
             exc.stack.insert(0, self.location())
             raise

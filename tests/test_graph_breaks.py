@@ -382,3 +382,38 @@ def test_an_exception_in_a_resumed_grad_mode_block_restores_grad_mode() -> None:
     with pytest.raises(ValueError, match="over the limit"):
         jitted(torch.ones(2), 0.0)
     assert torch.is_grad_enabled()
+
+
+def work_then_try(x):
+    y = (x * 2).relu()
+    try:
+        scale = float(y.sum())
+    except ZeroDivisionError:
+        scale = 1.0
+    return y * scale
+
+
+def test_a_break_inside_try_compiles_the_work_before_it() -> None:
+    x = torch.randn(4)
+    counter = run_both(work_then_try, x)
+    assert counter.frame_count == 1  # the graph before the try; the rest runs as Python
+    assert framejit.explain(work_then_try, x).graph_count == 1
+
+
+def work_then_unknown_context(x, cm):
+    y = x.exp() + 1
+    with cm:
+        z = y.log()
+    return z * 2
+
+
+def test_work_before_a_with_over_an_unknown_context_is_compiled() -> None:
+    import contextlib
+
+    x = torch.rand(4)
+    counter = CompileCounter()
+    jitted = framejit.jit(work_then_unknown_context, backend=counter)
+    for _ in range(2):
+        same(jitted(x, contextlib.nullcontext()),
+             work_then_unknown_context(x, contextlib.nullcontext()))
+    assert counter.frame_count == 1

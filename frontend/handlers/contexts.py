@@ -31,7 +31,7 @@ def before_with(tx: Translator, inst: Any) -> None:
         exit_vt = AutocastExitVariable(ctx)
     else:
         raise Unsupported(
-            "unsupported_control_flow",
+            "unsupported_context",
             f"`with` over a {ctx.type_name()}",
             "only grad-mode and autocast contexts are captured in `with` blocks",
         )

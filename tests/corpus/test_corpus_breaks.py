@@ -221,7 +221,7 @@ def item_used_as_index(x):
 
 
 # capture gap: a break inside a list comprehension runs the whole frame eagerly (3.11)
-@corpus.program(lambda: (rand(4, 4),), graphs=(0, 2), breaks=(1, 2))
+@corpus.program(lambda: (rand(4, 4),), graphs=(0, 1, 2), breaks=(1, 2))
 def python_list_of_items(x):
     diag = [x[i, i].item() for i in range(2)]
     return torch.tensor(diag) + x[0, :2]
@@ -500,7 +500,7 @@ def open_devnull_write(x):
 
 
 # capture gap: reading os.environ runs the whole frame eagerly
-@corpus.program(lambda: (rand(3),), graphs=(0, 2), breaks=1)
+@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(1, 2))
 def os_environ_lookup(x):
     y = x + 1
     verbose = os.environ.get("FRAMEJIT_CORPUS_NO_SUCH_VAR", "0") == "1"
@@ -697,7 +697,7 @@ def print_inside_no_grad_block(x):
     return y, z
 
 
-@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1))
+@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1, 2))
 def item_inside_try_block(x):
     try:
         v = x.sum().item()
@@ -717,7 +717,7 @@ def closure_defined_then_break(x):
     return apply(x)
 
 
-@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1))
+@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1, 2))
 def try_finally_with_print(x):
     y = x.sin()
     try:
@@ -909,7 +909,7 @@ def calls_a_decorated_helper_that_prints(x):
 
 
 # capture gap: sys.stdout (a StringIO under capture) makes the whole frame run eagerly
-@corpus.program(lambda: (rand(3),), graphs=(0, 2), breaks=1)
+@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(1, 2))
 def stdout_write(x):
     y = x.exp()
     sys.stdout.write(f"shape={tuple(y.shape)}\n")
@@ -1107,7 +1107,7 @@ def staticmethod_with_item(x, util):
 
 
 # capture gap: a property that prints makes the whole caller run eagerly
-@corpus.program(lambda: (rand(3), Util()), graphs=(0, 2, 3), breaks=1)
+@corpus.program(lambda: (rand(3), Util()), graphs=(0, 1, 2, 3), breaks=(1, 2))
 def property_that_prints(x, util):
     return x * 2 + util.offset
 
