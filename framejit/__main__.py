@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         "eager-vs-framejit timing table. Takes a few seconds on a CPU.",
     )
     demo.add_argument(
-        "--backend", default="auto", help="framejit backend to compile with (default: auto)"
+        "--backend",
+        default="eager",
+        help="framejit backend to compile with (default: eager, the fastest on a CPU: the AOT "
+        "stage of aot_eager/auto runs decomposed aten graphs op by op until Triton compiles them)",
     )
     demo.add_argument(
         "--all-guards", action="store_true", help="list every guard (default: the first few)"

@@ -161,7 +161,7 @@ def _short_origin(origin: str) -> str:
     return origin.replace(here, "framejit" + os.sep)
 
 
-def run_demo(backend: str = "auto", all_guards: bool = False, rounds: int = 15) -> int:
+def run_demo(backend: str = "eager", all_guards: bool = False, rounds: int = 15) -> int:
     """Run the demo, print the report to stdout; 0 if framejit matched eager, else 1."""
     from rich.text import Text
 
@@ -235,7 +235,7 @@ def run_demo(backend: str = "auto", all_guards: bool = False, rounds: int = 15) 
         shown = [
             (i, g)
             for i, g in shown
-            if i < GUARDS_SHOWN or g.split()[:2] == ["TENSOR_MATCH", "L['x']:"]
+            if i < GUARDS_SHOWN or g.startswith("check_tensor(L['x']")
         ]
     console.print(
         Text(f"Guards ({len(report.guards)}; checked on every call, cheapest first)", style="bold")
