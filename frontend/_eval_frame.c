@@ -369,8 +369,8 @@ update_installed(void)
         _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
         if (current != _PyEval_EvalFrameDefault && current != framejit_eval) {
             PyErr_SetString(PyExc_RuntimeError,
-                            "framejit: another PEP 523 frame evaluator (for example "
-                            "torch._dynamo's) is installed; framejit's hook cannot run with it");
+                            "framejit: another PEP 523 frame evaluator (torch.compile's, for "
+                            "example) is installed; framejit's hook cannot run with it");
             return -1;
         }
         previous_eval = current;
