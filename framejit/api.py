@@ -164,7 +164,6 @@ class JitFunction:
         self._nargs = code.co_argcount
         # Positional calls with exactly co_argcount arguments need no binding.
         self._simple = not (code.co_flags & 0x0C) and code.co_kwonlyargcount == 0
-        self._warned = False
         # Resume functions and callees that graph breaks hand back, compiled with our settings.
         self._wrapped: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
         functools.update_wrapper(self, fn)

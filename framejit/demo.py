@@ -233,9 +233,7 @@ def run_demo(backend: str = "eager", all_guards: bool = False, rounds: int = 15)
     if not all_guards:
         # The first few, and the ones on the input (tensor guards run last, so are not among them).
         shown = [
-            (i, g)
-            for i, g in shown
-            if i < GUARDS_SHOWN or g.startswith("check_tensor(L['x']")
+            (i, g) for i, g in shown if i < GUARDS_SHOWN or g.startswith("check_tensor(L['x']")
         ]
     console.print(
         Text(f"Guards ({len(report.guards)}; checked on every call, cheapest first)", style="bold")

@@ -77,9 +77,5 @@ class Unsupported(Exception):
         return "\n".join(lines)
 
 
-def unsupported(code: str, construct: str, detail: str = "") -> Unsupported:
-    return Unsupported(code, construct, detail)
-
-
 class FullGraphError(RuntimeError):
     """`fullgraph=True` and the translator could not capture the whole function."""

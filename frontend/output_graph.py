@@ -59,9 +59,10 @@ class OutputGraph:
         self.grad_at_exit = torch.is_grad_enabled()  # grad mode where the trace ended
         self.state_at_entry = GlobalState.current()
         self.open_contexts: list[Any] = []  # real autocast contexts the trace entered
-        # id(real mutable object) -> its variable: two sources reaching one list/object share
-        # one variable, so a write through one is seen through the other.
-        self.objects_by_id: dict[int, VariableTracker] = {}
+        # id(real mutable object) -> (the object, its variable): two sources reaching one
+        # list/object share one variable, so a write through one is seen through the other.
+        # The object is held so that its id cannot be reused while tracing.
+        self.objects_by_id: dict[int, tuple[Any, VariableTracker]] = {}
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:

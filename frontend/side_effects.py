@@ -25,7 +25,11 @@ from typing import TYPE_CHECKING, Any
 from bytecode import FreeVar, Instr
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    ExternalCallableVariable,
+    VariableTracker,
+)
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
@@ -59,30 +63,16 @@ LOGGER_METHODS = frozenset(
 )
 
 
-class ReplayedCallVariable(VariableTracker):
+class ReplayedCallVariable(ExternalCallableVariable):
     """A logging or warnings function: calling it records the call for replay."""
 
-    def __init__(self, fn: Any, source: Source | None = None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def __repr__(self) -> str:
-        return f"Replayed({getattr(self.fn, '__qualname__', self.fn)})"
-
-    def python_type(self) -> type:
-        return type(self.fn)
+    label = "Replayed"
 
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         tx.output.side_effects.calls.append((self, list(args), dict(kwargs), tx.lineno))
         return ConstantVariable(None)
-
-    def reconstruct(self, cg: CodeGen) -> None:
-        if self.source is not None:
-            self.source.emit_load(cg)
-        else:
-            cg.load_const(self.fn)
 
 
 def _replace_dict(target: dict[Any, Any], new: dict[Any, Any]) -> None:
@@ -101,9 +91,6 @@ class SideEffects:
         self.calls: list[
             tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker], int]
         ] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.attrs or self.containers or self.globals or self.cells or self.calls)
 
     # --- recording ------------------------------------------------------------------------------
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:

@@ -210,14 +210,6 @@ class Translator(OperatorsMixin, InliningMixin):
     def location_text(self) -> str:
         return f"{self.code.co_filename}:{self.lineno} in {self.code.co_name}"
 
-    def user_stack(self) -> list[Location]:
-        out: list[Location] = []
-        tx: Translator | None = self
-        while tx is not None:
-            out.insert(0, tx.location())
-            tx = tx.parent
-        return out
-
     # --- wrapping values -------------------------------------------------------------------------
     def wrap_source(self, source: Source) -> VariableTracker:
         return builder.wrap_source(self, source)
@@ -238,15 +230,18 @@ class Translator(OperatorsMixin, InliningMixin):
         return self.wrap_value(value, None)
 
     def has_attr(self, vt: VariableTracker, name: str) -> bool:
+        """`hasattr(vt, name)`: found the way `getattr` would find it."""
         try:
             vt.getattr(self, name)
-            return True
         except Unsupported as exc:
-            if exc.code == "exception" or exc.code == "unsupported_attr" and not hasattr(vt, "obj"):
+            if exc.code == "exception":  # an AttributeError while tracing
                 return False
-            if hasattr(vt, "obj"):
+            if hasattr(vt, "obj"):  # an object from outside the frame: ask the real one
                 return hasattr(vt.obj, name)
+            if exc.code == "unsupported_attr":
+                return False
             raise
+        return True
 
     # --- globals and closures --------------------------------------------------------------------
     def load_global(self, name: str) -> VariableTracker:

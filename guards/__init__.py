@@ -5,7 +5,7 @@ the per-code cache `CodeCache` / `cache_for` (cache.py). This package never impo
 translator; it speaks only in Sources.
 """
 
-from framejit.guards.cache import CacheEntry, CodeCache, all_caches, cache_for, clear_caches
+from framejit.guards.cache import CacheEntry, CodeCache, cache_for, clear_caches
 from framejit.guards.compile import CompiledGuards, compile_guards
 from framejit.guards.guard import GlobalState, Guard, GuardKind, TensorMeta
 
@@ -17,7 +17,6 @@ __all__ = [
     "Guard",
     "GuardKind",
     "TensorMeta",
-    "all_caches",
     "cache_for",
     "clear_caches",
     "compile_guards",

@@ -27,10 +27,6 @@ class CacheEntry:
     graphs: list[Any] = field(default_factory=list)  # what the frontend captured (explain/logs)
     break_reasons: list[Any] = field(default_factory=list)
 
-    @property
-    def check(self) -> Callable[..., bool]:
-        return self.guards.check
-
 
 @dataclass(eq=False)
 class CodeCache:
@@ -93,10 +89,6 @@ def cache_for(code: CodeType) -> CodeCache:
             f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         )
     return cache
-
-
-def all_caches() -> list[CodeCache]:
-    return list(_caches.values())
 
 
 def clear_caches() -> None:

@@ -163,6 +163,30 @@ class ConstantVariable(VariableTracker):
         cg.load_const(self.value)
 
 
+class ExternalCallableVariable(VariableTracker):
+    """A callable that exists outside the frame and never changes (a torch function, a builtin,
+    a C function, a logging function): subclasses say what calling it means; it is rebuilt from
+    its Source, or as a constant of the code."""
+
+    label = "Callable"
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"{self.label}({getattr(self.fn, '__qualname__', self.fn)})"
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.fn)
+
+
 class NullVariable(VariableTracker):
     """The NULL that CALL expects below a plain callable (pushed by PUSH_NULL, LOAD_GLOBAL...)."""
 

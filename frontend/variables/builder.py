@@ -20,7 +20,11 @@ import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
 from framejit.frontend.sources import AttrSource, ItemSource, Source
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    ExternalCallableVariable,
+    VariableTracker,
+)
 from framejit.frontend.variables.builtins import is_builtin
 from framejit.frontend.variables.containers import (
     DictVariable,
@@ -63,16 +67,10 @@ CONSTANT_TYPES = (
 TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
-class BuiltinVariable(VariableTracker):
-    def __init__(self, fn: Any, source: Source | None = None) -> None:
-        self.fn = fn
-        self.source = source
+class BuiltinVariable(ExternalCallableVariable):
+    """A Python builtin (or a `math`/`operator` function): variables/builtins.py calls it."""
 
-    def __repr__(self) -> str:
-        return f"Builtin({getattr(self.fn, '__name__', self.fn)})"
-
-    def python_type(self) -> type:
-        return type(self.fn)
+    label = "Builtin"
 
     def is_constant(self) -> bool:
         return True
@@ -86,9 +84,6 @@ class BuiltinVariable(VariableTracker):
         from framejit.frontend.variables.builtins import call_builtin
 
         return call_builtin(tx, self.fn, args, kwargs)
-
-    def reconstruct(self, cg: Any) -> None:
-        cg.load_const(self.fn)
 
 
 def wrap_source(tx: Translator, source: Source) -> VariableTracker:
@@ -104,7 +99,7 @@ def wrap_source(tx: Translator, source: Source) -> VariableTracker:
         ) from None
     mutable = _is_mutable_object(value)
     if mutable:
-        seen = out.objects_by_id.get(id(value))
+        _, seen = out.objects_by_id.get(id(value), (None, None))
         if seen is not None and seen.source is not None:  # one object, reached twice
             _guard(tx, source, GuardKind.DUPLICATE_INPUT, seen.source)
             out.remember_wrap(source, seen)
@@ -112,7 +107,7 @@ def wrap_source(tx: Translator, source: Source) -> VariableTracker:
     vt = _wrap_guarded(tx, value, source)
     out.remember_wrap(source, vt)
     if mutable:
-        out.objects_by_id[id(value)] = vt
+        out.objects_by_id[id(value)] = (value, vt)
     return vt
 
 
@@ -227,31 +222,17 @@ _C_CALLABLES = (
 )
 
 
-class OpaqueCallableVariable(VariableTracker):
+class OpaqueCallableVariable(ExternalCallableVariable):
     """A C function the translator does not understand: calling it is a graph break (the call
     runs for real), but loading and passing it around is fine."""
 
-    def __init__(self, fn: Any, source: Source | None = None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def __repr__(self) -> str:
-        return f"Opaque({getattr(self.fn, '__qualname__', self.fn)})"
-
-    def python_type(self) -> type:
-        return type(self.fn)
+    label = "Opaque"
 
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
         name = getattr(self.fn, "__qualname__", repr(self.fn))
         raise Unsupported("unsupported_call", f"{name}()", "a C function")
-
-    def reconstruct(self, cg: Any) -> None:
-        if self.source is not None:
-            self.source.emit_load(cg)
-        else:
-            cg.load_const(self.fn)
 
 
 def _replayed(value: Any) -> bool:

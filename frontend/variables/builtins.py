@@ -8,7 +8,6 @@ constants (`math.sqrt(64)`, `max(2, 3)`) fold without an entry.
 
 from __future__ import annotations
 
-import builtins
 import functools
 import math
 import operator
@@ -482,9 +481,6 @@ def _size(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         if all(i.is_constant() for i in items):
             return ConstantVariable(torch.Size([i.as_constant() for i in items]))
     return None
-
-
-BUILTIN_NAMES = {name: value for name, value in vars(builtins).items()}
 
 
 @builtin(super)

@@ -217,17 +217,6 @@ class NamedTupleVariable(BaseSequence):
             return self.cls(values)
         return self.cls(*values)
 
-    def fields(self) -> tuple[str, ...]:
-        fields = getattr(self.cls, "_fields", None)
-        if fields is None:  # structseq
-            return tuple(
-                f
-                for f in dir(self.cls)
-                if not f.startswith("_")
-                and f not in ("count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields")
-            )
-        return tuple(fields)
-
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         fields = getattr(self.cls, "_fields", None)
         if fields is not None and name in fields:

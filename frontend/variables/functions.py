@@ -16,6 +16,7 @@ from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.variables.base import (
     CellVariable,
     ConstantVariable,
+    ExternalCallableVariable,
     VariableTracker,
     all_constant,
     constant_fold,
@@ -193,18 +194,10 @@ class ConstantMethodVariable(VariableTracker):
         return tx.wrap_constant_result(result)
 
 
-class TorchFunctionVariable(VariableTracker):
+class TorchFunctionVariable(ExternalCallableVariable):
     """A function from torch's namespaces: becomes a call_function node in the graph."""
 
-    def __init__(self, fn: Any, source: Source | None = None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def __repr__(self) -> str:
-        return f"TorchFunction({getattr(self.fn, '__name__', self.fn)})"
-
-    def python_type(self) -> type:
-        return type(self.fn)
+    label = "TorchFunction"
 
     def is_constant(self) -> bool:
         return True
@@ -221,9 +214,6 @@ class TorchFunctionVariable(VariableTracker):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.fn, name))
         raise Unsupported("unsupported_attr", f"{self.fn}.{name}")
-
-    def reconstruct(self, cg: CodeGen) -> None:
-        cg.load_const(self.fn)
 
 
 def is_tensor_method_descriptor(fn: Any) -> bool:

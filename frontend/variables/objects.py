@@ -140,9 +140,6 @@ class UserObjectVariable(VariableTracker):
             raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattr__")
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
 
-    def has_attr(self, name: str) -> bool:
-        return hasattr(self.obj, name)
-
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         call = _class_attr(type(self.obj), "__call__")
         if call is None or not isinstance(call[1], types.FunctionType):
