@@ -27,6 +27,7 @@ from framejit.frontend.sources import (
     MethodCallSource,
     Source,
     TypeSource,
+    is_module_state,
 )
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.frontend.variables.tensor import TensorVariable
@@ -110,6 +111,11 @@ class OutputGraph:
         fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["val"] = fake
         node.meta["source"] = str(source)
+        # Parameters and buffers: their storage stays put between calls (a backend may record
+        # their addresses, as CUDA graph trees do).
+        node.meta["static_input"] = isinstance(value, torch.nn.Parameter) or is_module_state(
+            source
+        )
         vt = TensorVariable(node, fake, type(value), source)
         self.placeholders.append((source, node))
         self.input_values.append(value)

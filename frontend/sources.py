@@ -194,6 +194,16 @@ def buffer_source(module: Source, name: str) -> Source:
     return ItemSource(AttrSource(module, "_buffers"), name)
 
 
+def is_module_state(source: Source) -> bool:
+    """A module's parameter or buffer (`...._parameters['w']`, `...._buffers['b']`): inputs
+    whose storage stays put from call to call (CUDA graph trees treat them as static)."""
+    return (
+        isinstance(source, ItemSource)
+        and isinstance(source.base, AttrSource)
+        and source.base.attr in ("_parameters", "_buffers")
+    )
+
+
 def submodule_source(module: Source, name: str) -> Source:
     return ItemSource(AttrSource(module, "_modules"), name)
 
