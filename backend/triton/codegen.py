@@ -43,6 +43,7 @@ from framejit.backend.triton.ir import (
     Load,
     Op,
     Reduction,
+    ScalarArg,
     Sym,
     contiguous_strides,
     linear,
@@ -73,6 +74,7 @@ KERNEL_OPS = {
     "mul": "{0} * {1}",
     "truediv": "{0} / {1}",
     "mod": "{0} % {1}",
+    "floordiv": "{0} // {1}",
     "neg": "-{0}",
     "exp": "tl.exp({0})",
     "log": "tl.log({0})",
@@ -106,6 +108,8 @@ KERNEL_OPS = {
     "invert": "~{0}",
     "lshift": "{0} << {1}",
     "rshift": "{0} >> {1}",
+    "rand": "tl.rand({0}, {1})",
+    "randn": "tl.randn({0}, {1})",
 }
 
 # Helpers in core `tl` math (libdevice does not run in the interpreter); name -> (deps, source).
@@ -140,6 +144,15 @@ def fj_log1p(x):
     u = 1.0 + x
     exact = (u == 1.0) | (u == float("inf"))
     return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * x / (u - 1.0))
+""",
+    ),
+    "fj_mul": (
+        (),
+        """\
+@triton.jit
+def fj_mul(a, b):
+    # the combine function of a product reduction
+    return a * b
 """,
     ),
     "fj_trunc": (
@@ -229,6 +242,10 @@ class KernelCode:
         self.scopes: list[dict[Any, str]] = [{}]
         self.count = 0
         self.helpers: set[str] = set()
+        # Runtime scalar arguments (random seeds), and the conditions of the `masked`
+        # expressions being generated (they mask every load made under them).
+        self.scalars: dict[str, ScalarArg] = {}
+        self.guards: list[str] = []
         self.reduction = kernel.kind == "reduction"
         self.xsyms, self.rsyms = kernel.group_syms()
 
@@ -259,8 +276,13 @@ class KernelCode:
         if isinstance(expr, IndexValue):
             if expr.index.is_const:
                 return literal(expr.index.const)
-            return self.emit(f"({expr.index}).to(tl.int64)", expr)
+            return self.emit(f"({self.ix_text(expr.index)}).to({TL_DTYPES[expr.dtype]})", expr)
+        if isinstance(expr, ScalarArg):
+            self.scalars[expr.name] = expr
+            return expr.name
         assert isinstance(expr, Op)
+        if expr.name == "masked":
+            return self.masked(expr)
         args = [self.value(a) for a in expr.args]
         if expr.name == "convert":
             if expr.dtype == torch.bool:
@@ -271,6 +293,25 @@ class KernelCode:
         if helper:
             self._use_helper(helper.group(1))
         return self.emit(template.format(*args), expr)
+
+    def masked(self, expr: Op) -> str:
+        """`tl.where(cond, value, other)`, every load of `value` masked by `cond`."""
+        cond_expr, body, other = expr.args
+        cond = self.value(cond_expr)
+        self.guards.append(cond)
+        self.scopes.append({})
+        try:
+            value = self.value(body)
+        finally:
+            self.scopes.pop()
+            self.guards.pop()
+        return self.emit(f"tl.where({cond}, {value}, {self.value(other)})", expr)
+
+    def ix_text(self, ix: Ix) -> str:
+        """An index as Triton code: indirect atoms become the values they load."""
+        if ix.indirects():
+            ix = ix.map_indirect(lambda a: Ix.of(Sym(self.value(a.expr), a.size)))
+        return str(ix)
 
     def _use_helper(self, name: str) -> None:
         deps, _ = HELPERS[name]
@@ -294,7 +335,7 @@ class KernelCode:
         _, stride, dtype = self.layouts[load.buffer]
         ptr = self.in_ptrs.setdefault(load.buffer, f"in_ptr{len(self.in_ptrs)}")
         address = linear(load.index, stride)
-        mask = self.mask_for(address)
+        mask = " & ".join(m for m in [self.mask_for(address), *self.guards] if m)
         if mask:
             other = (
                 ""
@@ -323,7 +364,7 @@ class KernelCode:
             flat = linear(loop_vars(self.kernel.xshape), contiguous_strides(self.kernel.xshape))
             if address == flat and not address.is_const:
                 return "offsets"
-        text = str(address)
+        text = self.ix_text(address)
         return f"({text})" if " " in text else text
 
     # -- kernel -----------------------------------------------------------------------------
@@ -344,16 +385,26 @@ class KernelCode:
 
     def reduce(self, node: Reduction, persistent: bool) -> str:
         body = subs_index(self.schedule.bodies[node.name], self.kernel.mapping(node))
+        if node.reduce_type in ("argmax", "argmin"):
+            return self.arg_reduce(node, body, persistent)
         is_bool = node.dtype == torch.bool
         dtype = torch.int32 if is_bool else body.dtype
         identity = _identity(node.reduce_type, dtype)
-        combine = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[node.reduce_type]
+        if node.reduce_type == "prod":
+            self._use_helper("fj_mul")
+        combine = {
+            "sum": "tl.sum({0}, 1)",
+            "max": "tl.max({0}, 1)",
+            "min": "tl.min({0}, 1)",
+            "prod": "tl.reduce({0}, 1, fj_mul)",
+        }[node.reduce_type]
         suffix = " != 0" if is_bool else ""
         if persistent:
             value = self.value(body)
             if is_bool:
                 value = f"{value}.to(tl.int32)"
-            return self.emit(f"{combine}(tl.where(mask, {value}, {identity}), 1)[:, None]{suffix}")
+            total = combine.format(f"tl.where(mask, {value}, {identity})")
+            return self.emit(f"{total}[:, None]{suffix}")
         acc = f"acc{self.count}"
         self.count += 1
         self.body.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {TL_DTYPES[dtype]})")
@@ -366,9 +417,56 @@ class KernelCode:
                 "sum": f"{acc} + {masked}",
                 "max": f"tl.maximum({acc}, {masked})",
                 "min": f"tl.minimum({acc}, {masked})",
+                "prod": f"{acc} * {masked}",
             }[node.reduce_type]
             self.body.line(f"{acc} = {update}")
-        return self.emit(f"{combine}({acc}, 1)[:, None]{suffix}")
+        return self.emit(f"{combine.format(acc)}[:, None]{suffix}")
+
+    def arg_reduce(self, node: Reduction, body: Expr, persistent: bool) -> str:
+        """The first index of the largest (argmax) or smallest (argmin) value along the
+        reduction, NaN counting as the extreme, as torch does. Each lane keeps its best
+        (value, index); the lanes are then combined: any NaN wins, else the best value, and
+        among equal values the smallest index."""
+        is_max = node.reduce_type == "argmax"
+        dtype = torch.int32 if body.dtype == torch.bool else body.dtype
+        floating = dtype.is_floating_point
+        worst = _identity("max" if is_max else "min", dtype)
+        better = ">" if is_max else "<"
+        big = "2147483647"
+
+        def value_text() -> str:
+            value = self.value(body)
+            return f"{value}.to(tl.int32)" if body.dtype == torch.bool else value
+
+        if persistent:
+            vals = self.emit(f"tl.where(mask, {value_text()}, {worst})")
+            idxs = self.emit("roffsets + tl.zeros([XBLOCK, RBLOCK], tl.int32)")
+            valid = "mask"
+        else:
+            vals, idxs = f"accv{self.count}", f"acci{self.count}"
+            self.count += 1
+            self.body.line(f"{vals} = tl.full([XBLOCK, RBLOCK], {worst}, {TL_DTYPES[dtype]})")
+            self.body.line(f"{idxs} = tl.full([XBLOCK, RBLOCK], {big}, tl.int32)")
+            with self.loop():
+                value = self.emit(value_text())
+                take = f"({idxs} == {big}) | ({value} {better} {vals})"
+                if floating:
+                    take += f" | (({value} != {value}) & ({vals} == {vals}))"
+                take = self.emit(f"mask & ({take})")
+                self.body.line(f"{vals} = tl.where({take}, {value}, {vals})")
+                self.body.line(f"{idxs} = tl.where({take}, roffsets, {idxs})")
+            valid = self.emit(f"{idxs} != {big}")
+        reduce_best = "tl.max" if is_max else "tl.min"
+        if floating:
+            nan = self.emit(f"({vals} != {vals}) & {valid}")
+            any_nan = self.emit(f"tl.max({nan}.to(tl.int32), 1)[:, None] > 0")
+            plain = self.emit(f"tl.where({nan} | ({valid} == 0), {worst}, {vals})")
+            best = self.emit(f"{reduce_best}({plain}, 1)[:, None]")
+            hit = self.emit(f"{valid} & tl.where({any_nan}, {nan}, {plain} == {best})")
+        else:
+            best = self.emit(f"{reduce_best}(tl.where({valid}, {vals}, {worst}), 1)[:, None]")
+            hit = self.emit(f"{valid} & ({vals} == {best})")
+        return self.emit(f"tl.min(tl.where({hit}, {idxs}, {big}), 1)[:, None].to(tl.int64)")
 
     @contextmanager
     def loop(self) -> Iterator[None]:
@@ -410,8 +508,11 @@ class KernelCode:
         body = self.generate()
         kernel = self.kernel
         w = Writer()
-        w.line("@triton.jit")
-        ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values())
+        if self.scalars:  # seeds change every call: no recompiling for their values
+            w.line(f"@triton.jit(do_not_specialize={list(self.scalars)!r})")
+        else:
+            w.line("@triton.jit")
+        ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values()) + list(self.scalars)
         if self.reduction:
             params = [*ptrs, "xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
         else:
@@ -478,6 +579,8 @@ class KernelCode:
 
 
 def _identity(reduce_type: str, dtype: torch.dtype) -> str:
+    if reduce_type == "prod":
+        return "1.0" if dtype.is_floating_point else "1"
     if reduce_type == "sum":
         return "0.0" if dtype.is_floating_point else "0"
     if dtype.is_floating_point:
@@ -627,6 +730,11 @@ def _wrapper(
 
     w.line(f"def call({', '.join(n.name for n in inputs)}):")
     with w.indent():
+        if graph.seeds:
+            # One Philox seed per random node and call, drawn from torch's CPU generator (so
+            # torch.manual_seed makes a run repeatable); the stream itself differs from eager's.
+            names = ", ".join(f"seed{k}" for k in range(graph.seeds))
+            w.line(f"({names},) = torch.randint(2**31 - 1, ({graph.seeds},)).tolist()")
         for index, step in enumerate(schedule.steps):
             if isinstance(step, Kernel):
                 code = codes[id(step)]
@@ -639,7 +747,7 @@ def _wrapper(
                 if launch is not None:
                     grid, rest = launch
                     args = [_pointer(n, layouts) for n in [*code.in_ptrs, *code.out_ptrs]]
-                    args += rest
+                    args += [*code.scalars, *rest]
                     w.line(f"{step.name}[{grid}]({', '.join(args)})")
             else:
                 args = [py(a) for a in step.args] + [f"{k}={py(v)}" for k, v in step.kwargs]

@@ -13,9 +13,15 @@ Invariants:
 
 - Everything is a frozen dataclass and prints as stable text (golden tests compare it):
   `buf3: f32[4, 128] = pointwise(add(buf1[i0, i1], buf2[i1]))`.
-- Index expressions (`Ix`) are integer-linear combinations of loop variables and of `//` and `%`
-  atoms, with non-negative coefficients; simplification uses each variable's range, so the view
-  arithmetic of a transpose prints as `buf0[i1, i0]`, not as a tower of divisions.
+- Index expressions (`Ix`) are integer-linear combinations of loop variables, of `//` and `%`
+  atoms, and of `Indirect` atoms (an index read from memory: gather, embedding, `x[idx]`);
+  simplification uses each atom's range, so the view arithmetic of a transpose prints as
+  `buf0[i1, i0]`, not as a tower of divisions. `//` and `%` are only split over a sum whose
+  coefficients are all non-negative; otherwise they stay whole (the kernels' `//` and `%`
+  truncate, as C does, which agrees with floor division only on non-negative operands, so an
+  atom whose base can be negative is only ever evaluated on masked-off lanes).
+- `masked(cond, value, other)` is the only way a load may go out of range: its loads are
+  masked by `cond` (cat, padding, slice_scatter read each source only where it applies).
 - A loop variable of a size-1 dimension never exists: its index is the constant 0.
 - Value expressions carry their compute dtype; float16/bfloat16 values are computed in float32
   (loads upcast, stores cast back), as the kernels do.
@@ -61,7 +67,18 @@ class Mod:
         return f"({_paren(self.base)} % {self.modulus})"
 
 
-Atom = Sym | FloorDiv | Mod
+@dataclass(frozen=True)
+class Indirect:
+    """An index read from memory: the integer value of `expr`, already in `[0, size)`."""
+
+    expr: Expr
+    size: int
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+
+Atom = Sym | FloorDiv | Mod | Indirect
 
 
 def _paren(ix: Ix) -> str:
@@ -131,7 +148,7 @@ class Ix:
             return Ix()
         if self.is_const:
             return Ix((), self.const // d)
-        if lo < 0:
+        if lo < 0 or any(c < 0 for _, c in self.terms):
             return Ix.of(FloorDiv(self, d))
         whole = {a: c // d for a, c in self.terms if c % d == 0}
         rest = Ix._make({a: c for a, c in self.terms if c % d}, self.const % d)
@@ -157,7 +174,11 @@ class Ix:
         if m == 1:
             return Ix()
         lo, hi = self.bounds()
-        if lo < 0:
+        if lo >= 0 and hi < m:
+            return self
+        if self.is_const:
+            return Ix((), self.const % m)
+        if lo < 0 or any(c < 0 for _, c in self.terms):
             return Ix.of(Mod(self, m))
         rest = Ix._make({a: c for a, c in self.terms if c % m}, self.const % m)
         rlo, rhi = rest.bounds()
@@ -172,13 +193,41 @@ class Ix:
         return out
 
     def syms(self) -> set[Sym]:
+        """The loop variables this index depends on (through loads of `Indirect` atoms too)."""
         found: set[Sym] = set()
         for atom, _ in self.terms:
             if isinstance(atom, Sym):
                 found.add(atom)
+            elif isinstance(atom, Indirect):
+                found |= expr_syms(atom.expr)
             else:
                 found |= atom.base.syms()
         return found
+
+    def indirects(self) -> list[Indirect]:
+        found: list[Indirect] = []
+        for atom, _ in self.terms:
+            if isinstance(atom, Indirect):
+                found.append(atom)
+            elif not isinstance(atom, Sym):
+                found += atom.base.indirects()
+        return found
+
+    def map_indirect(self, fn: Any) -> Ix:
+        """This index with each `Indirect` atom replaced by `fn(atom) -> Ix` (no re-simplifying
+        of the `//` and `%` around it)."""
+        out = Ix((), self.const)
+        for atom, c in self.terms:
+            if isinstance(atom, Indirect):
+                new = fn(atom)
+            elif isinstance(atom, FloorDiv):
+                new = Ix.of(FloorDiv(atom.base.map_indirect(fn), atom.divisor))
+            elif isinstance(atom, Mod):
+                new = Ix.of(Mod(atom.base.map_indirect(fn), atom.modulus))
+            else:
+                new = Ix.of(atom)
+            out = out + new * c
+        return out
 
     def __str__(self) -> str:
         parts = [str(a) if c == 1 else f"{c}*{a}" for a, c in sorted(self.terms, key=_term_order)]
@@ -192,7 +241,7 @@ def _term_order(term: tuple[Atom, int]) -> tuple[int, str]:
 
 
 def _atom_bounds(atom: Atom) -> tuple[int, int]:
-    if isinstance(atom, Sym):
+    if isinstance(atom, (Sym, Indirect)):
         return 0, atom.size - 1
     lo, hi = atom.base.bounds()
     if isinstance(atom, FloorDiv):
@@ -203,6 +252,8 @@ def _atom_bounds(atom: Atom) -> tuple[int, int]:
 def _subs_atom(atom: Atom, mapping: dict[Sym, Ix]) -> Ix:
     if isinstance(atom, Sym):
         return mapping.get(atom, Ix.of(atom))
+    if isinstance(atom, Indirect):
+        return Ix.of(Indirect(subs_index(atom.expr, mapping), atom.size))
     base = atom.base.subs(mapping)
     return base.floordiv(atom.divisor) if isinstance(atom, FloorDiv) else base.mod(atom.modulus)
 
@@ -304,8 +355,22 @@ class IndexValue:
 
 
 @dataclass(frozen=True)
+class ScalarArg:
+    """A scalar the kernel takes as an argument, named as the wrapper names it (`seed0`)."""
+
+    name: str
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
 class Op:
-    """A kernel-level operation (`add`, `exp`, `where`, `convert`, ...); see codegen's table."""
+    """A kernel-level operation (`add`, `exp`, `where`, `convert`, ...); see codegen's table.
+    `masked(cond, value, other)`: `value` where `cond` holds (its loads masked by `cond`),
+    else the constant `other`. `rand(seed, offset)`/`randn(seed, offset)`: Triton's Philox
+    stream."""
 
     name: str
     args: tuple[Expr, ...]
@@ -317,14 +382,36 @@ class Op:
         return f"{self.name}({', '.join(map(str, self.args))})"
 
 
-Expr = Load | Const | IndexValue | Op
+Expr = Load | Const | IndexValue | Op | ScalarArg
 
 
 def expr_loads(expr: Expr) -> list[Load]:
+    """Every load `expr` makes, including the loads that compute indirect indices."""
     if isinstance(expr, Load):
-        return [expr]
+        inner = [ld for i in expr.index for a in i.indirects() for ld in expr_loads(a.expr)]
+        return [*inner, expr]
+    if isinstance(expr, IndexValue):
+        return [ld for a in expr.index.indirects() for ld in expr_loads(a.expr)]
     if isinstance(expr, Op):
         return [load for arg in expr.args for load in expr_loads(arg)]
+    return []
+
+
+def expr_syms(expr: Expr) -> set[Sym]:
+    if isinstance(expr, Load):
+        return {s for i in expr.index for s in i.syms()}
+    if isinstance(expr, IndexValue):
+        return expr.index.syms()
+    if isinstance(expr, Op):
+        return {s for arg in expr.args for s in expr_syms(arg)}
+    return set()
+
+
+def expr_scalars(expr: Expr) -> list[ScalarArg]:
+    if isinstance(expr, ScalarArg):
+        return [expr]
+    if isinstance(expr, Op):
+        return [s for arg in expr.args for s in expr_scalars(arg)]
     return []
 
 
@@ -333,9 +420,18 @@ def expr_size(expr: Expr) -> int:
 
 
 def substitute(expr: Expr, replace_load: Any) -> Expr:
-    """Rebuild `expr` with every `Load` replaced by `replace_load(load)`."""
+    """Rebuild `expr` with every `Load` replaced by `replace_load(load)` (the loads inside
+    indirect indices first)."""
+
+    def inner(atom: Indirect) -> Ix:
+        return Ix.of(Indirect(substitute(atom.expr, replace_load), atom.size))
+
     if isinstance(expr, Load):
+        if any(i.indirects() for i in expr.index):
+            expr = Load(expr.buffer, tuple(i.map_indirect(inner) for i in expr.index), expr.dtype)
         return replace_load(expr)
+    if isinstance(expr, IndexValue) and expr.index.indirects():
+        return IndexValue(expr.index.map_indirect(inner), expr.dtype)
     if isinstance(expr, Op):
         return Op(expr.name, tuple(substitute(a, replace_load) for a in expr.args), expr.dtype)
     return expr
@@ -452,6 +548,8 @@ class LoopGraph:
     # Each output: an ExternArg (a buffer, maybe through replayed views) or a constant.
     outputs: list[Any] = field(default_factory=list)
     device: str = "cpu"
+    # Random nodes draw from Philox with seeds `seed0 .. seed{seeds - 1}`, new each call.
+    seeds: int = 0
 
     def __str__(self) -> str:
         lines = [str(n) for n in self.nodes]

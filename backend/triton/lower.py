@@ -39,6 +39,7 @@ from framejit.backend.triton.ir import (
     LoopGraph,
     Pointwise,
     Reduction,
+    ScalarArg,
     compute_dtype,
     contiguous_strides,
     loop_vars,
@@ -146,6 +147,12 @@ class Lowering:
         )
         return self.buffer_value(name, shape, dtype)
 
+    def new_seed(self) -> ScalarArg:
+        """A fresh random seed: a kernel argument the wrapper draws anew on every call."""
+        seed = ScalarArg(f"seed{self.graph.seeds}", torch.int64)
+        self.graph.seeds += 1
+        return seed
+
     def realize(self, value: TensorValue) -> ExternArg:
         self.must_realize.add(value.base.buffer)
         return value.base
@@ -228,8 +235,16 @@ def _unsupported_dtype(node: torch.fx.Node) -> torch.dtype | None:
 
 
 def _adopt_layout(ctx: Lowering, node: torch.fx.Node, value: Any, count: int) -> None:
-    """Give the buffer made for `node` the strides eager would give its result."""
+    """Give the buffers made for `node` the strides eager would give its results."""
     val = node.meta.get("val")
+    if isinstance(value, tuple) and isinstance(val, (list, tuple)) and len(val) == len(value):
+        for v, m in zip(value, val):
+            _adopt(ctx, v, m, count)
+    else:
+        _adopt(ctx, value, val, count)
+
+
+def _adopt(ctx: Lowering, value: Any, val: Any, count: int) -> None:
     if not (isinstance(value, TensorValue) and isinstance(val, torch.Tensor)) or value.base.views:
         return
     for k in range(count, len(ctx.graph.nodes)):

@@ -1,0 +1,16 @@
+"""The op table, one module per family of lowerings (see `table.py` for the contract):
+
+    table.py       OpRule, LOWERINGS, EXTERN_OPS, and the expression helpers
+    pointwise.py   math, comparisons, logical/bitwise, where/clamp, activations, casts, creation
+    views.py       view/permute/expand/slice/select/(un)squeeze/diagonal/split: index arithmetic
+    indexing.py    cat, pad, flip, repeat, slice_scatter; gather, index, index_select, embedding
+    reductions.py  sum/mean/amax/argmax/prod/any/var/norm; softmax, log_softmax, layer_norm
+    random.py      dropout, rand, randn, bernoulli with Triton's Philox generator
+
+Importing this package registers every lowering.
+"""
+
+from framejit.backend.triton.ops import indexing, pointwise, random, reductions, views  # noqa: F401
+from framejit.backend.triton.ops.table import EXTERN_OPS, LOWERINGS, OpRule
+
+__all__ = ["EXTERN_OPS", "LOWERINGS", "OpRule"]

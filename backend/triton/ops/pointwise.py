@@ -1,0 +1,495 @@
+"""Pointwise lowerings: arithmetic, math functions, comparisons, logical and bitwise ops,
+`where`/`clamp`, activations, casts and copies, and tensor creation (`full`, `arange`).
+
+Each is a `Pointwise` node whose body applies the op to its operands loaded at the same
+element (broadcasting by index: a size-1 dimension reads index 0). Integer division and
+remainder follow torch (floor rounding) although the kernels' `//` and `%` truncate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.triton.ir import Expr, IndexValue, Ix, compute_dtype
+from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
+from framejit.backend.triton.ops.table import (
+    aten,
+    const,
+    convert,
+    elementwise,
+    lowering,
+    meta,
+    meta_of,
+    op,
+    operand,
+)
+
+
+def _unary(kernel_op: str) -> Callable[[Expr], Expr]:
+    return lambda x: op(kernel_op, x)
+
+
+def _binary(kernel_op: str) -> Callable[[Expr, Expr], Expr]:
+    return lambda a, b: op(kernel_op, a, b)
+
+
+def _tanh(x: Expr) -> Expr:
+    return op("tanh", x)
+
+
+def _gelu(x: Expr, approximate: str) -> Expr:
+    dt = x.dtype
+    if approximate == "tanh":
+        inner = op(
+            "mul",
+            const(math.sqrt(2 / math.pi), dt),
+            op("add", x, op("mul", const(0.044715, dt), op("mul", x, op("mul", x, x)))),
+        )
+        return op("mul", op("mul", const(0.5, dt), x), op("add", const(1.0, dt), _tanh(inner)))
+    erf = op("erf", op("mul", x, const(1 / math.sqrt(2), dt)))
+    return op("mul", op("mul", const(0.5, dt), x), op("add", const(1.0, dt), erf))
+
+
+_UNARY_FLOAT = {
+    "exp": _unary("exp"),
+    "log": _unary("log"),
+    "sqrt": _unary("sqrt"),
+    "rsqrt": _unary("rsqrt"),
+    "sigmoid": _unary("sigmoid"),
+    "tanh": _tanh,
+    "erf": _unary("erf"),
+    "sin": _unary("sin"),
+    "cos": _unary("cos"),
+    "log1p": _unary("log1p"),
+    "reciprocal": lambda x: op("truediv", const(1.0, x.dtype), x),
+}
+
+_UNARY_SAME = {
+    "neg": _unary("neg"),
+    "abs": _unary("abs"),
+    "relu": lambda x: op("maximum", x, const(0, x.dtype)),
+    "sign": lambda x: op(
+        "sub",
+        convert(op("gt", x, const(0, x.dtype), dtype=torch.bool), x.dtype),
+        convert(op("lt", x, const(0, x.dtype), dtype=torch.bool), x.dtype),
+    ),
+}
+
+_ROUNDING = {
+    "floor": _unary("floor"),
+    "ceil": _unary("ceil"),
+    "trunc": _unary("trunc"),
+    "round": _unary("round"),
+}
+
+
+def _register_unary(table: dict[str, Callable[[Expr], Expr]], rounding: bool = False) -> None:
+    for name, fn in table.items():
+
+        def lower(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *rest: Any, _fn=fn, **kw):
+            if rest or kw:
+                raise NotLowered("extra arguments")
+            out = meta(node)
+            if rounding and not out.dtype.is_floating_point:
+                return elementwise(ctx, out.shape, out.dtype, [x], lambda v: v)
+            return elementwise(ctx, out.shape, out.dtype, [x], _fn)
+
+        lowering(name, dtype="promote")(lower)
+
+
+_register_unary(_UNARY_FLOAT)
+_register_unary(_UNARY_SAME)
+_register_unary(_ROUNDING, rounding=True)
+
+
+@lowering("isnan", dtype="compare")
+def _isnan(ctx: Lowering, node: torch.fx.Node, x: TensorValue) -> TensorValue:
+    dt = compute_dtype(x.dtype)
+    return elementwise(
+        ctx, x.shape, torch.bool, [x], lambda v: op("ne", v, v, dtype=torch.bool), dt
+    )
+
+
+_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "maximum": "maximum",
+    "minimum": "minimum",
+    "bitwise_and": "and",
+    "bitwise_or": "or",
+    "bitwise_xor": "xor",
+    "__lshift__": "lshift",
+    "__rshift__": "rshift",
+}
+
+
+def _register_binary() -> None:
+    for name, kernel_op in _BINARY.items():
+
+        def lower(
+            ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1, _k=kernel_op
+        ):
+            out = meta(node)
+            if out.dtype == torch.bool and _k in ("add", "sub", "mul"):
+                raise NotLowered("arithmetic on bool")
+
+            def fn(x: Expr, y: Expr) -> Expr:
+                if alpha != 1:
+                    y = op("mul", y, const(alpha, y.dtype))
+                return op(_k, x, y)
+
+            return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
+
+        lowering(name, dtype="promote")(lower)
+
+
+_register_binary()
+
+
+@lowering("div", dtype="promote")
+def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: Any = None):
+    out = meta(node)
+    if rounding_mode is None:
+        return elementwise(ctx, out.shape, out.dtype, [a, b], _binary("truediv"))
+    if not out.dtype.is_floating_point:
+        divide = _binary("floordiv") if rounding_mode == "trunc" else _int_floordiv
+        return elementwise(ctx, out.shape, out.dtype, [a, b], divide)
+    rounding = "trunc" if rounding_mode == "trunc" else "floor"
+    return elementwise(
+        ctx, out.shape, out.dtype, [a, b], lambda x, y: op(rounding, op("truediv", x, y))
+    )
+
+
+@lowering("fmod", "remainder", dtype="promote")
+def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
+    out = meta(node)
+    floor = node.target.overloadpacket is aten.remainder
+    if not out.dtype.is_floating_point:
+        remainder = _int_remainder if floor else _binary("mod")
+        return elementwise(ctx, out.shape, out.dtype, [a, b], remainder)
+    rounding = "floor" if floor else "trunc"
+
+    def fn(x: Expr, y: Expr) -> Expr:
+        return op("sub", x, op("mul", op(rounding, op("truediv", x, y)), y))
+
+    return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
+
+
+def _opposite_signs(x: Expr, y: Expr) -> Expr:
+    zero = const(0, x.dtype)
+    return op("ne", op("lt", x, zero, dtype=torch.bool), op("lt", y, zero, dtype=torch.bool))
+
+
+def _int_floordiv(x: Expr, y: Expr) -> Expr:
+    """Floor division of integers from the kernels' truncating `//`."""
+    q = op("floordiv", x, y)
+    inexact = op("ne", op("mod", x, y), const(0, x.dtype), dtype=torch.bool)
+    return op(
+        "where", op("and", inexact, _opposite_signs(x, y)), op("sub", q, const(1, q.dtype)), q
+    )
+
+
+def _int_remainder(x: Expr, y: Expr) -> Expr:
+    """The remainder with the divisor's sign (torch.remainder) from the truncating `%`."""
+    r = op("mod", x, y)
+    nonzero = op("ne", r, const(0, r.dtype), dtype=torch.bool)
+    return op("where", op("and", nonzero, _opposite_signs(r, y)), op("add", r, y), r)
+
+
+@lowering("pow", dtype="promote")
+def _pow(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
+    out = meta(node)
+    if not out.dtype.is_floating_point:
+        raise NotLowered("integer pow")
+    if not isinstance(b, TensorValue):
+        return elementwise(ctx, out.shape, out.dtype, [a], lambda x: _pow_scalar(x, b))
+
+    def fn(x: Expr, y: Expr) -> Expr:
+        magnitude = op("exp", op("mul", y, op("log", op("abs", x))))
+        whole = op("eq", op("floor", y), y, dtype=torch.bool)
+        half = op("mul", y, const(0.5, y.dtype))
+        odd = op("and", whole, op("ne", op("floor", half), half, dtype=torch.bool))
+        negative = op("lt", x, const(0.0, x.dtype), dtype=torch.bool)
+        signed = op("where", op("and", negative, odd), op("neg", magnitude), magnitude)
+        nan = op("and", negative, op("not", whole, dtype=torch.bool))
+        zero = op("eq", x, const(0.0, x.dtype), dtype=torch.bool)
+        # 0 ** y: 1 for y == 0, 0 for y > 0, inf for y < 0 (exp(y * log 0) gives these too).
+        result = op("where", nan, const(math.nan, x.dtype), signed)
+        return op(
+            "where",
+            op("and", zero, op("eq", y, const(0.0, y.dtype), dtype=torch.bool)),
+            const(1.0, x.dtype),
+            result,
+        )
+
+    return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
+
+
+def _pow_scalar(x: Expr, exponent: Any) -> Expr:
+    dt = x.dtype
+    e = float(exponent)
+    if e == 0:
+        return op("add", op("mul", x, const(0.0, dt)), const(1.0, dt))
+    if e == 0.5:
+        return op("sqrt", x)
+    if e == -0.5:
+        return op("rsqrt", x)
+    if e.is_integer() and abs(e) <= 4:
+        result = x
+        for _ in range(int(abs(e)) - 1):
+            result = op("mul", result, x)
+        return op("truediv", const(1.0, dt), result) if e < 0 else result
+    magnitude = op("exp", op("mul", op("log", op("abs", x)), const(e, dt)))
+    if not e.is_integer():
+        return op("exp", op("mul", op("log", x), const(e, dt)))
+    if e % 2 == 0:
+        return magnitude
+    return op(
+        "where", op("lt", x, const(0.0, dt), dtype=torch.bool), op("neg", magnitude), magnitude
+    )
+
+
+_COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+
+
+def _register_compare() -> None:
+    for name, kernel_op in _COMPARE.items():
+
+        def lower(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, _k=kernel_op):
+            dt = compute_dtype(torch.result_type(meta_of(a), meta_of(b)))
+            return elementwise(
+                ctx,
+                meta(node).shape,
+                torch.bool,
+                [a, b],
+                lambda x, y: op(_k, x, y, dtype=torch.bool),
+                dt,
+            )
+
+        lowering(name, dtype="compare")(lower)
+
+
+_register_compare()
+
+
+@lowering("logical_and", "logical_or", "logical_xor", dtype="logical")
+def _logical(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
+    kernel_op = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}[
+        node.target.overloadpacket.__name__
+    ]
+    out = meta(node)
+    return elementwise(ctx, out.shape, out.dtype, [a, b], _binary(kernel_op), torch.bool)
+
+
+@lowering("logical_not", dtype="logical")
+def _logical_not(ctx: Lowering, node: torch.fx.Node, a: TensorValue):
+    out = meta(node)
+    return elementwise(
+        ctx, out.shape, out.dtype, [a], lambda x: op("not", x, dtype=torch.bool), torch.bool
+    )
+
+
+@lowering("bitwise_not", dtype="same")
+def _bitwise_not(ctx: Lowering, node: torch.fx.Node, a: TensorValue):
+    out = meta(node)
+    if out.dtype == torch.bool:
+        return elementwise(ctx, out.shape, out.dtype, [a], lambda x: op("not", x), torch.bool)
+    return elementwise(ctx, out.shape, out.dtype, [a], _unary("invert"))
+
+
+@lowering("where", dtype="promote")
+def _where(ctx: Lowering, node: torch.fx.Node, cond: TensorValue, a: Any, b: Any):
+    out = meta(node)
+    dt = compute_dtype(out.dtype)
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        c = operand(cond, index, out.shape, torch.bool)
+        return op("where", c, operand(a, index, out.shape, dt), operand(b, index, out.shape, dt))
+
+    return ctx.pointwise(out.shape, out.dtype, body)
+
+
+@lowering("clamp", "hardtanh", dtype="promote")
+def _clamp(ctx: Lowering, node: torch.fx.Node, x: TensorValue, lo: Any = None, hi: Any = None):
+    out = meta(node)
+    if node.target.overloadpacket is aten.hardtanh:
+        lo, hi = (-1.0 if lo is None else lo), (1.0 if hi is None else hi)
+    values = [x] + [v for v in (lo, hi) if v is not None]
+
+    def fn(v: Expr, *bounds: Expr) -> Expr:
+        k = 0
+        if lo is not None:
+            v, k = op("maximum", v, bounds[0]), 1
+        if hi is not None:
+            v = op("minimum", v, bounds[k])
+        return v
+
+    return elementwise(ctx, out.shape, out.dtype, values, fn)
+
+
+@lowering("leaky_relu", dtype="promote")
+def _leaky_relu(ctx: Lowering, node: torch.fx.Node, x: TensorValue, slope: float = 0.01):
+    out = meta(node)
+
+    def fn(v: Expr) -> Expr:
+        positive = op("gt", v, const(0.0, v.dtype), dtype=torch.bool)
+        return op("where", positive, v, op("mul", v, const(slope, v.dtype)))
+
+    return elementwise(ctx, out.shape, out.dtype, [x], fn)
+
+
+@lowering("elu", dtype="promote")
+def _elu(ctx: Lowering, node: torch.fx.Node, x: TensorValue, alpha=1.0, scale=1.0, input_scale=1.0):
+    out = meta(node)
+
+    def fn(v: Expr) -> Expr:
+        dt = v.dtype
+        negative = op(
+            "mul", const(alpha * scale, dt), op("expm1", op("mul", v, const(input_scale, dt)))
+        )
+        positive = op("gt", v, const(0.0, dt), dtype=torch.bool)
+        return op("where", positive, op("mul", v, const(scale, dt)), negative)
+
+    return elementwise(ctx, out.shape, out.dtype, [x], fn)
+
+
+@lowering("gelu_backward", dtype="promote")
+def _gelu_backward(
+    ctx: Lowering, node: torch.fx.Node, grad: TensorValue, x: TensorValue, *, approximate="none"
+):
+    out = meta(node)
+
+    def fn(g: Expr, v: Expr) -> Expr:
+        dt = v.dtype
+        if approximate == "tanh":
+            k, c = math.sqrt(2 / math.pi), 0.044715
+            inner = op("mul", const(k, dt), op("add", v, op("mul", const(c, dt), _cube(v))))
+            t = _tanh(inner)
+            dinner = op(
+                "mul", const(k, dt), op("add", const(1.0, dt), _times(3 * c, op("mul", v, v)))
+            )
+            left = op("mul", const(0.5, dt), op("add", const(1.0, dt), t))
+            sech2 = op("sub", const(1.0, dt), op("mul", t, t))
+            right = op("mul", op("mul", op("mul", const(0.5, dt), v), sech2), dinner)
+            return op("mul", g, op("add", left, right))
+        cdf = op(
+            "mul",
+            const(0.5, dt),
+            op("add", const(1.0, dt), op("erf", op("mul", v, const(1 / math.sqrt(2), dt)))),
+        )
+        pdf = op(
+            "mul",
+            const(1 / math.sqrt(2 * math.pi), dt),
+            op("exp", op("mul", const(-0.5, dt), op("mul", v, v))),
+        )
+        return op("mul", g, op("add", cdf, op("mul", v, pdf)))
+
+    return elementwise(ctx, out.shape, out.dtype, [grad, x], fn)
+
+
+def _cube(v: Expr) -> Expr:
+    return op("mul", v, op("mul", v, v))
+
+
+def _times(k: float, v: Expr) -> Expr:
+    return op("mul", const(k, v.dtype), v)
+
+
+@lowering("_native_batch_norm_legit_no_training", dtype="promote")
+def _batch_norm_inference(
+    ctx: Lowering,
+    node: torch.fx.Node,
+    x: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    running_mean: TensorValue,
+    running_var: TensorValue,
+    momentum: float,
+    eps: float,
+):
+    """Batch norm with running statistics: a per-channel affine map (channels are dim 1)."""
+    out, mean_meta, rstd_meta = meta(node)
+    if len(x.shape) < 2:
+        raise NotLowered("batch norm of a tensor without a channel dimension")
+    dt = compute_dtype(out.dtype)
+    channels = [running_mean, running_var] + [v for v in (weight, bias) if v is not None]
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        mean, var, *affine = (convert(v.load((index[1],)), dt) for v in channels)
+        y = op(
+            "mul",
+            op("sub", convert(x.load(index), dt), mean),
+            op("rsqrt", op("add", var, const(eps, dt))),
+        )
+        if weight is not None:
+            y = op("mul", y, affine[0])
+        if bias is not None:
+            y = op("add", y, affine[-1])
+        return y
+
+    result = ctx.pointwise(out.shape, out.dtype, body)
+    empty = [
+        ctx.pointwise(m.shape, m.dtype, lambda index, d=m.dtype: const(0, compute_dtype(d)))
+        for m in (mean_meta, rstd_meta)
+    ]
+    return (result, *empty)
+
+
+@lowering("gelu", dtype="promote")
+def _gelu_lowering(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *, approximate="none"):
+    out = meta(node)
+    return elementwise(ctx, out.shape, out.dtype, [x], lambda v: _gelu(v, approximate))
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies, casts and creation
+
+
+@lowering("_to_copy", "clone", "lift_fresh_copy", dtype="given")
+def _copy(ctx: Lowering, node: torch.fx.Node, x: TensorValue, **kwargs: Any):
+    out = meta(node)
+    if str(out.device) != ctx.graph.device and x.base.buffer:
+        raise NotLowered("copy to another device")
+    return elementwise(ctx, out.shape, out.dtype, [x], lambda v: v, compute_dtype(x.dtype))
+
+
+@lowering("copy", dtype="given")
+def _copy_into(ctx: Lowering, node: torch.fx.Node, dst: TensorValue, src: TensorValue, *rest):
+    out = meta(node)
+    return elementwise(ctx, out.shape, out.dtype, [src], lambda v: v, compute_dtype(src.dtype))
+
+
+@lowering("full", "full_like", "scalar_tensor", "empty", dtype="given")
+def _full(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
+    out = meta(node)
+    packet = node.target.overloadpacket
+    value = {aten.full: lambda: args[1], aten.full_like: lambda: args[1]}.get(
+        packet, lambda: args[0] if packet is aten.scalar_tensor else 0
+    )()
+    dt = compute_dtype(out.dtype)
+    return ctx.pointwise(out.shape, out.dtype, lambda index: const(value, dt))
+
+
+@lowering("arange", dtype="given")
+def _arange(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
+    out = meta(node)
+    start, step = 0, 1
+    if len(args) >= 2:
+        start = args[0]
+    if len(args) >= 3:
+        step = args[2]
+    dt = compute_dtype(out.dtype)
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        i = index[0] if index else Ix()
+        value = IndexValue(i, torch.int64)
+        if start == 0 and step == 1:
+            return convert(value, dt)
+        return op("add", op("mul", convert(value, dt), const(step, dt)), const(start, dt))
+
+    return ctx.pointwise(out.shape, out.dtype, body)

@@ -1,0 +1,263 @@
+"""Reductions: sum, mean, amax/amin, max/min (with indices), argmax/argmin, prod, any,
+var (any correction; std is its square root), vector 2-norm; and softmax, log_softmax and
+layer_norm as reductions plus pointwise nodes, which the scheduler fuses into one kernel.
+
+`reduce(ctx, x, dims, keepdim, kind, dtype)` makes one `Reduction` node over any set of
+dims; the kept dims are the node's shape, the reduced ones its ranges (row-major, so an
+arg-reduction's index over several dims is the flat index torch returns for `dim=None`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.triton.ir import Expr, Ix, compute_dtype
+from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
+from framejit.backend.triton.ops.table import (
+    aten,
+    convert,
+    elementwise,
+    lowering,
+    meta,
+    op,
+)
+
+
+def _binary(kernel_op: str) -> Callable[[Expr, Expr], Expr]:
+    return lambda a, b: op(kernel_op, a, b)
+
+
+def _unary(kernel_op: str) -> Callable[[Expr], Expr]:
+    return lambda x: op(kernel_op, x)
+
+
+def _dims(x: TensorValue, dims: Any) -> list[int]:
+    rank = len(x.shape)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % rank for d in dims}) if rank else []
+
+
+def reduce(
+    ctx: Lowering,
+    x: TensorValue,
+    dims: list[int],
+    keepdim: bool,
+    reduce_type: str,
+    out_dtype: torch.dtype,
+    pre: Callable[[Expr], Expr] | None = None,
+    value_dtype: torch.dtype | None = None,
+) -> TensorValue:
+    """Reduce `x` over `dims`; with `keepdim`, a view of the result with 1s at `dims`. The
+    reduced values are `x`'s converted to `value_dtype` (default: the result's compute dtype),
+    then mapped by `pre`."""
+    kept = [n for k, n in enumerate(x.shape) if k not in dims]
+    ranges = [x.shape[d] for d in dims]
+    dt = value_dtype or compute_dtype(out_dtype)
+
+    def body(index: tuple[Ix, ...], rindex: tuple[Ix, ...]) -> Expr:
+        it, rit = iter(index), iter(rindex)
+        source = [next(rit) if k in dims else next(it) for k in range(len(x.shape))]
+        value = convert(x.load(source), dt)
+        return pre(value) if pre else value
+
+    result = ctx.reduction(kept, ranges, out_dtype, reduce_type, body)
+    if not keepdim:
+        return result
+    shape = [1 if k in dims else n for k, n in enumerate(x.shape)]
+    return result.view(
+        shape,
+        lambda index: result.load([i for k, i in enumerate(index) if k not in dims]),
+        aten.view.default,
+        (shape,),
+    )
+
+
+def _numel(x: TensorValue, dims: list[int]) -> int:
+    return math.prod(x.shape[d] for d in dims)
+
+
+@lowering("sum", dtype="given")
+def _sum(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=False, **kw):
+    return reduce(ctx, x, _dims(x, dims), keepdim, "sum", meta(node).dtype)
+
+
+@lowering("mean", dtype="given")
+def _mean(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=False, **kw):
+    out = meta(node)
+    dims = _dims(x, dims)
+    total = reduce(ctx, x, dims, keepdim, "sum", out.dtype)
+    n = _numel(x, dims)
+    return elementwise(ctx, out.shape, out.dtype, [total, n], _binary("truediv"))
+
+
+@lowering("amax", "amin", dtype="same")
+def _amax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=(), keepdim=False):
+    kind = "max" if node.target.overloadpacket is aten.amax else "min"
+    return reduce(ctx, x, _dims(x, dims), keepdim, kind, meta(node).dtype)
+
+
+@lowering("max", "min", dtype="same")
+def _max(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *args: Any, **kw: Any):
+    kind = "max" if node.target.overloadpacket is aten.max else "min"
+    if args and isinstance(args[0], TensorValue):  # max.other: elementwise
+        out = meta(node)
+        name = "maximum" if kind == "max" else "minimum"
+        return elementwise(ctx, out.shape, out.dtype, [x, args[0]], _binary(name))
+    if args or kw:  # max.dim: (values, indices)
+        dim = args[0] if args else kw["dim"]
+        keepdim = args[1] if len(args) > 1 else kw.get("keepdim", False)
+        dims = _dims(x, dim)
+        values = reduce(ctx, x, dims, keepdim, kind, x.dtype)
+        return values, _arg_reduce(ctx, x, dims, keepdim, f"arg{kind}")
+    return reduce(ctx, x, _dims(x, None), False, kind, meta(node).dtype)
+
+
+def _arg_reduce(
+    ctx: Lowering, x: TensorValue, dims: list[int], keepdim: bool, kind: str
+) -> TensorValue:
+    return reduce(ctx, x, dims, keepdim, kind, torch.int64, value_dtype=compute_dtype(x.dtype))
+
+
+@lowering("argmax", "argmin", dtype="given")
+def _argmax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim=None, keepdim=False):
+    """The first index of the extreme value; over all dims (`dim=None`) a flat index."""
+    kind = node.target.overloadpacket.__name__
+    if dim is None and keepdim:
+        result = _arg_reduce(ctx, x, _dims(x, None), False, kind)
+        shape = [1] * len(x.shape)
+        return result.view(shape, lambda index: result.load(()), aten.view.default, (shape,))
+    return _arg_reduce(ctx, x, _dims(x, dim), keepdim, kind)
+
+
+@lowering("prod", dtype="given")
+def _prod(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *args: Any, dtype=None):
+    dim, keepdim = (args[0], args[1] if len(args) > 1 else False) if args else (None, False)
+    return reduce(ctx, x, _dims(x, dim), keepdim, "prod", meta(node).dtype)
+
+
+@lowering("any", dtype="given")
+def _any(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=False):
+    return reduce(
+        ctx,
+        x,
+        _dims(x, dims),
+        keepdim,
+        "max",
+        torch.bool,
+        pre=lambda v: convert(v, torch.bool),
+    )
+
+
+def _variance(
+    ctx: Lowering,
+    x: TensorValue,
+    dims: list[int],
+    keepdim: bool,
+    correction: float,
+    dtype: torch.dtype,
+) -> tuple[TensorValue, TensorValue]:
+    """(variance, mean) of `x` over `dims`, the mean kept with dims (for broadcasting)."""
+    n = _numel(x, dims)
+    mean = elementwise(
+        ctx,
+        [1 if k in dims else s for k, s in enumerate(x.shape)],
+        dtype,
+        [reduce(ctx, x, dims, True, "sum", dtype), n],
+        _binary("truediv"),
+    )
+    centered = elementwise(ctx, x.shape, dtype, [x, mean], _binary("sub"))
+    squares = reduce(ctx, centered, dims, keepdim, "sum", dtype, pre=lambda v: op("mul", v, v))
+    denominator = max(n - correction, 0)
+    var = elementwise(ctx, squares.shape, dtype, [squares, denominator], _binary("truediv"))
+    return var, mean
+
+
+@lowering("var", dtype="given")
+def _var(
+    ctx: Lowering,
+    node: torch.fx.Node,
+    x: TensorValue,
+    dims=None,
+    *rest,
+    correction=None,
+    keepdim=False,
+):
+    if rest:  # var.dim(x, dims, unbiased, keepdim)
+        correction = 1 if rest[0] else 0
+        keepdim = rest[1] if len(rest) > 1 else keepdim
+    correction = 1 if correction is None else correction
+    out = meta(node)
+    return _variance(ctx, x, _dims(x, dims), keepdim, correction, out.dtype)[0]
+
+
+@lowering("linalg_vector_norm", dtype="given")
+def _vector_norm(
+    ctx: Lowering, node: torch.fx.Node, x: TensorValue, ord=2, dim=None, keepdim=False, **kw
+):
+    if ord != 2:
+        raise NotLowered(f"ord={ord}")
+    out = meta(node)
+    total = reduce(ctx, x, _dims(x, dim), keepdim, "sum", out.dtype, pre=lambda v: op("mul", v, v))
+    return elementwise(ctx, out.shape, out.dtype, [total], _unary("sqrt"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decompositions: softmax, log_softmax, layer_norm (reductions + pointwise; the scheduler fuses)
+
+
+@lowering("_softmax", "_log_softmax", dtype="given")
+def _softmax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim: int, half_to_float: bool):
+    out = meta(node)
+    dims = _dims(x, dim)
+    dt = compute_dtype(out.dtype)
+    peak = reduce(ctx, x, dims, True, "max", dt)
+    shifted = elementwise(ctx, x.shape, dt, [x, peak], _binary("sub"))
+    total = reduce(ctx, shifted, dims, True, "sum", dt, pre=_unary("exp"))
+    if node.target.overloadpacket is aten._log_softmax:
+        return elementwise(
+            ctx, x.shape, out.dtype, [shifted, total], lambda s, t: op("sub", s, op("log", t))
+        )
+    return elementwise(
+        ctx, x.shape, out.dtype, [shifted, total], lambda s, t: op("truediv", op("exp", s), t)
+    )
+
+
+@lowering("native_layer_norm", dtype="given")
+def _layer_norm(
+    ctx: Lowering,
+    node: torch.fx.Node,
+    x: TensorValue,
+    shape: Sequence[int],
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    eps: float,
+):
+    out, mean_meta, rstd_meta = meta(node)
+    dims = list(range(len(x.shape) - len(shape), len(x.shape)))
+    dt = compute_dtype(out.dtype)
+    var, mean = _variance(ctx, x, dims, True, 0, dt)
+    rstd = elementwise(
+        ctx, var.shape, rstd_meta.dtype, [var, eps], lambda v, e: op("rsqrt", op("add", v, e))
+    )
+    values = [x, mean, rstd] + [v for v in (weight, bias) if v is not None]
+
+    def fn(v: Expr, m: Expr, r: Expr, *affine: Expr) -> Expr:
+        y = op("mul", op("sub", v, m), r)
+        if weight is not None:
+            y = op("mul", y, affine[0])
+        if bias is not None:
+            y = op("add", y, affine[-1])
+        return y
+
+    result = elementwise(ctx, x.shape, out.dtype, values, fn, dt)
+    mean_out = mean
+    if mean_meta.dtype != dt:
+        mean_out = elementwise(ctx, mean.shape, mean_meta.dtype, [mean], lambda v: v, dt)
+    return result, mean_out, rstd

@@ -1,0 +1,188 @@
+"""The op table: for each core aten op, its lowering and its dtype rule, and the helpers that
+every lowering uses to build value expressions.
+
+`LOWERINGS["aten.add"]` is an `OpRule(lower, dtype_rule)`. `lower(ctx, node, *args, **kwargs)`
+gets the fx node (for its FakeTensor `meta["val"]`) and the arguments with tensors replaced by
+`TensorValue`s; it returns a `TensorValue` (or a tuple of them) and may raise `NotLowered` for
+a call it does not handle, which then runs as an extern. Dtype rules:
+
+- `promote`: operands are converted to the result's compute dtype (float16/bfloat16 compute
+  in float32), the result is stored in the result's dtype;
+- `compare`: operands are converted to the compute dtype of their promoted type; result bool;
+- `logical`: operands are converted to bool; result bool;
+- `same`: the result has the input's dtype (views, copies, reductions like amax);
+- `given`: the result dtype is an argument or fixed by the op (`_to_copy`, `full`, `arange`,
+  `sum(dtype=)`, `argmax` -> int64).
+
+Ops listed in `EXTERN_OPS` deliberately have no lowering (matmul-like work goes to torch's
+kernels); `tests/backend/triton/test_ops_table.py` checks that every op of `CORE_OPS` is in
+exactly one of the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
+from framejit.backend.triton.lower import Lowering, TensorValue
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class OpRule:
+    lower: Callable[..., Any]
+    dtype: str
+
+
+LOWERINGS: dict[str, OpRule] = {}
+
+# Core ops that run as externs on purpose (torch's kernels, or work that is not a loop over
+# its output: sorting, scans, scatters), not for want of a lowering.
+EXTERN_OPS = frozenset(
+    f"aten.{name}"
+    for name in [
+        "addmm",
+        "addmv",
+        "bmm",
+        "mm",
+        "convolution",
+        "convolution_backward",
+        "_cdist_forward",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "avg_pool2d",
+        "avg_pool2d_backward",
+        "max_pool2d_with_indices",
+        "max_pool2d_with_indices_backward",
+        "native_layer_norm_backward",
+        "embedding_dense_backward",
+        "_native_batch_norm_legit_functional",
+        "sort",
+        "topk",
+        "cumsum",
+        "cumprod",
+        "scatter",
+        "scatter_add",
+        "index_put",
+        "_assert_async",
+        "empty_strided",
+    ]
+)
+
+
+def lowering(*names: str, dtype: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            key = f"aten.{name}"
+            assert key not in LOWERINGS, f"{key} lowered twice"
+            LOWERINGS[key] = OpRule(fn, dtype)
+        return fn
+
+    return register
+
+
+def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Op:
+    """Kernel op `name` on `args`; its dtype is the first value operand's unless given."""
+    return Op(name, args, dtype or args[1 if name == "where" else 0].dtype)
+
+
+def convert(expr: Expr, dtype: torch.dtype) -> Expr:
+    if expr.dtype == dtype:
+        return expr
+    if isinstance(expr, Const):
+        return Const(_py_value(expr.value, dtype), dtype)
+    return Op("convert", (expr,), dtype)
+
+
+def const(value: Any, dtype: torch.dtype) -> Const:
+    return Const(_py_value(value, dtype), dtype)
+
+
+def _py_value(value: Any, dtype: torch.dtype) -> bool | int | float:
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)
+
+
+def meta(node: torch.fx.Node) -> torch.Tensor:
+    return node.meta["val"]
+
+
+def meta_of(value: Any) -> Any:
+    """What `torch.result_type` needs to know of an argument: a 0-dim or n-dim tensor stand-in."""
+    if isinstance(value, TensorValue):
+        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    return value
+
+
+def broadcast_index(value: TensorValue, index: tuple[Ix, ...], shape: Sequence[int]) -> tuple:
+    """The index into `value` of element `index` of its broadcast to `shape`."""
+    lead = len(shape) - len(value.shape)
+    return tuple(Ix() if n == 1 else index[lead + k] for k, n in enumerate(value.shape))
+
+
+def operand(value: Any, index: tuple[Ix, ...], shape: Sequence[int], dtype: torch.dtype) -> Expr:
+    if isinstance(value, TensorValue):
+        return convert(value.load(broadcast_index(value, index, shape)), dtype)
+    return const(value, dtype)
+
+
+def elementwise(
+    ctx: Lowering,
+    shape: Sequence[int],
+    out_dtype: torch.dtype,
+    values: Sequence[Any],
+    fn: Callable[..., Expr],
+    operand_dtype: torch.dtype | None = None,
+) -> TensorValue:
+    """A pointwise node computing `fn(*operands)`; operands converted to `operand_dtype`
+    (default: the compute dtype of `out_dtype`)."""
+    dtype = operand_dtype or compute_dtype(out_dtype)
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        return fn(*(operand(v, index, shape, dtype) for v in values))
+
+    return ctx.pointwise(shape, out_dtype, body)
+
+
+def in_range(ix: Ix, lo: int, hi: int) -> Expr | None:
+    """The condition `lo <= ix < hi` as a bool expression; None when it always holds (by the
+    index's range), `Const(False)` when it never does."""
+    ilo, ihi = ix.bounds()
+    if ilo >= lo and ihi < hi:
+        return None
+    if ihi < lo or ilo >= hi:
+        return Const(False, torch.bool)
+    value = IndexValue(ix, torch.int64)
+    parts = []
+    if ilo < lo:
+        parts.append(op("ge", value, const(lo, torch.int64), dtype=torch.bool))
+    if ihi >= hi:
+        parts.append(op("lt", value, const(hi, torch.int64), dtype=torch.bool))
+    return parts[0] if len(parts) == 1 else op("and", *parts)
+
+
+def all_of(conds: Sequence[Expr | None]) -> Expr | None:
+    found = [c for c in conds if c is not None]
+    if not found:
+        return None
+    result = found[0]
+    for c in found[1:]:
+        result = op("and", result, c)
+    return result
+
+
+def masked(cond: Expr | None, value: Expr, other: Any) -> Expr:
+    """`value` where `cond` holds (its loads masked by `cond`), else `other`."""
+    if cond is None:
+        return value
+    if isinstance(cond, Const) and not cond.value:
+        return const(other, value.dtype)
+    return Op("masked", (cond, value, const(other, value.dtype)), value.dtype)
