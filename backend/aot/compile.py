@@ -109,6 +109,10 @@ def _compile(
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(example_inputs[i]) for i in info.unique]
+    # Which unique inputs are parameters/buffers (the frontend's `static_input` placeholder
+    # meta), handed on to the aten graphs for CUDA graph trees: see _mark_static_inputs.
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static = [bool(placeholders[i].meta.get("static_input")) for i in info.unique]
     mutated = [positions[i] for i in info.mutated]
     forward_values = [*info.computed_values, *info.mutated_values]
     differentiable = [
@@ -121,6 +125,7 @@ def _compile(
         if not _view_bases_match(info, graph):
             return gm.forward
         _log(gm, inference=graph)
+        _mark_static_inputs(graph, static, "inference")
         return InferenceRunner(info, inner(graph, _example(graph)))
 
     with mode:
@@ -133,6 +138,10 @@ def _compile(
     if not _view_bases_match(info, parts.forward):
         return gm.forward
     _log(gm, joint=joint, forward=parts.forward, backward=parts.backward, saved=parts.saved)
+    _mark_static_inputs(parts.forward, static, "forward")
+    primal_names = [n.name for n in joint.graph.nodes if n.op == "placeholder"][: len(fakes)]
+    static_names = {name for name, s in zip(primal_names, static) if s}
+    _mark_static_inputs(parts.backward, [name in static_names for name in parts.saved], "backward")
     forward = inner(parts.forward, _example(parts.forward))
     wants_grad = [k for k, f in enumerate(fakes) if f.requires_grad]
     return TrainingRunner(
@@ -143,6 +152,19 @@ def _compile(
         wants_grad=wants_grad,
         num_forward_outputs=len(forward_values),
     )
+
+
+def _mark_static_inputs(graph: torch.fx.GraphModule, static: list[bool], kind: str) -> None:
+    """Tell `inner` which inputs of an aten graph are parameters or buffers, and which graph it
+    is, the way the frontend tells backends: `placeholder.meta["static_input"]`, plus
+    `graph.meta["aot_kind"]` ("inference", "forward" or "backward"). CUDA graph trees
+    (cudagraphs/) read both when they wrap `inner`'s result; nothing else depends on them.
+    The first placeholders are the unique inputs (inference, forward) or the saved values
+    (backward), in the order of `static`; the rest (tangents) are never static."""
+    graph.meta["aot_kind"] = kind
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    for node, is_static in zip(placeholders, static):
+        node.meta["static_input"] = is_static
 
 
 def _example(graph: torch.fx.GraphModule) -> list[Any]:
