@@ -375,7 +375,14 @@ class KernelCode:
         address = linear(loop_vars(shape), stride).subs(self.kernel.mapping(node))
         expr_dtype = self.schedule.bodies[name].dtype
         if dtype != expr_dtype:
-            value = f"{value} != 0" if dtype == torch.bool else f"{value}.to({TL_DTYPES[dtype]})"
+            if dtype == torch.bool:
+                value = f"{value} != 0"
+            elif dtype in (torch.float16, torch.bfloat16) and not expr_dtype.is_floating_point:
+                # integers reach half precision through float32 (the interpreter's direct
+                # conversion to bfloat16 is wrong)
+                value = f"{value}.to(tl.float32).to({TL_DTYPES[dtype]})"
+            else:
+                value = f"{value}.to({TL_DTYPES[dtype]})"
         mask = self.mask_for(address) or ("mask" if full or not self.reduction else "xmask")
         pointer = self.address(address)
         if address.is_const:

@@ -36,6 +36,7 @@ from framejit.backend.triton.ir import (
     Ix,
     Load,
     LoopGraph,
+    Op,
     Pointwise,
     Reduction,
     Sym,
@@ -202,7 +203,10 @@ def _inline(
             used.extend(inlined_into.get(producer.name, ()))
             own = _syms(loop_vars(producer.shape))
             kept = [i for i, n in zip(load.index, producer.shape) if n != 1]
-            return subs_index(inlined_bodies[producer.name], dict(zip(own, kept)))
+            body = subs_index(inlined_bodies[producer.name], dict(zip(own, kept)))
+            if body.dtype != load.dtype:  # what storing and loading it again would do
+                body = Op("convert", (body,), load.dtype)
+            return body
 
         body = substitute(node.body, replace)
         bodies[node.name] = body

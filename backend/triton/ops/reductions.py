@@ -179,7 +179,7 @@ def _variance(
     return var, mean
 
 
-@lowering("var", dtype="given")
+@lowering("var", "var_mean", dtype="given")
 def _var(
     ctx: Lowering,
     node: torch.fx.Node,
@@ -189,12 +189,30 @@ def _var(
     correction=None,
     keepdim=False,
 ):
+    """var, or (var, mean) for var_mean (not in the core set, but the AOT stage keeps it)."""
+    if isinstance(dims, bool):  # var(x, unbiased)
+        dims, rest = None, (dims,)
     if rest:  # var.dim(x, dims, unbiased, keepdim)
         correction = 1 if rest[0] else 0
         keepdim = rest[1] if len(rest) > 1 else keepdim
     correction = 1 if correction is None else correction
     out = meta(node)
-    return _variance(ctx, x, _dims(x, dims), keepdim, correction, out.dtype)[0]
+    if node.target.overloadpacket is aten.var_mean:
+        out = out[0]
+    dims = _dims(x, dims)
+    var, mean = _variance(ctx, x, dims, keepdim, correction, out.dtype)
+    if node.target.overloadpacket is not aten.var_mean:
+        return var
+    if not keepdim:
+        shape = [n for k, n in enumerate(x.shape) if k not in dims]
+        kept = mean
+
+        def loader(index: tuple[Ix, ...]) -> Expr:
+            it = iter(index)
+            return kept.load([Ix() if k in dims else next(it) for k in range(len(x.shape))])
+
+        mean = mean.view(shape, loader, aten.view.default, (shape,))
+    return var, mean
 
 
 @lowering("linalg_vector_norm", dtype="given")

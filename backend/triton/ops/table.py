@@ -108,7 +108,11 @@ def _py_value(value: Any, dtype: torch.dtype) -> bool | int | float:
         return bool(value)
     if dtype.is_floating_point:
         return float(value)
-    return int(value)
+    bits = 8 * dtype.itemsize
+    value = int(value)
+    if dtype == torch.uint8:
+        return value % 256
+    return (value + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)  # wraps, as torch's scalars do
 
 
 def meta(node: torch.fx.Node) -> torch.Tensor:

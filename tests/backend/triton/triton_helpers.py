@@ -12,6 +12,7 @@ import torch.fx
 from framejit.backend import lookup_backend
 from framejit.backend.aot import aot_compile
 from framejit.backend.triton import Stages, cache, stages
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import framejit
 
@@ -79,5 +80,25 @@ def aten_stages(fn: Callable[..., Any], *args: Any) -> Stages:
         return gm.forward
 
     with torch.no_grad():
-        aot_compile(torch.fx.symbolic_trace(fn), list(args), inner)
+        try:
+            gm = torch.fx.symbolic_trace(fn)
+        except torch.fx.proxy.TraceError:  # iterates over a tensor (split): trace to aten
+            gm = make_fx(fn)(*args)
+        aot_compile(gm, list(args), inner)
     return found[0]
+
+
+# Ops that run as externs by design (torch's kernels); any other extern is a missing lowering.
+EXTERN_BY_DESIGN = ("aten.mm", "aten.bmm", "aten.addmm", "aten.convolution")
+
+
+def check_lowered(fn: Callable[..., Any], *args: Any, frontend: bool = True) -> Any:
+    """`check`, and the aten graph lowered with no extern other than matmul/convolution."""
+    found = aten_stages(fn, *args)
+    externs = [
+        line
+        for line in found.lowered.splitlines()
+        if "= extern(" in line and not any(f"extern({op}." in line for op in EXTERN_BY_DESIGN)
+    ]
+    assert not externs, externs
+    return check(fn, *args, frontend=frontend)

@@ -1,0 +1,104 @@
+"""Dropout, rand, randn and bernoulli with Triton's Philox stream. The numbers differ from
+eager's (another generator), so these tests check statistics and structure: the kept fraction,
+the scaling, zeros where dropped, the mask agreeing with the output, a new stream on each
+call, and the same numbers again after `torch.manual_seed`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_helpers import aten_stages, require_interpreter
+
+import framejit
+
+
+def _compiled(fn):
+    require_interpreter()
+    return framejit.jit(fn, backend="triton", fullgraph=True)
+
+
+def test_dropout_is_lowered_to_one_kernel() -> None:
+    found = aten_stages(lambda x: F.dropout(x, 0.3, training=True), torch.randn(8, 8))
+    assert "extern(" not in found.lowered
+    assert "tl.rand(seed0, " in found.source
+    assert found.source.count("def fj_") == 1
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_dropout_statistics(p: float) -> None:
+    x = torch.randn(64, 129).abs() + 0.5  # never zero, so a zero means dropped
+    with torch.no_grad():
+        out = _compiled(lambda x: F.dropout(x, p, training=True))(x)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    kept = out != 0
+    fraction = kept.float().mean().item()
+    n = x.numel()
+    assert abs(fraction - (1 - p)) < 4 * (p * (1 - p) / n) ** 0.5 + 1e-3, fraction
+    torch.testing.assert_close(out[kept], x[kept] / (1 - p))
+    assert torch.all(out[~kept] == 0)
+
+
+def test_dropout_mask_matches_output_and_training() -> None:
+    def fn(x):
+        out, mask = torch.native_dropout(x, 0.4, True)
+        return out, mask, out * 2
+
+    x = torch.randn(33, 17).abs() + 0.1
+    with torch.no_grad():
+        out, mask, twice = _compiled(fn)(x)
+    assert mask.dtype == torch.bool
+    assert torch.equal(mask, out != 0)
+    torch.testing.assert_close(twice, out * 2)
+
+
+def test_dropout_gradient_uses_the_same_mask() -> None:
+    require_interpreter()
+    x = (torch.randn(6, 10).abs() + 0.1).requires_grad_()
+    out = framejit.jit(lambda x: F.dropout(x, 0.5, training=True).sum(), backend="triton")(x)
+    out.backward()
+    grad = x.grad
+    assert set(grad.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_dropout_new_stream_each_call_and_repeatable_with_seed() -> None:
+    fn = _compiled(lambda x: F.dropout(x, 0.5, training=True))
+    x = torch.ones(32, 32)
+    with torch.no_grad():
+        torch.manual_seed(123)
+        first, second = fn(x), fn(x)
+        torch.manual_seed(123)
+        again = fn(x)
+    assert not torch.equal(first, second)
+    assert torch.equal(first, again)
+
+
+def test_dropout_eval_and_p0_are_copies() -> None:
+    x = torch.randn(5, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(_compiled(lambda x: F.dropout(x, 0.5, training=False))(x), x)
+        torch.testing.assert_close(_compiled(lambda x: F.dropout(x, 0.0, training=True))(x), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dropout_half(dtype: torch.dtype) -> None:
+    x = (torch.randn(40, 40).abs() + 0.5).to(dtype)
+    with torch.no_grad():
+        out = _compiled(lambda x: F.dropout(x, 0.25, training=True))(x)
+    assert out.dtype == dtype
+    kept = out != 0
+    assert 0.68 < kept.float().mean().item() < 0.82
+    torch.testing.assert_close(out[kept], (x[kept].float() / 0.75).to(dtype))
+
+
+def test_rand_randn_bernoulli_statistics() -> None:
+    def fn(x):
+        return torch.rand(x.shape), torch.randn(x.shape), torch.bernoulli(x)
+
+    probs = torch.full((80, 80), 0.3)
+    with torch.no_grad():
+        u, z, b = _compiled(fn)(probs)
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.02
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean() - 0.3) < 0.03
+    assert not torch.equal(u[:40], u[40:])

@@ -1,0 +1,125 @@
+"""argmax/argmin, max/min with indices, prod, any/all, var/std corrections, logsumexp and
+rms_norm: lowered (no extern), against eager, over dims, dtypes and awkward values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_helpers import check_lowered
+
+torch.manual_seed(0)
+
+ARG = {
+    "argmax_last": lambda x: x.argmax(-1),
+    "argmax_first": lambda x: x.argmax(0),
+    "argmax_all": lambda x: x.argmax(),
+    "argmax_keepdim": lambda x: x.argmax(1, keepdim=True),
+    "argmin_last": lambda x: x.argmin(-1),
+    "argmin_all_keepdim": lambda x: torch.argmin(x, keepdim=True),
+    "max_dim": lambda x: (torch.max(x, -1)[0], torch.max(x, -1)[1]),
+    "min_dim_keepdim": lambda x: (torch.min(x, 0, True)[0] + 1, torch.min(x, 0, True)[1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARG))
+def test_arg_reductions(name: str) -> None:
+    check_lowered(ARG[name], torch.randn(5, 7))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.int64])
+def test_argmax_dtypes_and_ties(dtype: torch.dtype) -> None:
+    x = torch.randint(-3, 3, (6, 9)).to(dtype)  # many ties: the first index wins
+    check_lowered(lambda x: (x.argmax(-1), x.argmin(0), x.argmax()), x)
+
+
+def test_argmax_special_values() -> None:
+    x = torch.randn(6, 5)
+    x[0, 3] = math.nan
+    x[1] = -math.inf
+    x[2, 1] = math.inf
+    x[2, 4] = math.inf
+    x[3, 0], x[3, 2] = math.nan, math.nan
+    check_lowered(lambda x: (x.argmax(-1), x.argmin(-1), x.max(-1).indices), x)
+    check_lowered(lambda x: (x > 0).to(torch.uint8).argmax(-1), x)
+
+
+def test_argmax_looped_rows() -> None:
+    x = torch.randn(3, 5000)
+    x[1, 4500] = 100.0
+    x[2, 17] = math.nan
+    check_lowered(lambda x: (x.argmax(-1), x.argmin(-1)), x)
+
+
+PRODS = {
+    "prod_last": lambda x: x.prod(-1),
+    "prod_all": lambda x: x.prod(),
+    "prod_keepdim": lambda x: x.prod(0, keepdim=True) * x,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODS))
+def test_prod(name: str) -> None:
+    check_lowered(PRODS[name], torch.rand(4, 6) + 0.5)
+
+
+def test_prod_special() -> None:
+    x = torch.rand(3, 6) + 0.5
+    x[1, 2] = 0.0
+    check_lowered(lambda x: x.prod(-1), x)
+    check_lowered(lambda x: x.prod(-1), torch.randint(-3, 4, (3, 5)))  # int64 result
+    check_lowered(lambda x: x.prod(-1), torch.randint(-3, 4, (3, 5), dtype=torch.int32))
+    check_lowered(lambda x: x.prod(1), (torch.rand(2, 3000) * 0.01 + 0.9995))  # looped
+
+
+def test_any_all() -> None:
+    x = torch.randn(5, 6)
+    check_lowered(lambda x: ((x > 1).any(-1), (x > -1).all(-1), (x > -3).all(), (x > 3).any()), x)
+    check_lowered(lambda x: (x.all(0), x.any(1)), torch.randint(0, 2, (4, 3)))
+    check_lowered(lambda x: (x != 0).all(-1, keepdim=True), torch.randn(0, 4))
+
+
+@pytest.mark.parametrize("correction", [0, 1, 2])
+def test_var_std_corrections(correction: int) -> None:
+    x = torch.randn(4, 9) * 3 + 1
+    check_lowered(
+        lambda x: (
+            torch.var(x, -1, correction=correction),
+            torch.std(x, 0, correction=correction, keepdim=True),
+            torch.var(x, (0, 1), correction=correction),
+        ),
+        x,
+    )
+
+
+def test_var_mean_and_half() -> None:
+    x = torch.randn(3, 40)
+    check_lowered(lambda x: (torch.var_mean(x, -1)[0], torch.var_mean(x, -1)[1]), x)
+    check_lowered(lambda x: x.std(-1), x.to(torch.float16))
+
+
+@pytest.mark.parametrize("dim", [-1, 0, (0, 1)])
+def test_logsumexp(dim) -> None:
+    x = torch.randn(5, 8) * 4
+    check_lowered(lambda x: torch.logsumexp(x, dim), x)
+
+
+def test_logsumexp_infinite_rows() -> None:
+    x = torch.randn(3, 6)
+    x[1] = -math.inf
+    x[2, 0] = math.inf
+    check_lowered(lambda x: torch.logsumexp(x, -1, keepdim=True), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rms_norm(dtype: torch.dtype) -> None:
+    x, w = torch.randn(3, 5, 24).to(dtype), torch.randn(24).to(dtype)
+    check_lowered(lambda x, w: F.rms_norm(x, (24,), w, eps=1e-6), x, w)
+    check_lowered(lambda x: F.rms_norm(x, (5, 24)), x)
+
+
+def test_reductions_on_non_power_of_two_and_strided() -> None:
+    x = torch.randn(6, 13)[:, 1::2]
+    check_lowered(lambda x: (x.argmax(-1), x.prod(-1), torch.logsumexp(x, 0)), x)
