@@ -98,3 +98,54 @@ def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., A
     if _wants_triton(example_inputs):
         return triton(gm, example_inputs)
     return aot_eager(gm, example_inputs)
+
+
+def with_cudagraphs(backend: Backend) -> Backend:
+    """`backend` whose compiled graphs run through CUDA graph trees (`mode="reduce-overhead"`,
+    `cudagraphs/`). For the AOT backends (`aot_eager`, `triton`, `auto`) the trees wrap each aten
+    graph the inner compiler returns (inference, forward, backward), so input mutations and
+    autograd stay outside the recordings; any other backend's callable is wrapped whole."""
+    if getattr(backend, "_framejit_cudagraphs", False):
+        return backend
+
+    def compile_with_cudagraphs(
+        gm: torch.fx.GraphModule, example_inputs: list[Any]
+    ) -> Callable[..., Any]:
+        if backend in (aot_eager, triton, auto):
+            from framejit.backend.aot import aot_compile
+
+            inner: Backend = eager
+            if backend is triton or (backend is auto and _wants_triton(example_inputs)):
+                from framejit.backend.triton import compile_graph
+
+                inner = compile_graph
+
+            def graphed_inner(aten: torch.fx.GraphModule, aten_inputs: list[Any]) -> Any:
+                return _cudagraphify(inner(aten, aten_inputs), aten, aten_inputs, _describe(gm))
+
+            return aot_compile(gm, example_inputs, graphed_inner)
+        return _cudagraphify(backend(gm, example_inputs), gm, example_inputs, _describe(gm))
+
+    compile_with_cudagraphs._framejit_cudagraphs = True  # type: ignore[attr-defined]
+    compile_with_cudagraphs.__name__ = f"{getattr(backend, '__name__', 'backend')}_cudagraphs"
+    return compile_with_cudagraphs
+
+
+def _describe(gm: torch.fx.GraphModule) -> str:
+    """The frontend names graphs `<function>_graph`: say which function made it."""
+    name = type(gm).__name__
+    return f"the graph of {name[: -len('_graph')]}()" if name.endswith("_graph") else name
+
+
+def _cudagraphify(
+    compiled: Callable[..., Any], gm: torch.fx.GraphModule, example_inputs: list[Any], name: str
+) -> Callable[..., Any]:
+    """Hand a compiled graph to the trees with what they need from the graph: which placeholders
+    are parameters/buffers (`meta["static_input"]`) and which AOT graph it is."""
+    from framejit import cudagraphs
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static = [i for i, n in enumerate(placeholders) if n.meta.get("static_input")]
+    kind = gm.meta.get("aot_kind", "inference")
+    label = name if kind == "inference" else f"{name} ({kind})"
+    return cudagraphs.cudagraphify(compiled, example_inputs, static, label, kind)

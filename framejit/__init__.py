@@ -26,7 +26,16 @@ except ValueError as _exc:  # a typo in FRAMEJIT_LOGS must not stop the user's p
 
     _warnings.warn(str(_exc), stacklevel=2)
 
-from framejit.api import ExplainOutput, JitFunction, JitModule, disable, explain, jit, reset
+from framejit.api import (
+    ExplainOutput,
+    JitFunction,
+    JitModule,
+    disable,
+    explain,
+    jit,
+    mark_step_begin,
+    reset,
+)
 from framejit.backend import list_backends, register_backend
 from framejit.frontend.errors import FullGraphError
 from framejit.logs import set_logs
@@ -45,6 +54,7 @@ __all__ = [
     "explain",
     "jit",
     "list_backends",
+    "mark_step_begin",
     "register_backend",
     "reset",
     "set_logs",

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import threading
 import types
 import weakref
 from collections.abc import Callable
@@ -21,6 +23,7 @@ import torch
 
 from framejit import logs
 from framejit.backend import lookup_backend
+from framejit.backend.registry import with_cudagraphs
 from framejit.config import config
 from framejit.frontend.codegen import argnames_of
 from framejit.frontend.convert import compile_frame, guard_report
@@ -67,22 +70,21 @@ def jit(
     if mode not in (None, "default"):
         logs.artifact(
             "perf_hints",
-            f"mode={mode!r} has no effect yet: CUDA graph trees and the "
-            "Triton backend are not built",
+            "mode='max-autotune' uses CUDA graph trees; wider kernel tuning is not built yet",
         )
     if config.disable or getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False):
         return fn
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, settings)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return types.MethodType(JitFunction(fn.__func__, settings), fn.__self__)
+        return types.MethodType(_jit_function(fn.__func__, settings), fn.__self__)
     if isinstance(fn, types.FunctionType):
-        return JitFunction(fn, settings)
+        return _jit_function(fn, settings)
     if isinstance(fn, JitFunction):
         return fn
     call = type(fn).__dict__.get("__call__") if callable(fn) else None
     if callable(fn) and isinstance(call, types.FunctionType):
-        return types.MethodType(JitFunction(call, settings), fn)
+        return types.MethodType(_jit_function(call, settings), fn)
     raise TypeError(
         f"framejit.jit expects a Python function, lambda, bound method or torch.nn.Module; "
         f"got {type(fn).__name__} {fn!r:.60}"
@@ -227,6 +229,38 @@ def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     return module(*args, **kwargs)
 
 
+class _GraphedJitFunction(JitFunction):
+    """A JitFunction under mode="reduce-overhead": a call from outside any compiled code begins
+    an invocation, which CUDA graph trees use to tell a new step from the next graph of the same
+    call (a resume function after a graph break runs inside the outer call)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        state = _invocation
+        if state.depth:
+            return JitFunction.__call__(self, *args, **kwargs)
+        from framejit import cudagraphs
+
+        cudagraphs.begin_invocation()
+        state.depth = 1
+        try:
+            return JitFunction.__call__(self, *args, **kwargs)
+        finally:
+            state.depth = 0
+
+
+class _InvocationDepth(threading.local):
+    depth = 0
+
+
+_invocation = _InvocationDepth()
+
+
+def _jit_function(fn: types.FunctionType, settings: _Settings) -> JitFunction:
+    if settings.mode in ("reduce-overhead", "max-autotune"):
+        return _GraphedJitFunction(fn, settings)
+    return JitFunction(fn, settings)
+
+
 # Modules whose call the translator captures as one op (frontend/variables/rnn.py).
 _CALLED_AS_A_WHOLE = (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
 
@@ -269,7 +303,7 @@ class JitModule(torch.nn.Module):
         forward = type(mod).forward
         if type(mod) in _CALLED_AS_A_WHOLE:
             # captured through the module call itself (an aten op), not its Python forward
-            jitted = types.MethodType(JitFunction(_call_module, settings), mod)
+            jitted = types.MethodType(_jit_function(_call_module, settings), mod)
         elif "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
             jitted = jit(
                 mod.forward,
@@ -278,9 +312,9 @@ class JitModule(torch.nn.Module):
                 fullgraph=settings.fullgraph,
             )
         else:
-            jitted = types.MethodType(JitFunction(forward, settings), mod)
+            jitted = types.MethodType(_jit_function(forward, settings), mod)
         object.__setattr__(self, "_jit_forward", jitted)
-        object.__setattr__(self, "_jit_call", JitFunction(_call_module, settings))
+        object.__setattr__(self, "_jit_call", _jit_function(_call_module, settings))
 
     @property  # type: ignore[override]
     def training(self) -> bool:
@@ -345,7 +379,7 @@ def disable(fn: Any = None) -> Any:
 
 
 def reset() -> None:
-    """Drop every compiled entry and cache (guards, graphs, transformed code)."""
+    """Drop every compiled entry and cache (guards, graphs, transformed code, CUDA graphs)."""
     for cache in _live_caches:
         cache.entries.clear()
         cache.eager = False
@@ -357,6 +391,18 @@ def reset() -> None:
 @dataclass
 class ExplainOutput:
     graph_count: int
+    if "framejit.cudagraphs" in sys.modules:  # free every CUDA graph pool
+        sys.modules["framejit.cudagraphs"].reset()
+
+
+def mark_step_begin() -> None:
+    """Start a new step for CUDA graph trees (mode="reduce-overhead"): from now on a replay may
+    overwrite the outputs of earlier steps (reading one that was overwritten raises an error;
+    `.clone()` what you keep). Calling a compiled function again also starts a step, unless a
+    backward of the current step is still to run."""
+    from framejit import cudagraphs
+
+    cudagraphs.mark_step_begin()
     graph_break_count: int
     break_reasons: list[str]
     graphs: list[torch.fx.GraphModule]

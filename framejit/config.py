@@ -49,3 +49,8 @@ class Config:
 
 
 config = Config()
+    # CUDA graph trees (mode="reduce-overhead"): distinct input shapes recorded per compiled
+    # graph, and recordings beyond one per shape (a parameter moved, a new place in the tree),
+    # before that graph runs without CUDA graphs (said in the `cudagraphs` log).
+    cudagraph_max_shapes: int = 8
+    cudagraph_rerecord_limit: int = 8

@@ -1,0 +1,419 @@
+"""The graph-tree manager: which recording runs a call, and when a new step begins.
+
+One `CUDAGraphTreeManager` per device. Every compiled callable handed to it becomes a
+`TreeFunction`; each call of one goes through `CUDAGraphTreeManager.run`, a small state machine:
+
+    refused ──────────────────────────────► run the callable as it is
+    not warmed up, or the path is warming ─► WARM-UP: run eagerly, check it mutates no input
+    a recorded child of the tip matches ───► REPLAY: copy inputs into its buffers, replay
+    otherwise ─────────────────────────────► RECORD a new node (bounded), then it replays
+
+Tree and paths: a node's children are the recordings that ran right after it in a step
+(forward pieces around graph breaks, then backward), so the calls of one step walk a path from
+a root. `tip` is the last node of the current path. All recordings share the recorder's pool.
+
+Invariants:
+
+- Generations. A step (generation) begins at `mark_step_begin()`, and at the first graph of a
+  new invocation (a call of a jitted function from outside compiled code; `jit` reports it
+  through `begin_invocation`) unless a training forward of the step still waits for its
+  backward. Callables used without `jit` start a step when a function that began a path is
+  called again. Within a step the path
+  only grows, so no node runs twice in one step, and later recordings may reuse memory that
+  earlier nodes of the path no longer need.
+- Before anything runs in a newer step, every live output of older steps is settled
+  (outputs.py): poisoned (reading it raises `OverwrittenOutputError`) or given its own copy.
+  A returned tensor never shows another call's data.
+- A node replays only if its static inputs (parameters, buffers) are where they were when it was
+  recorded, inputs it took from earlier nodes of the path are the same memory, and its other
+  inputs have the recorded shapes and dtypes (they are copied into its input buffers).
+  Otherwise a new node is recorded: `config.cudagraph_max_shapes` distinct input shapes and
+  `config.cudagraph_rerecord_limit` more recordings per function, then it runs without graphs.
+- Once a warm-up runs in a step, the rest of that step warms up too: an eager run may take
+  memory that an existing recording also writes.
+- Refusals (CPU tensors without the stand-in, several devices, a mutated non-static input, an
+  output that aliases an input, autograd recording through the callable, a failed capture,
+  the limits above) are logged once to `cudagraphs` with the reason; that function then runs
+  as it is. The replay path formats no log message and allocates only the output tensors.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from framejit.cudagraphs.outputs import OutputSet
+from framejit.cudagraphs.recorder import CaptureError
+
+from framejit import logs
+from framejit.config import config
+
+_ids = itertools.count()
+
+
+class TreeFunction:
+    """A compiled callable whose calls go through its device's tree manager."""
+
+    def __init__(
+        self,
+        manager: CUDAGraphTreeManager,
+        fn: Callable[..., Any],
+        static_indices: Sequence[int],
+        name: str,
+        kind: str,
+    ) -> None:
+        self.manager = manager
+        self.fn = fn
+        self.static_indices = tuple(static_indices)
+        self.name = name
+        self.kind = kind  # "inference", "forward" (a backward will follow) or "backward"
+        self.id = next(_ids)
+        self.refused: str | None = None
+        self.warmed_up = False
+        self.is_root = False  # it has started a path
+        self.shapes: set[tuple] = set()
+        self.rerecords = 0
+
+    def __call__(self, *args: Any) -> Any:
+        if self.refused is not None or self.manager.closed:
+            return self.fn(*args)
+        return self.manager.run(self, args)
+
+    def refuse(self, reason: str) -> None:
+        self.refused = reason
+        logs.artifact("cudagraphs", f"not graphing {self.name}: {reason}; it runs as it is")
+
+    def __repr__(self) -> str:
+        return f"<framejit cudagraph {self.name}>"
+
+
+class Node:
+    """One recording: its graph, input buffers, static addresses and output layout."""
+
+    def __init__(self, function: TreeFunction, parent: Node | None, generation: int) -> None:
+        self.function = function
+        self.parent = parent
+        self.children: dict[int, list[Node]] = {}
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.generation = generation  # of its last run
+        self.graph: Any = None
+        self.static_ptrs: list[tuple[int, int]] = []  # parameters/buffers: (index, address)
+        self.path_ptrs: list[tuple[int, int]] = []  # outputs of earlier nodes, used in place
+        self.copies: list[tuple[int, torch.Tensor]] = []  # (index, input buffer)
+        self.constants: list[tuple[int, Any]] = []  # non-tensor arguments, baked in
+        self.outputs: list[Any] = []  # the recorded outputs (owning the memory)
+        self.output_storages: list[torch.UntypedStorage] = []
+        # per output: None (a constant), j (input j itself), or (storage, dtype, offset, sizes,
+        # strides) of a tensor in the recorded memory
+        self.layout: list[Any] = []
+        self.container: type = tuple
+        self.in_memory: list[int] = []  # outputs in the recorded memory
+
+    def path(self) -> list[Node]:
+        node: Node | None = self
+        out = []
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out
+
+    def mismatch(self, args: Sequence[Any]) -> str | None:
+        """Why this recording cannot replay `args` (None: it can)."""
+        for i, ptr in self.static_ptrs:
+            if args[i].data_ptr() != ptr:
+                return f"static input {i} (a parameter or buffer) moved"
+        for i, ptr in self.path_ptrs:
+            if not isinstance(args[i], torch.Tensor) or args[i].data_ptr() != ptr:
+                return f"input {i} is no longer the output of an earlier graph of the step"
+        for i, buf in self.copies:
+            a = args[i]
+            if not isinstance(a, torch.Tensor) or a.shape != buf.shape or a.dtype != buf.dtype:
+                return f"input {i} has another shape or dtype"
+        for i, value in self.constants:
+            if args[i] is not value and args[i] != value:
+                return f"argument {i} changed"
+        return None
+
+    def hand_out(self, args: Sequence[Any]) -> Any:
+        """Fresh tensors over the recorded memory: one alias storage per storage, per call."""
+        aliases = [
+            torch._C._construct_storage_from_data_pointer(s.data_ptr(), s.device, s.nbytes())
+            for s in self.output_storages
+        ]
+        out: list[Any] = []
+        for value, place in zip(self.outputs, self.layout):
+            if place is None:
+                out.append(value)
+                continue
+            if place.__class__ is int:
+                out.append(args[place])
+                continue
+            k, dtype, offset, size, stride = place
+            t = torch.empty(0, dtype=dtype, device=value.device)
+            out.append(t.set_(aliases[k], offset, size, stride))
+        if self.container is list:
+            return out
+        if self.container is tuple:
+            return tuple(out)
+        return out[0]
+
+
+class CUDAGraphTreeManager:
+    """The graph tree of one device; see the module docstring."""
+
+    def __init__(self, device: torch.device, recorder: Any) -> None:
+        self.device = device
+        self.recorder = recorder
+        self.roots: dict[int, list[Node]] = {}
+        self.tip: Node | None = None
+        self.in_path = False  # something ran in the current step
+        self.warming = False  # a warm-up ran in the current step
+        self.generation = 1
+        self.pending: list[OutputSet] = []  # forwards of this step whose backward has not run
+        self.live: list[OutputSet] = []  # outputs handed out, oldest first
+        self.closed = False
+        self.nodes = 0
+        self.new_invocation = False  # a call from outside compiled code began (jit tells us)
+        self.invocations_seen = False
+
+    # --- steps ----------------------------------------------------------------------------------
+    def new_generation(self) -> None:
+        self.generation += 1
+        self.tip = None
+        self.in_path = False
+        self.warming = False
+        self.pending.clear()
+
+    def _backward_pending(self) -> bool:
+        self.pending = [p for p in self.pending if p.alive()]
+        return bool(self.pending)
+
+    def _settle(self, args: Sequence[Any], before: int) -> None:
+        """Settle every live output of steps before `before` (outputs.py)."""
+        keep: set[int] | None = None
+        live = []
+        for outputs in self.live:
+            if outputs.generation >= before:
+                live.append(outputs)
+            elif outputs.overwritable and outputs.alive():
+                if keep is None:
+                    keep = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
+                outputs.settle(self.generation, keep)
+        self.live = live
+
+    # --- the state machine ----------------------------------------------------------------------
+    def begin_invocation(self) -> None:
+        self.new_invocation = True
+        self.invocations_seen = True
+
+    def run(self, function: TreeFunction, args: Sequence[Any]) -> Any:
+        # A new step: at a new invocation of jitted code, or (callables used without jit) when
+        # a function that began a path is called again; never while a backward is pending.
+        starts = self.new_invocation if self.invocations_seen else function.is_root
+        if self.in_path and starts and not self._backward_pending():
+            self.new_generation()
+        self.new_invocation = False
+        if not self.in_path:
+            function.is_root = True
+        if self.live and self.live[0].generation < self.generation:
+            self._settle(args, self.generation)
+        self.in_path = True
+        if not function.warmed_up or self.warming:
+            return self._warm_up(function, args)
+        parent = self.tip
+        children = self.roots if parent is None else parent.children
+        reasons = []
+        for node in children.get(function.id, ()):
+            why = node.mismatch(args)
+            if why is None:
+                return self._replay(node, args)
+            reasons.append(why)
+        return self._record(function, parent, args, reasons)
+
+    def _hand_out(
+        self, function: TreeFunction, result: Any, overwritable: bool, tracked: Sequence[int]
+    ) -> None:
+        """Remember outputs `tracked` of a call (those in memory a later call may reuse)."""
+        outputs = OutputSet(function.name, self.generation, _flat(result), tracked, overwritable)
+        self.live.append(outputs)
+        if function.kind == "forward":
+            self.pending.append(outputs)
+        elif function.kind == "backward" and self.pending:
+            self.pending.pop()
+
+    def _warm_up(self, function: TreeFunction, args: Sequence[Any]) -> Any:
+        self.warming = True
+        watched = [
+            (i, a, a._version)
+            for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and i not in function.static_indices
+        ]
+        result = self.recorder.warm_up(function.fn, args)
+        function.warmed_up = True
+        for i, a, version in watched:
+            if a._version != version:
+                function.refuse(f"it writes to input {i}, which is not a parameter or buffer")
+                return result
+        for k, out in enumerate(_flat(result)):
+            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                function.refuse(
+                    f"output {k} has a grad_fn: autograd records through it (training graphs "
+                    "are graphed through the AOT stage: backends aot_eager, triton, auto)"
+                )
+                return result
+        tracked = [
+            k
+            for k, out in enumerate(_flat(result))
+            if isinstance(out, torch.Tensor) and not any(out is a for a in args)
+        ]
+        self._hand_out(function, result, False, tracked)
+        return result
+
+    def _replay(self, node: Node, args: Sequence[Any]) -> Any:
+        for i, buf in node.copies:
+            buf.copy_(args[i])
+        self.recorder.replay(node.graph)
+        node.generation = self.generation
+        self.tip = node
+        result = node.hand_out(args)
+        self._hand_out(node.function, result, True, node.in_memory)
+        return result
+
+    def _record(
+        self, function: TreeFunction, parent: Node | None, args: Sequence[Any], reasons: list[str]
+    ) -> Any:
+        key = tuple(
+            (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else _constant_key(a)
+            for a in args
+        )
+        if key not in function.shapes:
+            if len(function.shapes) >= config.cudagraph_max_shapes:
+                function.refuse(
+                    f"more than config.cudagraph_max_shapes={config.cudagraph_max_shapes} "
+                    "distinct input shapes"
+                )
+                return function.fn(*args)
+            function.shapes.add(key)
+        else:
+            function.rerecords += 1
+            if function.rerecords > config.cudagraph_rerecord_limit:
+                why = "; ".join(dict.fromkeys(reasons)) or "it ran at a new place in the tree"
+                function.refuse(
+                    f"recorded again more than config.cudagraph_rerecord_limit="
+                    f"{config.cudagraph_rerecord_limit} times (last: {why}). Inference with "
+                    "grad mode on keeps a backward pending: use torch.no_grad() or call "
+                    "framejit.mark_step_begin() before each step"
+                )
+                return function.fn(*args)
+            if logs.enabled("cudagraphs"):
+                why = "; ".join(dict.fromkeys(reasons)) or "it ran at a new place in the tree"
+                logs.artifact("cudagraphs", f"recording {function.name} again: {why}")
+        try:
+            node, result = self._capture(function, parent, args)
+        except CaptureError as exc:
+            function.refuse(str(exc))
+            return function.fn(*args)
+        (parent.children if parent is not None else self.roots).setdefault(function.id, []).append(
+            node
+        )
+        self.tip = node
+        self.nodes += 1
+        if logs.enabled("cudagraphs"):
+            logs.artifact(
+                "cudagraphs",
+                f"recorded {function.name} at depth {node.depth} of the "
+                f"{self.device} tree, step {self.generation}: {len(node.static_ptrs)} static "
+                f"inputs, {len(node.path_ptrs)} taken in place, {len(node.copies)} copied",
+            )
+        self._hand_out(function, result, True, node.in_memory)
+        return result
+
+    def _capture(
+        self, function: TreeFunction, parent: Node | None, args: Sequence[Any]
+    ) -> tuple[Node, Any]:
+        node = Node(function, parent, self.generation)
+        # earlier nodes' output memory, by address: the owning storages (the tensors handed out
+        # are aliases that may later be poisoned or moved; the recording must not hold them)
+        path_memory: dict[int, torch.UntypedStorage] = {}
+        for earlier in parent.path() if parent is not None else []:
+            for s in earlier.output_storages:
+                path_memory[s.data_ptr()] = s
+        graph_args: list[Any] = []
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                node.constants.append((i, a))
+                graph_args.append(a)
+            elif i in function.static_indices:
+                node.static_ptrs.append((i, a.data_ptr()))
+                graph_args.append(a)
+            elif a.untyped_storage().data_ptr() in path_memory:
+                node.path_ptrs.append((i, a.data_ptr()))
+                owner = path_memory[a.untyped_storage().data_ptr()]
+                same = torch.empty(0, dtype=a.dtype, device=a.device)
+                graph_args.append(same.set_(owner, a.storage_offset(), a.shape, a.stride()))
+            else:
+                buf = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+                buf.copy_(a)
+                node.copies.append((i, buf))
+                graph_args.append(buf)
+        input_memory = {
+            a.untyped_storage().data_ptr(): i
+            for i, a in enumerate(graph_args)
+            if isinstance(a, torch.Tensor)
+        }
+        node.graph, result = self.recorder.record(function.fn, graph_args)
+        outputs = _flat(result)
+        storages: dict[int, int] = {}
+        for k, out in enumerate(outputs):
+            if not isinstance(out, torch.Tensor):
+                node.layout.append(None)
+                continue
+            storage = out.untyped_storage()
+            if storage.data_ptr() in input_memory:
+                j = input_memory[storage.data_ptr()]
+                same = graph_args[j]
+                if (out.data_ptr(), out.shape, out.stride()) != (
+                    same.data_ptr(),
+                    same.shape,
+                    same.stride(),
+                ):
+                    raise CaptureError(f"output {k} is a view of input {j}")
+                node.layout.append(j)  # the input itself (a saved parameter, say)
+                continue
+            if storage.data_ptr() not in storages:
+                storages[storage.data_ptr()] = len(node.output_storages)
+                node.output_storages.append(storage)
+            node.layout.append(
+                (
+                    storages[storage.data_ptr()],
+                    out.dtype,
+                    out.storage_offset(),
+                    out.shape,
+                    out.stride(),
+                )
+            )
+        node.outputs = outputs
+        node.in_memory = [k for k, place in enumerate(node.layout) if isinstance(place, tuple)]
+        node.container = type(result) if isinstance(result, (tuple, list)) else object
+        return node, node.hand_out(args)
+
+    def close(self) -> None:
+        """Settle every live output (nothing may point into the pool), drop every node."""
+        self.generation += 1
+        self._settle((), self.generation)
+        self.roots.clear()
+        self.tip = None
+        self.pending.clear()
+        self.recorder.close()
+        self.closed = True
+
+
+def _flat(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _constant_key(value: Any) -> Any:
+    """Numbers (sizes of dynamic shapes) count as part of the shape; other objects by type."""
+    return value if isinstance(value, (bool, int, float)) else type(value)
