@@ -43,14 +43,14 @@ class Config:
     cpp_guards: bool = field(
         default_factory=lambda: os.environ.get("FRAMEJIT_CPP_GUARDS", "1").strip() != "0"
     )
+    # CUDA graph trees (mode="reduce-overhead"): distinct input shapes recorded per compiled
+    # graph, and recordings beyond one per shape (a parameter moved, a new place in the tree),
+    # before that graph runs without CUDA graphs (said in the `cudagraphs` log).
+    cudagraph_max_shapes: int = 8
+    cudagraph_rerecord_limit: int = 8
     # Raise instead of falling back to eager when compilation fails for a reason other
     # than unsupported code (an internal error); tests turn this on.
     raise_internal_errors: bool = field(default_factory=lambda: _flag("FRAMEJIT_RAISE"))
 
 
 config = Config()
-    # CUDA graph trees (mode="reduce-overhead"): distinct input shapes recorded per compiled
-    # graph, and recordings beyond one per shape (a parameter moved, a new place in the tree),
-    # before that graph runs without CUDA graphs (said in the `cudagraphs` log).
-    cudagraph_max_shapes: int = 8
-    cudagraph_rerecord_limit: int = 8
