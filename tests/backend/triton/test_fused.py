@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_helpers import aten_stages, check
+from triton_helpers import aten_stages, check, check_lowered
 
 torch.manual_seed(0)
 
@@ -146,3 +146,72 @@ def test_training_step_forward_and_backward() -> None:
     torch.testing.assert_close(out, ref)
     for p, g in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-5)
+
+
+def test_gpt_block_with_embeddings_and_causal_mask() -> None:
+    torch.manual_seed(1)
+    vocab, seq, d, heads = 17, 6, 16, 2
+
+    def block(ids, wte, wpe, wqkv, wo, g, b):
+        x = F.embedding(ids, wte) + wpe[: ids.shape[1]]
+        h = F.layer_norm(x, (d,), g, b)
+        q, k, v = (h @ wqkv).split(d, dim=-1)
+        q = q.view(1, seq, heads, d // heads).transpose(1, 2)
+        k = k.view(1, seq, heads, d // heads).transpose(1, 2)
+        v = v.view(1, seq, heads, d // heads).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) * (d // heads) ** -0.5
+        causal = torch.arange(seq).view(seq, 1) >= torch.arange(seq).view(1, seq)
+        att = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
+        y = (att @ v).transpose(1, 2).reshape(1, seq, d)
+        x = x + y @ wo
+        return x, torch.logsumexp(x, -1).argmax(-1)
+
+    check_lowered(
+        block,
+        torch.randint(0, vocab, (1, seq)),
+        torch.randn(vocab, d),
+        torch.randn(8, d),
+        torch.randn(d, 3 * d) * 0.2,
+        torch.randn(d, d) * 0.2,
+        torch.randn(d),
+        torch.randn(d),
+    )
+
+
+def test_conv_bn_relu_residual_and_pool() -> None:
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+    ).eval()
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.normal_()
+            m.running_var.uniform_(0.5, 2)
+
+    def fn(x):
+        y = model(x)
+        return (y + y.flip(-1)).mean((2, 3)).softmax(-1)
+
+    import framejit
+
+    x = torch.randn(2, 3, 5, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(framejit.jit(fn, backend="triton")(x), fn(x))
+
+
+def test_rms_norm_swiglu_mlp() -> None:
+    def mlp(x, w, w1, w3, w2):
+        h = F.rms_norm(x, (x.shape[-1],), w)
+        return x + (F.silu(h @ w1) * (h @ w3)) @ w2
+
+    d, hidden = 12, 20
+    check_lowered(
+        mlp,
+        torch.randn(2, 3, d),
+        torch.randn(d),
+        torch.randn(d, hidden) * 0.3,
+        torch.randn(d, hidden) * 0.3,
+        torch.randn(hidden, d) * 0.3,
+    )

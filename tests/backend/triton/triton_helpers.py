@@ -84,6 +84,8 @@ def aten_stages(fn: Callable[..., Any], *args: Any) -> Stages:
             gm = torch.fx.symbolic_trace(fn)
         except torch.fx.proxy.TraceError:  # iterates over a tensor (split): trace to aten
             gm = make_fx(fn)(*args)
+        if any(n.op == "get_attr" for n in gm.graph.nodes):  # tensor constants: trace to aten
+            gm = make_fx(fn)(*args)
         aot_compile(gm, list(args), inner)
     return found[0]
 
