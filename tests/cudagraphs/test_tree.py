@@ -1,0 +1,236 @@
+"""The graph-tree logic on the CPU stand-in recorder, compared with eager on real tensors:
+warm-up, recording, replay, paths, steps, overwritten outputs, limits and refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from framejit.cudagraphs import OverwrittenOutputError
+
+import framejit
+from framejit import cudagraphs
+
+pytestmark = pytest.mark.usefixtures("stand_in")
+
+
+def cpu_manager() -> cudagraphs.CUDAGraphTreeManager:
+    return cudagraphs.managers()[torch.device("cpu")]
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_inference_replays_one_recording(backend: str) -> None:
+    model = mlp()
+    fast = framejit.jit(model, backend=backend, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(fast(x), model(x))
+    manager = cpu_manager()
+    assert manager.nodes == 1  # warm-up, one recording, then replays
+    (node,) = next(iter(manager.roots.values()))
+    assert len(node.static_ptrs) == 4 and len(node.copies) == 1
+
+
+def test_overwritten_output_raises_naming_function_and_remedy() -> None:
+    model = mlp()
+    fast = framejit.jit(model, mode="reduce-overhead")
+    with torch.no_grad():
+        fast(torch.randn(2, 8))  # warm-up
+        first = fast(torch.randn(2, 8))  # recorded
+        kept = first.clone()
+        second = fast(torch.randn(2, 8))  # a new step: replays into first's memory
+        with pytest.raises(OverwrittenOutputError) as info:
+            print(first)
+        message = str(info.value)
+        assert "forward()" in message and "clone()" in message and "mark_step_begin" in message
+        with pytest.raises(OverwrittenOutputError):
+            first + 1
+        assert not torch.equal(kept, second)  # the memory really holds the new values
+        torch.testing.assert_close(second, model(_last_input(fast)))
+
+
+def _last_input(fast: torch.nn.Module) -> torch.Tensor:
+    (node,) = next(iter(cpu_manager().roots.values()))
+    return node.copies[0][1]
+
+
+def test_a_view_of_an_old_output_keeps_its_values() -> None:
+    model = mlp()
+    fast = framejit.jit(model, mode="reduce-overhead")
+    xs = [torch.randn(2, 8) for _ in range(4)]
+    with torch.no_grad():
+        fast(xs[0])
+        views = [fast(x)[0] for x in xs[1:]]  # only views survive each call
+        for x, view in zip(xs[1:], views):
+            torch.testing.assert_close(view, model(x)[0])
+
+
+def test_old_output_as_argument_and_within_one_step() -> None:
+    model = torch.nn.Linear(8, 8)
+    fast = framejit.jit(model, mode="reduce-overhead")
+    with torch.no_grad():
+        x = torch.randn(2, 8)
+        for _ in range(4):  # each call reads the previous call's output
+            expected = model(x)
+            x = fast(x)
+            torch.testing.assert_close(x, expected)
+
+
+def test_mark_step_begin_lets_the_next_call_overwrite() -> None:
+    fn = cudagraphs.cudagraphify(lambda x: (x * 2,), [torch.randn(3)], (), "double()")
+    fn(torch.randn(3))  # warm-up
+    a = fn(torch.ones(3))[0]  # recorded; a call from outside jit continues the step
+    framejit.mark_step_begin()
+    torch.testing.assert_close(a, torch.full((3,), 2.0))  # nothing ran yet
+    fn(torch.zeros(3))
+    with pytest.raises(OverwrittenOutputError, match="double"):
+        a.sum()
+
+
+def test_graph_break_pieces_form_a_path_and_share_outputs_in_place() -> None:
+    lin1, lin2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(lin1(x))
+        framejit_break()
+        return lin2(h) + 1
+
+    fast = framejit.jit(step, mode="reduce-overhead", backend="eager")
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(2, 8)
+            torch.testing.assert_close(fast(x), lin2(torch.relu(lin1(x))) + 1)
+    manager = cpu_manager()
+    assert manager.nodes == 2
+    (root,) = [n for nodes in manager.roots.values() for n in nodes]
+    (child,) = [n for nodes in root.children.values() for n in nodes]
+    assert child.parent is root and child.path_ptrs  # h used in place, not copied
+
+
+@framejit.disable
+def framejit_break() -> None:
+    pass
+
+
+def test_training_forward_and_backward_on_one_path() -> None:
+    model = mlp()
+    reference = copy.deepcopy(model)
+    fast = framejit.jit(model, mode="reduce-overhead", backend="aot_eager")
+    for _ in range(4):
+        x, target = torch.randn(5, 8), torch.randn(5, 4)
+        torch.nn.functional.mse_loss(fast(x), target).backward()
+        torch.nn.functional.mse_loss(reference(x), target).backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+            p.grad = q.grad = None
+    manager = cpu_manager()
+    assert manager.nodes == 2
+    (forward,) = next(iter(manager.roots.values()))
+    (backward,) = next(iter(forward.children.values()))
+    assert forward.function.kind == "forward" and backward.function.kind == "backward"
+    assert backward.path_ptrs  # saved activations read where the forward wrote them
+
+
+def test_output_saved_by_autograd_is_preserved() -> None:
+    model = torch.nn.Linear(4, 4)
+    fast = framejit.jit(model, mode="reduce-overhead")
+    w = torch.randn(4, requires_grad=True)
+    with torch.no_grad():
+        fast(torch.randn(2, 4))
+        x1 = torch.randn(2, 4)
+        y1 = fast(x1)
+    loss = (y1 * w).sum()  # mul saves y1 for the gradient of w
+    with torch.no_grad():
+        fast(torch.randn(2, 4))  # overwrites y1's graph memory
+    loss.backward()
+    with torch.no_grad():
+        torch.testing.assert_close(w.grad, model(x1).sum(0))
+
+
+def test_moved_parameter_rerecords_then_gives_up(capsys: pytest.CaptureFixture[str]) -> None:
+    framejit.config.cudagraph_rerecord_limit = 1
+    framejit.set_logs(cudagraphs=True)
+    model = torch.nn.Linear(4, 4)
+    fast = framejit.jit(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(5):
+            model.weight.data = model.weight.data.clone()  # same Parameter, new memory
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(fast(x), model(x))
+    err = capsys.readouterr().err
+    assert "static input" in err and "moved" in err
+    assert "cudagraph_rerecord_limit=1" in err and "runs as it is" in err
+    assert cpu_manager().nodes == 2
+
+
+def test_more_shapes_than_the_limit_run_without_graphs(capsys: pytest.CaptureFixture[str]) -> None:
+    framejit.config.cudagraph_max_shapes = 2
+    framejit.set_logs(cudagraphs=True)
+    fn = cudagraphs.cudagraphify(lambda x: x.sin(), [torch.randn(1)], (), "sin()")
+    for n in [1, 1, 2, 2, 3, 3, 1]:
+        x = torch.randn(n)
+        torch.testing.assert_close(fn(x), x.sin())
+    assert "cudagraph_max_shapes=2" in capsys.readouterr().err
+    assert fn.refused is not None and cpu_manager().nodes == 2
+
+
+def test_refusals_run_normally_and_say_why(capsys: pytest.CaptureFixture[str]) -> None:
+    framejit.set_logs(cudagraphs=True)
+
+    def mutates(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x * 2
+
+    fast = framejit.jit(mutates, mode="reduce-overhead", backend="eager")
+    x, y = torch.zeros(3), torch.zeros(3)
+    for _ in range(3):
+        torch.testing.assert_close(fast(x), mutates(y))
+        torch.testing.assert_close(x, y)
+    cudagraphs.reset()  # a fresh tree for callables used without jit
+    syncing = cudagraphs.cudagraphify(lambda x: (x.nonzero(),), [torch.ones(3)], (), "nz()")
+    for _ in range(3):
+        torch.testing.assert_close(syncing(torch.ones(3))[0], torch.ones(3).nonzero())
+    err = capsys.readouterr().err
+    assert "writes to input 0" in err
+    assert "not graphing nz()" in err and "aten::nonzero" in err
+
+
+def test_cpu_tensors_are_refused_without_the_stand_in(capsys: pytest.CaptureFixture[str]) -> None:
+    framejit.set_logs(cudagraphs=True)
+    with cudagraphs.stand_in():
+        pass
+    cudagraphs._stand_in = False
+    try:
+        fn = lambda x: x + 1  # noqa: E731
+        assert cudagraphs.cudagraphify(fn, [torch.ones(2)]) is fn
+    finally:
+        cudagraphs._stand_in = True
+    assert "CPU tensors" in capsys.readouterr().err
+
+
+def test_reset_frees_the_trees_and_settles_live_outputs() -> None:
+    fast = framejit.jit(torch.nn.Linear(4, 4), mode="reduce-overhead")
+    with torch.no_grad():
+        fast(torch.randn(1, 4))
+        y = fast(torch.randn(1, 4))
+    assert cudagraphs.managers()
+    framejit.reset()
+    assert not cudagraphs.managers()
+    with pytest.raises(OverwrittenOutputError):
+        y.sum()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        cudagraphs.cudagraphify(3, [])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kind"):
+        cudagraphs.cudagraphify(abs, [torch.ones(1)], kind="sideways")
+    with pytest.raises(ValueError, match="static_indices"):
+        cudagraphs.cudagraphify(abs, [torch.ones(1)], static_indices=[3])
