@@ -30,6 +30,9 @@ class Config:
     cache_dir: str = field(
         default_factory=lambda: os.environ.get("FRAMEJIT_CACHE_DIR") or _default_cache_dir()
     )
+    # The Triton backend times a wider list of launch configs per kernel (FRAMEJIT_MAX_AUTOTUNE=1;
+    # mode="max-autotune" turns it on too).
+    max_autotune: bool = field(default_factory=lambda: _flag("FRAMEJIT_MAX_AUTOTUNE"))
     # Entries kept per code object before framejit stops compiling it and runs it eagerly.
     recompile_limit: int = 8
     # Graph breaks in a row (a loop whose body breaks makes one per iteration) before the rest

@@ -54,25 +54,38 @@ def _triton_problem() -> str | None:
     return None
 
 
-def _run(gm: torch.fx.GraphModule) -> Any:
+def _run(gm: torch.fx.GraphModule, max_autotune: bool = False) -> Any:
     from framejit.backend.triton.codegen import codegen
     from framejit.backend.triton.lower import lower
     from framejit.backend.triton.schedule import schedule
 
     lowering = lower(gm)
     scheduled = schedule(lowering)
-    source, constants = codegen(scheduled)
+    source, constants = codegen(scheduled, max_autotune)
     return lowering, scheduled, source, constants
 
 
-def stages(gm: torch.fx.GraphModule) -> Stages:
+def stages(gm: torch.fx.GraphModule, max_autotune: bool = False) -> Stages:
     """Each pipeline step's text for aten graph `gm` (nothing is compiled or loaded)."""
-    lowering, scheduled, source, _ = _run(gm)
+    lowering, scheduled, source, _ = _run(gm, max_autotune)
     return Stages(str(lowering.graph), str(scheduled), source, scheduled.hints)
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """Compile one functional aten graph to a `call(*inputs) -> tuple` running Triton kernels."""
+def wants_max_autotune(options: dict[str, Any] | None = None) -> bool:
+    """The wider autotune: `options={"max_autotune": True}`, `config.max_autotune`
+    (`FRAMEJIT_MAX_AUTOTUNE=1`) or `config.mode == "max-autotune"`."""
+    from framejit import config
+
+    if options and "max_autotune" in options:
+        return bool(options["max_autotune"])
+    return bool(getattr(config, "max_autotune", False)) or config.mode == "max-autotune"
+
+
+def compile_graph(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """Compile one functional aten graph to a `call(*inputs) -> tuple` running Triton kernels.
+    `options`: `{"max_autotune": bool}` (default: from `framejit.config`)."""
     from framejit.backend.triton import cache
     from framejit.backend.triton.lower import NotLowered
 
@@ -88,7 +101,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         except Exception as e:
             return _fallback(gm, f"Triton's interpreter cannot be imported ({e})")
     try:
-        lowering, scheduled, source, constants = _run(gm)
+        lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
     except NotLowered as e:
         return _fallback(gm, str(e))
     log.debug("triton: loop IR\n%s", lowering.graph)
@@ -96,7 +109,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     for hint in scheduled.hints:
         logs.artifact("perf_hints", f"triton: {hint}")
     logs.artifact("output_code", lambda: source, language="python")
-    module = cache.load(source, constants)
+    module = cache.load(source, constants, cache.device_tag(lowering.graph.device))
     return module.call
 
 
@@ -106,4 +119,4 @@ def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
     return gm.forward
 
 
-__all__ = ["Stages", "compile_graph", "stages", "triton_available"]
+__all__ = ["Stages", "compile_graph", "stages", "triton_available", "wants_max_autotune"]

@@ -3,8 +3,12 @@
 `load(source, constants)` writes the module to `<cache_dir>/triton/<key[:2]>/fj_<key>.py`
 (unless a file with that key is already there: another compilation, maybe in another process,
 wrote it) and imports it from there, so Triton reads the kernels' source from a real file and a
-second process starts from the same file. The key hashes the source, the Triton version and
-whether Triton's interpreter runs the kernels (the same text compiles differently there).
+second process starts from the same file. The key hashes the source, the Triton version, the
+device (its name and compute capability: a GPU model's binaries and tuned configs are its own)
+and whether Triton's interpreter runs the kernels (the same text compiles differently there).
+Triton keeps the compiled binaries in its own cache (`TRITON_CACHE_DIR`, keyed by source,
+device and version too), so a second process that finds the module compiles nothing; the
+autotune choices sit beside the module (`fj_<key>.tune.json`, see autotune.py).
 
 Invariants:
 
@@ -40,10 +44,21 @@ def interpreter_active() -> bool:
         return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
-def cache_key(source: str) -> str:
+def device_tag(device: str) -> str:
+    """`NVIDIA H100 80GB HBM3 sm90` for a CUDA device, else the device's name (`cpu`)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(dev)
+        return f"{props.name} sm{props.major}{props.minor}"
+    return dev.type
+
+
+def cache_key(source: str, device: str = "cpu") -> str:
     import triton
 
-    tag = f"triton={triton.__version__};interpret={interpreter_active()}\n"
+    tag = f"triton={triton.__version__};device={device};interpret={interpreter_active()}\n"
     return hashlib.sha256((tag + source).encode()).hexdigest()[:32]
 
 
@@ -51,8 +66,8 @@ def path_for(key: str) -> Path:
     return Path(config.cache_dir) / "triton" / key[:2] / f"fj_{key}.py"
 
 
-def load(source: str, constants: list[Any]) -> ModuleType:
-    key = cache_key(source)
+def load(source: str, constants: list[Any], device: str = "cpu") -> ModuleType:
+    key = cache_key(source, device)
     if not constants and key in _MODULES:
         STATS["memory_hits"] += 1
         return _MODULES[key]
