@@ -37,6 +37,7 @@ from framejit.api import (
     reset,
 )
 from framejit.backend import list_backends, register_backend
+from framejit.frontend.dynamic import mark_dynamic
 from framejit.frontend.errors import FullGraphError
 from framejit.logs import set_logs
 from framejit.wholescript import enabled
@@ -54,6 +55,7 @@ __all__ = [
     "explain",
     "jit",
     "list_backends",
+    "mark_dynamic",
     "mark_step_begin",
     "register_backend",
     "reset",

@@ -194,7 +194,9 @@ class JitFunction:
             return fn(*args, **kwargs)
         s = self._settings
         with hook_disabled():  # user code the backend runs while compiling is not hooked
-            result = compile_frame(fn, frame_args, s.backend, s.fullgraph, self._wrap_resume)
+            result = compile_frame(
+                fn, frame_args, s.backend, s.fullgraph, self._wrap_resume, s.dynamic, cache
+            )
         if s.observer is not None:
             s.observer(result)
         cache.add(result.entry)
@@ -310,6 +312,7 @@ class JitModule(torch.nn.Module):
                 backend=settings.backend,
                 mode=settings.mode,
                 fullgraph=settings.fullgraph,
+                dynamic=settings.dynamic,
             )
         else:
             jitted = types.MethodType(_jit_function(forward, settings), mod)

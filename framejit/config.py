@@ -15,6 +15,15 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _tristate(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
 def _default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "framejit")
@@ -27,6 +36,9 @@ class Config:
     # Defaults used by `jit` when no backend/mode is given, and by whole-script mode.
     backend: str = field(default_factory=lambda: os.environ.get("FRAMEJIT_BACKEND", "auto"))
     mode: str | None = field(default_factory=lambda: os.environ.get("FRAMEJIT_MODE") or None)
+    # Dynamic shapes for whole-script mode (FRAMEJIT_DYNAMIC=1/0; unset: automatic), the same
+    # values as jit's `dynamic=` (True, False, None = automatic).
+    dynamic: bool | None = field(default_factory=lambda: _tristate("FRAMEJIT_DYNAMIC"))
     cache_dir: str = field(
         default_factory=lambda: os.environ.get("FRAMEJIT_CACHE_DIR") or _default_cache_dir()
     )

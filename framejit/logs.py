@@ -78,6 +78,7 @@ ARTIFACTS: Mapping[str, str] = MappingProxyType(
         "graph_code": "each captured FX graph, as Python code",
         "graph_breaks": "each graph break, with its reason and file:line",
         "recompiles": "each recompilation, with the guard that failed",
+        "dynamic": "dimensions made symbolic, and the guards on symbolic sizes",
         "output_code": "the generated kernels and wrapper code",
         "aot_graphs": "the forward and backward aten graphs of the AOT stage",
         "cudagraphs": "CUDA graph recordings, re-recordings and reasons for not graphing",

@@ -30,6 +30,7 @@ from framejit.frontend.variables.containers import (
 )
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from framejit.frontend.variables.objects import NewObjectVariable, NNModuleVariable
+from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 # Mutable objects made in the frame: rebuilt once per transformed code, then reloaded.
@@ -150,7 +151,7 @@ class CodeGen:
         """Push the value `vt` stands for. An object made in the frame is built once and then
         reloaded, so two references to it stay one object. `wrap_function` replaces a plain
         user function by what it returns (a graph break's callee, compiled on its own)."""
-        if isinstance(vt, TensorVariable) and vt.node in self.output_index:
+        if isinstance(vt, (TensorVariable, SymNodeVariable)) and vt.node in self.output_index:
             self._emit(Instr("LOAD_FAST", GRAPH_OUT))
             self.load_const(self.output_index[vt.node])
             self.subscr()

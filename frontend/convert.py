@@ -33,6 +33,7 @@ from framejit.frontend.breaks import (
     stack_kind,
 )
 from framejit.frontend.codegen import CodeGen, argnames_of
+from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import Source
@@ -52,6 +53,7 @@ from framejit.frontend.variables.functions import (
     UserMethodVariable,
 )
 from framejit.frontend.variables.objects import NewObjectVariable
+from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import CacheEntry, Guard, GuardKind, compile_guards
 
@@ -84,17 +86,22 @@ def compile_frame(
     backend: Any,
     fullgraph: bool = False,
     wrap_resume: Callable[[types.FunctionType], Any] | None = None,
+    dynamic: bool | None = False,
+    cache: Any = None,
 ) -> CompileResult:
     """Trace `fn`'s code for the frame arguments `args` (co_varnames order) and compile it.
 
     `wrap_resume` receives each resume function (and each callee a break runs for real) and
     returns what the transformed code should call instead: `jit` of it, so it is compiled when
     it runs. None: no graph breaks, a frame that cannot be captured whole runs eagerly.
+    `dynamic` is jit's option (frontend/dynamic.py); `cache` is the code's CodeCache, whose
+    history of input sizes drives automatic dynamic shapes.
     """
     start = time.perf_counter()
     code = fn.__code__
     argnames = argnames_of(code)
-    output = OutputGraph(fn, dict(zip(argnames, args)))
+    frame_args = dict(zip(argnames, args))
+    output = OutputGraph(fn, frame_args, DynamicInputs(dynamic, cache, frame_args))
     tx = root_translator(code, fn, output, argnames)
     tx.breaks_allowed = wrap_resume is not None and not fullgraph
     grad_at_entry = torch.is_grad_enabled()
@@ -149,7 +156,7 @@ def _eager_entry(
     argnames: tuple[str, ...],
     reason: Unsupported | None,
 ) -> CacheEntry:
-    guards = [*output.guards, _global_state_guard(output)]
+    guards = [*output.guards, *output.shape_guards(), _global_state_guard(output)]
     compiled = compile_guards(guards, argnames, name=f"guard_{fn.__code__.co_name}_eager")
     return CacheEntry(compiled, fn, fn.__code__, [], [reason] if reason else [])
 
@@ -162,8 +169,9 @@ def _global_state_guard(output: OutputGraph) -> Guard:
 
 
 def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
-    """Tensors in the return value that the graph must return (not inputs returned as-is)."""
-    if isinstance(vt, TensorVariable):
+    """Tensors in the return value that the graph must return (not inputs returned as-is), and
+    symbolic sizes (returned by the graph rather than pinned to the traced value)."""
+    if isinstance(vt, (TensorVariable, SymNodeVariable)):
         if vt.source is None and all(o.node is not vt.node for o in out):
             out.append(vt)
     elif isinstance(vt, ListVariable) and not vt.contents_read:
@@ -232,7 +240,7 @@ def _entry(
     graphs: list[CapturedGraph],
 ) -> CacheEntry:
     new_code = cg.finish()
-    guards = [_global_state_guard(output), *output.guards]
+    guards = [_global_state_guard(output), *output.guards, *output.shape_guards()]
     aliasing = output.aliasing_guard()
     if aliasing is not None:
         guards.append(aliasing)

@@ -301,7 +301,7 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
     settings = current_settings()
     backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)
     start = time.perf_counter()
-    result = compile_frame(fn, args, backend, False)
+    result = compile_frame(fn, args, backend, False, dynamic=config.dynamic, cache=cache)
     summary.compile_seconds += time.perf_counter() - start
     entry = result.entry
     if not result.graphs and not result.break_reasons and not cache.entries:

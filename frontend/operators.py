@@ -30,7 +30,20 @@ from framejit.frontend.variables.objects import (
     NewObjectVariable,
     UserObjectVariable,
 )
+from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
+
+_NUMBERS = (int, float, bool)
+
+
+def _symbolic_operands(a: VariableTracker, b: VariableTracker) -> bool:
+    """One operand a symbolic size and the other one too, or a plain number."""
+    if not (isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable)):
+        return False
+    other = b if isinstance(a, SymNodeVariable) else a
+    return isinstance(other, SymNodeVariable) or (
+        isinstance(other, ConstantVariable) and type(other.value) in _NUMBERS
+    )
 
 
 class OperatorsMixin:
@@ -38,6 +51,8 @@ class OperatorsMixin:
     def binary_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return self.output.call_op("call_function", op, [a, b], {})
+        if _symbolic_operands(a, b):
+            return self._sym_op(op, [a, b])
         if a.is_constant() and b.is_constant():
             try:
                 return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
@@ -88,6 +103,8 @@ class OperatorsMixin:
     def compare_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return self.output.call_op("call_function", op, [a, b], {})
+        if _symbolic_operands(a, b):
+            return self._sym_op(op, [a, b])
         if a.is_constant() and b.is_constant():
             return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
         if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
@@ -101,13 +118,34 @@ class OperatorsMixin:
     def unary_op(self, op: Any, a: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable):
             return self.output.call_op("call_function", op, [a], {})
+        if isinstance(a, SymNodeVariable) and op is not operator.not_:
+            return self._sym_op(op, [a])
         if a.is_constant():
             return self.wrap_constant_result(op(a.as_constant()))
         raise Unsupported("unsupported_object", f"{_symbol(op)}{a.type_name()}")
 
+    def _sym_op(self, op: Any, args: list[VariableTracker]) -> VariableTracker:
+        """Arithmetic or a comparison on symbolic sizes: a graph node (see variables/symbolic.py);
+        an operation SymInts do not support specializes its operands instead."""
+        try:
+            return self.output.sym_op(op, args)
+        except (TypeError, NotImplementedError):
+            values = [a.as_constant() for a in args]
+            try:
+                return self.wrap_constant_result(op(*values))
+            except Exception as exc:
+                raise Unsupported(
+                    "exception", f"{op.__name__} on constants", f"raises {exc!r}"
+                ) from None
+
     def is_op(self, a: VariableTracker, b: VariableTracker) -> bool:
         if a is b:
             return True
+        if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
+            other = b if isinstance(a, SymNodeVariable) else a
+            if not (isinstance(other, SymNodeVariable) or other.is_constant()):
+                return False
+            return a.as_constant() is b.as_constant()
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
             self.output.identity_sensitive = True
             return a.node is b.node

@@ -16,6 +16,13 @@ from typing import Any
 
 import torch
 import torch.fx
+from framejit.frontend.dynamic import (
+    DynamicInputs,
+    ShapeCheck,
+    dynamic_fake,
+    new_shape_env,
+    shape_guard_checks,
+)
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import SideEffects
 from framejit.frontend.sources import (
@@ -30,6 +37,16 @@ from framejit.frontend.sources import (
     is_module_state,
 )
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.containers import TupleVariable
+from framejit.frontend.variables.symbolic import (
+    SYM_TYPES,
+    SizeVariable,
+    SymNodeVariable,
+    contains_symbolic,
+    has_sym_type,
+    is_symbolic,
+    specialize,
+)
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GlobalState, Guard, GuardKind
 from torch._subclasses.fake_tensor import (
@@ -38,13 +55,18 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
 )
 
+from framejit import logs
+
 
 class OutputGraph:
-    def __init__(self, fn: Any, args: dict[str, Any]) -> None:
+    def __init__(self, fn: Any, args: dict[str, Any], dynamic: DynamicInputs | None = None) -> None:
         self.fn = fn  # the function whose frame is traced: its globals and closure
         self.frame_args = args  # name -> real value of every argument of the frame
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        # Symbolic sizes (frontend/dynamic.py): a ShapeEnv only when this frame may need one.
+        self.dynamic = dynamic if dynamic is not None else DynamicInputs(False, None, {})
+        self.shape_env = new_shape_env() if self.dynamic.wanted else None
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
         self.placeholders: list[tuple[Source, torch.fx.Node]] = []
         self.input_values: list[Any] = []  # real tensors, for the backend's example inputs
         self._by_source: dict[Source, TensorVariable] = {}
@@ -94,7 +116,13 @@ class OutputGraph:
         self.guards.append(Guard(source, kind, expected, origin))
 
     # --- inputs ---------------------------------------------------------------------------------
-    def add_input(self, source: Source, value: torch.Tensor) -> TensorVariable:
+    def input_dims(self, source: Source, value: torch.Tensor) -> frozenset[int]:
+        """The dimensions of input `value` that will be symbolic (call before add_input)."""
+        return self.dynamic.dims_for(source, value, self.shape_env)
+
+    def add_input(
+        self, source: Source, value: torch.Tensor, dims: frozenset[int] = frozenset()
+    ) -> TensorVariable:
         existing = self._by_source.get(source)
         if existing is not None:
             return existing
@@ -108,14 +136,23 @@ class OutputGraph:
         with ctx:
             node = self.graph.placeholder(self._unique_name(source.short_name()))
         self.created.append(node)
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        if dims:
+            sizes = [
+                self.dynamic.make_size(self.shape_env, source, d, n) if d in dims else n
+                for d, n in enumerate(value.shape)
+            ]
+            fake = dynamic_fake(self.fake_mode, value, sizes)
+            logs.artifact(
+                "dynamic",
+                lambda: f"{source}: dims {sorted(dims)} symbolic: {tuple(fake.shape)}",
+            )
+        else:
+            fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["val"] = fake
         node.meta["source"] = str(source)
         # Parameters and buffers: their storage stays put between calls (a backend may record
         # their addresses, as CUDA graph trees do).
-        node.meta["static_input"] = isinstance(value, torch.nn.Parameter) or is_module_state(
-            source
-        )
+        node.meta["static_input"] = isinstance(value, torch.nn.Parameter) or is_module_state(source)
         vt = TensorVariable(node, fake, type(value), source)
         self.placeholders.append((source, node))
         self.input_values.append(value)
@@ -182,7 +219,9 @@ class OutputGraph:
             node.meta["val"] = None
             self.identity_sensitive = True
             return ConstantVariable(None)
-        if not _contains_tensor(result):
+        if not _contains_tensor(result) and not contains_symbolic(result):
+            if has_sym_type(result):  # SymInts that are known constants
+                result = specialize(result)
             if _is_plain_constant(result):
                 return ConstantVariable(result)
             raise Unsupported("unsupported_call", f"{label} returning {type(result).__name__}")
@@ -206,11 +245,18 @@ class OutputGraph:
         if isinstance(value, torch.Tensor):
             node.meta["val"] = value
             return TensorVariable(node, value)
+        if type(value) in SYM_TYPES:
+            node.meta["val"] = value
+            return (
+                SymNodeVariable(node, value)
+                if is_symbolic(value)
+                else ConstantVariable(specialize(value))
+            )
         if isinstance(value, (tuple, list)):
             node.meta["val"] = value
             items: list[VariableTracker] = []
             for i, v in enumerate(value):
-                if isinstance(v, (torch.Tensor, tuple, list)):
+                if isinstance(v, (torch.Tensor, tuple, list)) or is_symbolic(v):
                     item = self.graph.call_function(operator.getitem, (node, i))
                     self.created.append(item)
                     items.append(self._wrap_result(item, v))
@@ -218,12 +264,56 @@ class OutputGraph:
                     items.append(ConstantVariable(v))
             if _is_structseq(type(value)):
                 return NamedTupleVariable(type(value), items)
+            if isinstance(value, torch.Size):
+                return SizeVariable(items)
             if isinstance(value, list):
                 from framejit.frontend.variables.containers import ListVariable
 
                 return ListVariable(items)
             return TupleVariable(items)
         raise Unsupported("unsupported_call", f"an op returning {type(value).__name__}")
+
+    # --- symbolic sizes -------------------------------------------------------------------------
+    def _sym_node(self, target: Any, args: tuple[Any, ...], value: Any) -> VariableTracker:
+        if not is_symbolic(value):
+            return ConstantVariable(specialize(value))
+        node = self.graph.call_function(target, args)
+        self.created.append(node)
+        node.meta["val"] = value
+        return SymNodeVariable(node, value)
+
+    def tensor_size(self, t: TensorVariable, dim: int | None = None) -> VariableTracker:
+        """`t.size(dim)` / `t.size()`: constants where static, graph nodes where symbolic."""
+        if dim is None:
+            if not contains_symbolic(tuple(t.fake.shape)):
+                return ConstantVariable(specialize(t.fake.shape))
+            return SizeVariable([self.tensor_size(t, d) for d in range(t.fake.dim())])
+        dim = dim % max(t.fake.dim(), 1)
+        return self._sym_node(torch.ops.aten.sym_size.int, (t.node, dim), t.fake.size(dim))
+
+    def tensor_numel(self, t: TensorVariable) -> VariableTracker:
+        return self._sym_node(torch.ops.aten.sym_numel.default, (t.node,), t.fake.numel())
+
+    def tensor_stride(self, t: TensorVariable, dim: int | None = None) -> VariableTracker:
+        if dim is None:
+            if not contains_symbolic(t.fake.stride()):
+                return ConstantVariable(specialize(t.fake.stride()))
+            return TupleVariable([self.tensor_stride(t, d) for d in range(t.fake.dim())])
+        dim = dim % max(t.fake.dim(), 1)
+        return self._sym_node(torch.ops.aten.sym_stride.int, (t.node, dim), t.fake.stride(dim))
+
+    def sym_op(self, op: Any, args: list[VariableTracker]) -> VariableTracker:
+        """`op(*args)` on symbolic ints (and constants): a graph node, or a constant when the
+        result does not depend on a symbol."""
+        values = [a.value if isinstance(a, SymNodeVariable) else a.as_constant() for a in args]
+        value = op(*values)
+        return self._sym_node(op, tuple(_to_node(a) for a in args), value)
+
+    def erase_if_unused(self, vt: VariableTracker) -> None:
+        """Drop a symbolic node nothing uses (a condition the translator already decided)."""
+        if isinstance(vt, SymNodeVariable) and not vt.node.users and vt.node in self.created:
+            self.created.remove(vt.node)
+            self.graph.erase_node(vt.node)
 
     # --- rewinding (graph breaks) ---------------------------------------------------------------
     def checkpoint(self) -> tuple[int, ...]:
@@ -253,6 +343,13 @@ class OutputGraph:
         }
 
     # --- finishing --------------------------------------------------------------------------------
+    def shape_guards(self) -> list[Guard]:
+        """SHAPE_EXPR guards: everything the trace relied on about symbolic sizes."""
+        checks: list[tuple[ShapeCheck, str]] = shape_guard_checks(
+            self.shape_env, self.dynamic.symbols
+        )
+        return [Guard(None, GuardKind.SHAPE_EXPR, c, origin) for c, origin in checks]
+
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
 
@@ -295,6 +392,8 @@ def _convert(vt: VariableTracker, fake: bool) -> Any:
 
     if isinstance(vt, TensorVariable):
         return vt.fake if fake else vt.node
+    if isinstance(vt, SymNodeVariable):
+        return vt.value if fake else vt.node
     if isinstance(vt, ConstantVariable):
         return vt.value
     if isinstance(vt, TupleVariable):

@@ -4,7 +4,9 @@
 // parameters make that the bulk of a guard check. Here one call compares the exact Python type,
 // dtype, device, sizes, strides, requires_grad and the full dispatch key set (which covers
 // inference-mode, conjugate and negative bits) of a tensor against a spec taken from the tensor
-// the graph was traced with.
+// the graph was traced with. With dynamic shapes, spec(tensor, dims) leaves the sizes of `dims`
+// unchecked (they are symbolic: SHAPE_EXPR guards check them) and checks contiguity instead of
+// exact strides.
 //
 // Invariant: check(t, spec) is True only if every one of those facts is equal. It never raises
 // for a non-tensor argument (it returns False). Built against one torch version: the Python side
@@ -29,6 +31,7 @@ struct Spec {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   bool requires_grad;
+  bool dynamic;  // some sizes are -1 (any); strides are not compared, contiguity is
   c10::DispatchKeySet keys;
 };
 
@@ -42,8 +45,14 @@ void spec_dealloc(PyObject* self) {
 
 PyTypeObject SpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// spec(tensor) -> Spec describing it. Raises TypeError for non-tensors or non-strided layouts.
-PyObject* make_spec(PyObject* /*module*/, PyObject* arg) {
+// spec(tensor[, dynamic_dims]) -> Spec describing it. Raises TypeError for non-tensors,
+// non-strided layouts, or dynamic_dims that is not a tuple of in-range ints.
+PyObject* make_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "spec(tensor[, dynamic_dims])");
+    return nullptr;
+  }
+  PyObject* arg = args[0];
   if (!THPVariable_Check(arg)) {
     PyErr_SetString(PyExc_TypeError, "spec() expects a tensor");
     return nullptr;
@@ -63,6 +72,26 @@ PyObject* make_spec(PyObject* /*module*/, PyObject* arg) {
   new (&s->device) c10::Device(t.device());
   s->requires_grad = t.requires_grad();
   s->keys = t.key_set();
+  s->dynamic = false;
+  if (nargs == 2) {
+    PyObject* dims = args[1];
+    if (!PyTuple_Check(dims)) {
+      Py_DECREF(reinterpret_cast<PyObject*>(s));
+      PyErr_SetString(PyExc_TypeError, "spec(): dynamic_dims must be a tuple of ints");
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dims); ++i) {
+      long d = PyLong_AsLong(PyTuple_GET_ITEM(dims, i));
+      if ((d == -1 && PyErr_Occurred()) || d < 0 || static_cast<size_t>(d) >= s->sizes.size()) {
+        Py_DECREF(reinterpret_cast<PyObject*>(s));
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "spec(): dynamic_dims out of range");
+        return nullptr;
+      }
+      s->sizes[d] = -1;
+      s->dynamic = true;
+    }
+  }
   return reinterpret_cast<PyObject*>(s);
 }
 
@@ -76,6 +105,12 @@ inline bool matches(PyObject* obj, const Spec* s) {
   auto sizes = t.sizes();
   auto strides = t.strides();
   if (sizes.size() != s->sizes.size()) return false;
+  if (s->dynamic) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (s->sizes[i] != -1 && sizes[i] != s->sizes[i]) return false;
+    }
+    return t.is_contiguous();
+  }
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] != s->sizes[i] || strides[i] != s->strides[i]) return false;
   }
@@ -94,7 +129,8 @@ PyObject* check(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyMethodDef methods[] = {
-    {"spec", make_spec, METH_O, "spec(tensor) -> the facts check() compares"},
+    {"spec", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_spec)), METH_FASTCALL,
+     "spec(tensor[, dynamic_dims]) -> the facts check() compares"},
     {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(check)), METH_FASTCALL,
      "check(tensor, spec) -> True if the tensor matches the spec"},
     {nullptr, nullptr, 0, nullptr}};

@@ -50,7 +50,22 @@ class CompiledGuards:
         actual = ""
         if guard.source is not None:
             actual = f"; actual: {_describe_actual(guard, fn, args, self.argnames)}"
+        elif guard.kind is GuardKind.SHAPE_EXPR:
+            actual = "; actual: " + ", ".join(
+                f"{src}.size()[{dim}] = {_eval(src, fn, args, self.argnames, f'.size()[{dim}]')}"
+                for src, dim in dict.fromkeys(guard.expected.sizes)
+            )
         return f"{guard}{where}{actual}"
+
+
+def _eval(src: Source, fn: Any, args: Sequence[Any], argnames: Sequence[str], tail: str) -> str:
+    scope = {guard_param(n): v for n, v in zip(argnames, args)}
+    scope["F"] = fn
+    scope["G"] = getattr(fn, "__globals__", {})
+    try:
+        return repr(eval(src.guard_expr() + tail, scope))
+    except Exception as exc:  # the value cannot even be reached
+        return f"<{type(exc).__name__}: {exc}>"
 
 
 def _describe_actual(guard: Guard, fn: Any, args: Sequence[Any], argnames: Sequence[str]) -> str:
@@ -85,6 +100,7 @@ _COST = {
     GuardKind.TENSOR_MATCH: 3,
     GuardKind.DUPLICATE_INPUT: 3,
     GuardKind.NO_ALIASING: 4,
+    GuardKind.SHAPE_EXPR: 4,
 }
 
 
@@ -115,6 +131,8 @@ def _sources_of(g: Guard) -> list[Source]:
         out.append(g.expected)
     elif g.kind is GuardKind.NO_ALIASING:
         out.extend(g.expected)
+    elif g.kind is GuardKind.SHAPE_EXPR:
+        out.extend(src for src, _ in g.expected.sizes)
     return out
 
 

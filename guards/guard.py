@@ -47,6 +47,7 @@ class GuardKind(enum.Enum):
     GLOBAL_STATE = "GLOBAL_STATE"  # grad mode, autocast, default dtype, determinism
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
     NO_ALIASING = "NO_ALIASING"  # the tensors at these sources are distinct objects
+    SHAPE_EXPR = "SHAPE_EXPR"  # a fact about symbolic sizes: `x.size()[0] == y.size()[1]`
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
@@ -67,23 +68,33 @@ class TensorMeta:
     neg: bool
     # The same facts (plus the full dispatch key set) for the C++ check; None without it.
     spec: Any = field(default=None, compare=False, repr=False)
+    # Symbolic dimensions (dynamic shapes): their sizes are not pinned here but by SHAPE_EXPR
+    # guards, and the strides by contiguity (only contiguous inputs get symbolic sizes).
+    dynamic: tuple[int, ...] = ()
 
     @staticmethod
-    def of(t: torch.Tensor) -> TensorMeta:
+    def of(t: torch.Tensor, dynamic: tuple[int, ...] = ()) -> TensorMeta:
         spec = None
         if _tensor_check is not None and t.layout == torch.strided:
-            spec = _tensor_check.spec(t)
+            try:
+                spec = _tensor_check.spec(t, dynamic) if dynamic else _tensor_check.spec(t)
+            except TypeError:  # built before symbolic sizes existed: the Python check runs
+                spec = None
+        shape = tuple(t.shape)
+        if dynamic:
+            shape = tuple(None if d in dynamic else n for d, n in enumerate(shape))
         return TensorMeta(
             type=type(t),
             dtype=t.dtype,
             device=t.device,
-            shape=tuple(t.shape),
-            stride=tuple(t.stride()),
+            shape=shape,  # type: ignore[arg-type]
+            stride=() if dynamic else tuple(t.stride()),
             requires_grad=t.requires_grad,
             inference=t.is_inference(),
             conj=t.is_conj(),
             neg=t.is_neg(),
             spec=spec,
+            dynamic=tuple(sorted(dynamic)),
         )
 
 
@@ -132,11 +143,17 @@ class Guard:
                 for k, v in (("inference", m.inference), ("conj", m.conj), ("neg", m.neg))
                 if v
             )
+            if m.dynamic:
+                size = "(" + ", ".join("*" if n is None else str(n) for n in m.shape)
+                layout = f"size={size}{',' if len(m.shape) == 1 else ''}), contiguous=True"
+            else:
+                layout = f"size={m.shape}, stride={m.stride}"
             return (
                 f"check_tensor({self.source}, {m.type.__name__}, {m.dtype}, {m.device!r}, "
-                f"size={m.shape}, stride={m.stride}, requires_grad={m.requires_grad}"
-                f"{extra})"
+                f"{layout}, requires_grad={m.requires_grad}{extra})"
             )
+        if self.kind is GuardKind.SHAPE_EXPR:
+            return self.expected.render(str)
         if self.kind is GuardKind.GLOBAL_STATE:
             st = self.expected
             autocast = "".join(
@@ -185,6 +202,8 @@ class Guard:
         if kind is GuardKind.NO_ALIASING:
             ids = ", ".join(f"id({render(src)})" for src in exp)
             return f"len({{{ids}}}) == {len(exp)}"
+        if kind is GuardKind.SHAPE_EXPR:
+            return exp.render(render)
         raise AssertionError(kind)
 
 
@@ -211,12 +230,16 @@ def _constant_check(x: str, value: Any, const: Callable[[Any], str]) -> str:
 def _tensor_match(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
     if m.spec is not None and cpp_tensor_guards():
         return f"{const(_tensor_check.check)}({x}, {const(m.spec)})"
+    if m.dynamic:
+        static = [f"{x}.size({d}) == {n}" for d, n in enumerate(m.shape) if n is not None]
+        layout = [f"{x}.dim() == {len(m.shape)}", *static, f"{x}.is_contiguous()"]
+    else:
+        layout = [f"{x}.shape == {m.shape!r}", f"{x}.stride() == {m.stride!r}"]
     parts = [
         f"type({x}) is {const(m.type)}",
         f"{x}.dtype is {const(m.dtype)}",
         f"{x}.device == {const(m.device)}",
-        f"{x}.shape == {m.shape!r}",
-        f"{x}.stride() == {m.stride!r}",
+        *layout,
         f"{x}.requires_grad is {m.requires_grad}",
         f"{x}.is_inference() is {m.inference}",
     ]

@@ -45,9 +45,11 @@ def tensor_guard_language(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     return request.param
 
 
-def jit_counted(fn: Any) -> tuple[Any, CompileCounter]:
+def jit_counted(fn: Any, dynamic: bool | None = False) -> tuple[Any, CompileCounter]:
+    """Static shapes by default: these tests count one compile per distinct input metadata
+    (automatic dynamic shapes are tested in test_dynamic.py)."""
     counter = CompileCounter()
-    return framejit.jit(fn, backend=counter), counter
+    return framejit.jit(fn, backend=counter, dynamic=dynamic), counter
 
 
 def assert_same(got: Any, want: Any) -> None:

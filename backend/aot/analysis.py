@@ -29,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -105,8 +106,57 @@ def _layout(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
-def analyze(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> GraphInfo:
-    """Run `gm` on FakeTensor copies of `example_inputs` under the current grad mode."""
+FakeInputs = Callable[[], tuple[Any, list[Any]]]
+
+
+def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> FakeInputs | None:
+    """For a graph with symbolic sizes (dynamic shapes): a function returning
+    `(fake_mode, fakes)`, fresh FakeTensors for `example_inputs` with the sizes the frontend
+    gave the placeholders, in the frontend's FakeTensorMode (whose ShapeEnv records what the
+    stage assumes about sizes, so the frontend's guards include it). None for static graphs."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(vals) != len(example_inputs) or not any(_has_symbols(v) for v in vals):
+        return None
+    mode = next(v.fake_mode for v in vals if _has_symbols(v))
+
+    def make() -> tuple[Any, list[Any]]:
+        fakes: list[Any] = []
+        first: dict[int, int] = {}
+        for i, (real, val) in enumerate(zip(example_inputs, vals)):
+            if not isinstance(real, torch.Tensor):
+                fakes.append(real)
+            elif id(real) in first:  # the same tensor twice: the same fake
+                fakes.append(fakes[first[id(real)]])
+            else:
+                first[id(real)] = i
+                with mode:
+                    fake = torch.empty_strided(
+                        val.shape, val.stride(), dtype=val.dtype, device=val.device
+                    )
+                fakes.append(fake.requires_grad_(val.requires_grad))
+        return mode, fakes
+
+    return make
+
+
+def _has_symbols(value: Any) -> bool:
+    if not isinstance(value, torch.Tensor):
+        return False
+    return any(isinstance(n, torch.SymInt) for n in (*value.shape, *value.stride()))
+
+
+def _fakes(example_inputs: list[Any], symbolic: FakeInputs | None) -> tuple[Any, list[Any]]:
+    if symbolic is not None:
+        return symbolic()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return mode, [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+
+
+def analyze(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: FakeInputs | None = None
+) -> GraphInfo:
+    """Run `gm` on FakeTensor copies of `example_inputs` under the current grad mode
+    (`symbolic`: the inputs' symbolic fakes, see `symbolic_inputs`)."""
     unique: list[int] = []
     first: dict[int, int] = {}
     for i, value in enumerate(example_inputs):
@@ -114,8 +164,7 @@ def analyze(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> GraphInfo:
             first[id(value)] = i
             unique.append(i)
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+    mode, fakes = _fakes(example_inputs, symbolic)
     versions = {i: fakes[i]._version for i in unique}
     layouts = {i: _layout(fakes[i]) for i in unique}
     recorder = _Recorder(gm)
@@ -131,7 +180,7 @@ def analyze(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> GraphInfo:
     for i in unique:
         if _layout(fakes[i]) != layouts[i]:
             info.fallback = f"input {i} has its sizes or strides changed in place"
-    mutations = _functional_mutations(gm, example_inputs, unique)
+    mutations = _functional_mutations(gm, example_inputs, unique, symbolic)
     for i in unique:
         if fakes[i]._version != versions[i] and i not in mutations:
             mutations[i] = fakes[i].detach()
@@ -156,6 +205,9 @@ def analyze(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> GraphInfo:
 
     pending_views: list[tuple[int, torch.Tensor]] = []
     for position, (arg, value) in enumerate(zip(out_args, results)):
+        if isinstance(value, torch.SymInt) and isinstance(arg, torch.fx.Node):
+            info.outputs.append(OutputSpec("graph", compute(arg, value)))  # a symbolic size
+            continue
         if not isinstance(value, torch.Tensor):
             info.outputs.append(OutputSpec("constant", value=value))
             continue
@@ -189,13 +241,15 @@ def analyze(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> GraphInfo:
 
 
 def _functional_mutations(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], unique: list[int]
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    unique: list[int],
+    symbolic: FakeInputs | None,
 ) -> dict[int, torch.Tensor]:
     """Inputs that functionalization sees written (version counters miss some, e.g. the running
     stats of `native_batch_norm`), with a FakeTensor of each new value carrying its
     `requires_grad`."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+    mode, fakes = _fakes(example_inputs, symbolic)
     wrapped = list(fakes)
     for i, value in enumerate(fakes):
         if isinstance(value, torch.Tensor):

@@ -29,7 +29,12 @@ from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.aot.analysis import GraphInfo, analyze, graph_with_outputs
+from framejit.backend.aot.analysis import (
+    GraphInfo,
+    analyze,
+    graph_with_outputs,
+    symbolic_inputs,
+)
 from framejit.backend.aot.partition import partition
 from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
 from framejit.backend.aot.trace import trace_inference, trace_joint
@@ -93,7 +98,12 @@ def aot_compile(
 def _compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
 ) -> Callable[..., Any]:
-    info = analyze(gm, example_inputs)
+    symbolic = symbolic_inputs(gm, example_inputs)
+    info = analyze(gm, example_inputs, symbolic)
+    if info.fallback is None and symbolic is not None:
+        views = [o.kind for o in info.outputs if o.kind in ("input_view", "graph_view")]
+        if views:  # rebuilt with as_strided from sizes known at compile time only
+            info.fallback = f"an output is a view ({views[0]}) and its sizes are symbolic"
     if info.fallback is not None:
         log.info("aot: running the captured graph as it is: %s", info.fallback)
         return gm.forward
@@ -107,8 +117,12 @@ def _compile(
         """The captured graph on deduplicated tensor inputs, returning the computed values."""
         return user(*[v if k is None else unique[k] for v, k in zip(example_inputs, spread)])
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(example_inputs[i]) for i in info.unique]
+    if symbolic is not None:  # the frontend's symbolic sizes, in its FakeTensorMode
+        mode, all_fakes = symbolic()
+        fakes = [all_fakes[i] for i in info.unique]
+    else:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fakes = [mode.from_tensor(example_inputs[i]) for i in info.unique]
     # Which unique inputs are parameters/buffers (the frontend's `static_input` placeholder
     # meta), handed on to the aten graphs for CUDA graph trees: see _mark_static_inputs.
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -118,7 +132,9 @@ def _compile(
     differentiable = [
         k
         for k, v in enumerate(forward_values)
-        if v.requires_grad and (v.is_floating_point() or v.is_complex())
+        if isinstance(v, torch.Tensor)
+        and v.requires_grad
+        and (v.is_floating_point() or v.is_complex())
     ]
     if not (torch.is_grad_enabled() and differentiable):
         graph = trace_inference(fn, fakes, mutated, mode)

@@ -62,8 +62,10 @@ class Partition:
 
 
 def _nbytes(value: Any) -> int | None:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
+    if isinstance(value, torch.Tensor):  # symbolic sizes count at their traced values
+        return _hint(value.numel()) * value.element_size()
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+        return 8  # a size (dynamic shapes): saving it is cheap
     return None
 
 
@@ -73,7 +75,7 @@ def _recomputable(node: torch.fx.Node) -> bool:
     if node.op != "call_function":
         return False
     name = op_name(node.target)
-    if name == "operator.getitem":
+    if name == "operator.getitem" or _is_size_op(node):
         return True
     if name in RANDOM_OPS:
         return False
@@ -83,6 +85,20 @@ def _recomputable(node: torch.fx.Node) -> bool:
     if isinstance(target, torch._ops.OpOverload):
         return torch.Tag.pointwise in target.tags or target.is_view
     return False
+
+
+def _hint(n: Any) -> int:
+    """A size's value in the trace (its hint, for symbolic sizes)."""
+    if isinstance(n, torch.SymInt):
+        hint = n.node.hint
+        return int(hint) if hint is not None else 1 << 20
+    return int(n)
+
+
+def _is_size_op(node: torch.fx.Node) -> bool:
+    """Arithmetic on symbolic sizes, or reading one (`sym_size`, `sym_numel`, ...)."""
+    value = node.meta.get("val")
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def _ancestors(outputs: Iterable[Any], stop: set[torch.fx.Node]) -> set[torch.fx.Node]:

@@ -121,8 +121,15 @@ class _CompiledFunction(torch.autograd.Function):
         saved = results[runner.num_forward_outputs :]
         if runner.mutated_inputs:  # the epilogue writes these: save their values, not them
             written = {inputs[i].untyped_storage().data_ptr() for i in runner.mutated_inputs}
-            saved = [s.clone() if s.untyped_storage().data_ptr() in written else s for s in saved]
-        ctx.save_for_backward(*saved)
+            saved = [
+                s.clone()
+                if isinstance(s, torch.Tensor) and s.untyped_storage().data_ptr() in written
+                else s
+                for s in saved
+            ]
+        # Sizes saved for the backward (dynamic shapes) are ints: kept on ctx, not saved tensors.
+        ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+        ctx.scalars = [(k, s) for k, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
         ctx.runner = runner
         ctx.mark_non_differentiable(
             *[outputs[i] for i in runner.non_differentiable if isinstance(outputs[i], torch.Tensor)]
@@ -132,8 +139,11 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
         create_graph = torch.is_grad_enabled()
+        saved = list(ctx.saved_tensors)
+        for k, value in ctx.scalars:
+            saved.insert(k, value)
         with torch.no_grad():
-            input_grads = ctx.runner.run_backward(ctx.saved_tensors, grads)
+            input_grads = ctx.runner.run_backward(saved, grads)
         if create_graph:
             input_grads = _not_differentiable(input_grads)
         return (None, *input_grads)

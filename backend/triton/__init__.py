@@ -7,6 +7,8 @@ A named, linear pipeline, each step printable (golden tests compare the text):
     codegen   (codegen.py)                    one Python module: Triton kernels + `call` wrapper
     load      (cache.py)                      written under config.cache_dir, keyed by source
 
+Graphs with symbolic sizes are compiled per distinct size at call time (symbolic.py).
+
 `compile_graph(gm, example_inputs)` is the `inner` backend the AOT stage calls for each aten
 graph (the registry's `triton` backend is `aot_compile(gm, inputs, compile_graph)`).
 `stages(gm)` returns every step's text, for debugging and tests.
@@ -88,6 +90,8 @@ def compile_graph(
     `options`: `{"max_autotune": bool}` (default: from `framejit.config`)."""
     from framejit.backend.triton import cache
     from framejit.backend.triton.lower import NotLowered
+    from framejit.backend.triton.symbolic import Specializing, _binding, is_symbolic
+    from torch._subclasses.fake_tensor import FakeTensor
 
     devices = {str(v.device) for v in example_inputs if isinstance(v, torch.Tensor)}
     problem = _triton_problem()
@@ -100,6 +104,19 @@ def compile_graph(
             import triton.runtime.interpreter  # noqa: F401
         except Exception as e:
             return _fallback(gm, f"Triton's interpreter cannot be imported ({e})")
+    if is_symbolic(gm):
+        hint = "symbolic sizes: compiled per distinct size at call time (kernels taking sizes as "
+        hint += "arguments are not built yet)"
+        logs.artifact("perf_hints", f"triton: {hint}")
+        specializing = Specializing(
+            gm,
+            lambda static, inputs: compile_graph(static, inputs, options),
+            lambda text: logs.artifact("perf_hints", f"triton: {text}"),
+        )
+        real = [a for a in example_inputs if isinstance(a, torch.Tensor)]
+        if real and not any(isinstance(a, FakeTensor) for a in real):
+            specializing.specialize(tuple(example_inputs), _binding(tuple(example_inputs)))
+        return specializing
     try:
         lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
     except NotLowered as e:

@@ -737,7 +737,9 @@ def _wrapper(
         constants.append(value)
         return f"CONSTANTS[{len(constants) - 1}]"
 
-    w.line(f"def call({', '.join(n.name for n in inputs)}):")
+    names = {n.position: n.name for n in inputs}
+    params = [names.get(k, f"_unused{k}") for k in range(graph.arity)]
+    w.line(f"def call({', '.join(params)}):")
     with w.indent():
         if graph.seeds:
             # One Philox seed per random node and call, drawn from torch's CPU generator (so

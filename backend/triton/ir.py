@@ -550,6 +550,8 @@ class LoopGraph:
     device: str = "cpu"
     # Random nodes draw from Philox with seeds `seed0 .. seed{seeds - 1}`, new each call.
     seeds: int = 0
+    # How many positional inputs `call` takes (unused non-tensor ones have no InputBuffer).
+    arity: int = 0
 
     def __str__(self) -> str:
         lines = [str(n) for n in self.nodes]

@@ -170,9 +170,14 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
     position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            val = node.meta["val"]
+            val = node.meta.get("val")
             if not isinstance(val, torch.Tensor):
-                raise NotLowered(f"input {node.name} is not a tensor")
+                if node.users:
+                    raise NotLowered(f"input {node.name} is not a tensor")
+                position += 1  # an unused number (a size the graph was specialized to)
+                continue
+            if any(isinstance(d, torch.SymInt) for d in (*val.shape, *val.stride())):
+                raise NotLowered(f"input {node.name} has symbolic sizes")
             ctx.graph.device = str(val.device)
             buf = InputBuffer(node.name, tuple(val.shape), tuple(val.stride()), val.dtype, position)
             position += 1
@@ -192,6 +197,7 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
         val = node.meta["val"]
         if isinstance(val, torch.Tensor) and str(val.device) != "meta":
             ctx.graph.device = str(val.device)
+    ctx.graph.arity = position
     return ctx
 
 

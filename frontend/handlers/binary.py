@@ -10,6 +10,7 @@ from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from framejit.frontend.variables.containers import BaseSequence, DictVariable, SliceVariable
+from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def delete_subscr(tx: Translator, inst: Any) -> None:
 
 
 def _slice(parts: list[Any]) -> Any:
-    if all(p.is_constant() for p in parts):
+    # a symbolic bound stays symbolic (SliceVariable), for tensors to index with
+    if all(p.is_constant() and not isinstance(p, SymNodeVariable) for p in parts):
         return ConstantVariable(slice(*(p.as_constant() for p in parts)))
     return SliceVariable(parts)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any
 
+import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
 
@@ -119,6 +120,11 @@ class ConstantVariable(VariableTracker):
     __slots__ = ("source", "value")
 
     def __init__(self, value: Any, source: Source | None = None) -> None:
+        if type(value) in _SYM_OR_SIZE:  # a symbolic size made constant: pin it with a guard
+            from framejit.frontend.variables.symbolic import has_sym_type, specialize
+
+            if has_sym_type(value):
+                value = specialize(value)
         self.value = value
         self.source = source
 
@@ -161,6 +167,9 @@ class ConstantVariable(VariableTracker):
             cg.call_const(type(self.value), lambda: cg.load_const(copy(self.value)), 1)
             return
         cg.load_const(self.value)
+
+
+_SYM_OR_SIZE = (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size, tuple)
 
 
 class ExternalCallableVariable(VariableTracker):

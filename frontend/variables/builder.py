@@ -130,8 +130,9 @@ def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> No
 def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker:
     t = type(value)
     if t in TENSOR_TYPES:
-        _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value))
-        return tx.output.add_input(source, value)
+        dims = tx.output.input_dims(source, value)  # symbolic dimensions (dynamic shapes)
+        _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value, tuple(sorted(dims))))
+        return tx.output.add_input(source, value, dims)
     if isinstance(value, torch.Tensor):
         raise Unsupported("unsupported_object", f"tensor subclass {t.__qualname__}")
     if t in CONSTANT_TYPES:

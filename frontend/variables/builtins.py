@@ -28,6 +28,7 @@ from framejit.frontend.variables.containers import (
     ListVariable,
     TupleVariable,
 )
+from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 if TYPE_CHECKING:
@@ -103,6 +104,15 @@ def is_builtin(fn: Any) -> bool:
 
 
 def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
+    symbolic = _SYMBOLIC_VERSIONS.get(fn) if _hashable(fn) else None
+    if (
+        symbolic is not None
+        and not kwargs
+        and any(isinstance(a, SymNodeVariable) for a in args)
+        and all(isinstance(a, SymNodeVariable) or a.is_constant() for a in args)
+        and (len(args) == 1 or fn in (max, min))
+    ):
+        return _symbolic_call(tx, symbolic, args)
     handler = BUILTINS.get(fn) if is_builtin(fn) else None
     if handler is not None:
         result = handler(tx, args, kwargs)
@@ -117,6 +127,39 @@ def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Variabl
     raise Unsupported(
         "unsupported_builtin", f"{_name(fn)}()", ", ".join(a.type_name() for a in args)
     )
+
+
+def _hashable(fn: Any) -> bool:
+    try:
+        hash(fn)
+    except TypeError:
+        return False
+    return True
+
+
+# Builtins and math functions on symbolic sizes that stay symbolic (torch's symbolic versions);
+# the rest specialize their arguments (variables/symbolic.py).
+_SYMBOLIC_VERSIONS: dict[Any, Any] = {
+    max: torch.sym_max,
+    min: torch.sym_min,
+    abs: operator.abs,
+    float: torch.sym_float,
+    math.sqrt: getattr(torch, "_sym_sqrt", None),
+    math.floor: getattr(math, "floor", None),
+    math.ceil: getattr(math, "ceil", None),
+}
+_SYMBOLIC_VERSIONS = {k: v for k, v in _SYMBOLIC_VERSIONS.items() if v is not None}
+
+
+def _symbolic_call(tx: Translator, fn: Any, args: Args) -> VariableTracker:
+    if fn in (torch.sym_max, torch.sym_min) and len(args) > 2:
+        result = args[0]
+        for other in args[1:]:
+            result = _symbolic_call(tx, fn, [result, other])
+        return result
+    if fn in (torch.sym_max, torch.sym_min) and len(args) == 1:
+        return call_builtin(tx, max if fn is torch.sym_max else min, args[0].unpack(tx), {})
+    return tx.output.sym_op(fn, list(args))
 
 
 def call_builtin_class(
@@ -140,7 +183,7 @@ def _len(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if isinstance(x, TensorVariable):
         if x.fake.dim() == 0:
             raise Unsupported("exception", "len() of a 0-d tensor", "TypeError")
-        return ConstantVariable(x.fake.shape[0])
+        return tx.output.tensor_size(x, 0)
     if isinstance(x, (TupleVariable, ListVariable)):
         return ConstantVariable(len(x.items))
     if isinstance(x, DictVariable):
@@ -478,6 +521,8 @@ def _size(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         return ConstantVariable(torch.Size())
     if len(args) == 1 and not kwargs:
         items = _iterable_items(tx, args[0])
+        if any(isinstance(i, SymNodeVariable) for i in items):  # symbolic sizes stay symbolic
+            return SizeVariable(items)
         if all(i.is_constant() for i in items):
             return ConstantVariable(torch.Size([i.as_constant() for i in items]))
     return None

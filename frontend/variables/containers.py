@@ -398,6 +398,13 @@ class SliceVariable(VariableTracker):
     def python_type(self) -> type:
         return slice
 
+    # A slice whose bounds are symbolic sizes: constant for Python (`as_constant` pins them).
+    def is_constant(self) -> bool:
+        return all(p.is_constant() for p in self.parts)
+
+    def as_constant(self) -> Any:
+        return slice(*(p.as_constant() for p in self.parts))
+
 
 class DataclassVariable(VariableTracker):
     """An instance of a user dataclass created inside the frame."""

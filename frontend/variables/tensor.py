@@ -1,8 +1,9 @@
 """TensorVariable: a tensor living in the graph, carried with its FakeTensor example value.
 
-Shapes are static in this milestone: every size, stride, dtype and device read from a tensor is a
-Python constant (the TENSOR_MATCH guard on each graph input makes that sound). Reading a tensor's
-*values* into Python (`.item()`, `bool(x)`, `.tolist()`) cannot be captured.
+Sizes read from a tensor are Python constants where they are static (the TENSOR_MATCH guard on
+each graph input makes that sound) and `SymNodeVariable`s where they are symbolic (dynamic shapes:
+`frontend/dynamic.py`, `variables/symbolic.py`); dtype, device and the rest are constants.
+Reading a tensor's *values* into Python (`.item()`, `bool(x)`, `.tolist()`) cannot be captured.
 """
 
 from __future__ import annotations
@@ -99,6 +100,15 @@ OUTSIDE_GRAPH_METHODS = frozenset(
 )
 
 
+# Metadata methods whose answer may be symbolic (dynamic shapes): OutputGraph makes the node.
+SIZE_METHODS = {
+    "size": lambda out, t, dim: out.tensor_size(t, dim),
+    "stride": lambda out, t, dim: out.tensor_stride(t, dim),
+    "numel": lambda out, t, dim: out.tensor_numel(t),
+    "nelement": lambda out, t, dim: out.tensor_numel(t),
+}
+
+
 class TensorVariable(VariableTracker):
     __slots__ = ("cls", "fake", "node", "source")
 
@@ -131,6 +141,8 @@ class TensorVariable(VariableTracker):
 
         if name == "is_leaf" and self.source is not None:
             return tx.wrap_source(AttrSource(self.source, name))  # not part of TENSOR_MATCH
+        if name == "shape":
+            return tx.output.tensor_size(self)
         if name in METADATA_ATTRS:
             return ConstantVariable(getattr(self.fake, name))
         if name == "grad":
@@ -165,9 +177,16 @@ class TensorVariable(VariableTracker):
                 not v.is_constant() for v in kwargs.values()
             ):
                 raise Unsupported("unsupported_call", f"Tensor.{name} with non-constant arguments")
-            value = getattr(self.fake, name)(
-                *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
-            )
+            const_args = [a.as_constant() for a in args]
+            const_kwargs = {k: v.as_constant() for k, v in kwargs.items()}
+            dim = const_args[0] if const_args else const_kwargs.get("dim")
+            if (  # symbolic sizes stay symbolic
+                name in SIZE_METHODS
+                and len(const_args) + len(const_kwargs) <= 1
+                and (dim is None or isinstance(dim, int))
+            ):
+                return SIZE_METHODS[name](tx.output, self, dim)
+            value = getattr(self.fake, name)(*const_args, **const_kwargs)
             return ConstantVariable(value)
         if name in DATA_DEPENDENT_METHODS:
             raise Unsupported("data_dependent", f"Tensor.{name}()")

@@ -121,6 +121,8 @@ def call_torch_function(
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     if _member(fn, REFUSED):
         raise Unsupported("unsupported_call", f"torch.{getattr(fn, '__name__', name)}")
+    if fn is torch.numel and len(args) == 1 and isinstance(args[0], TensorVariable):
+        return tx.output.tensor_numel(args[0])  # symbolic under dynamic shapes
     query = METADATA_FUNCTIONS.get(fn) if _member(fn, METADATA_FUNCTIONS) else None
     if query is not None and not kwargs:
         return ConstantVariable(query(args))

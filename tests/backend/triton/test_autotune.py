@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from framejit.backend.triton import autotune
 from triton_helpers import aten_stages, check
 
@@ -157,3 +158,17 @@ def test_second_process_starts_warm(tmp_path: Path) -> None:
     assert runs[0].stdout.split()[-2:] == ["1", "0"]  # the first process writes the module
     assert runs[1].stdout.split()[-2:] == ["0", "1"]  # the second finds it on disk
     assert len(list(tmp_path.rglob("fj_*.py"))) == 1
+
+
+@pytest.mark.cuda
+def test_cuda_ops_and_timed_autotune() -> None:
+    x = torch.randn(512, 1000)
+    i = torch.randint(0, 512, (300,))
+    before = dict(autotune.STATS)
+    check(lambda x: (torch.relu(x) * 2, torch.softmax(x, -1), x.argmax(-1)), x, device="cuda")
+    check(lambda x, i: (x[i] + 1, torch.cat([x, x * 2], 1), x.prod(0)), x, i, device="cuda")
+    check(lambda x: F.rms_norm(x, (1000,)).to(torch.bfloat16), x, device="cuda")
+    assert (
+        autotune.STATS["timed"] + autotune.STATS["remembered"]
+        > before["timed"] + before["remembered"]
+    )

@@ -1,0 +1,85 @@
+"""Graphs with symbolic sizes: one compiled callable that serves every size.
+
+The AOT stage may hand over an aten graph whose placeholders carry FakeTensors with SymInt
+sizes (`s0`, `s1`, ...), with SymInt-valued nodes (`sym_size`, arithmetic) and int
+placeholders. Kernels with sizes as runtime arguments are not built yet, so such a graph is
+compiled per distinct size: on a call, the inputs' sizes, strides and int arguments bind every
+symbol; the first call with a new binding retraces the graph with those inputs (`make_fx` on
+FakeTensors: sym_size nodes become the numbers) and compiles the now static graph as usual;
+later calls with the same binding go straight to that module. Modules are cached on disk like
+any other, so a size seen in an earlier process compiles nothing new.
+
+Invariants:
+
+- Results never depend on which binding compiled first: each binding has its own module.
+- After `MAX_SPECIALIZATIONS` bindings a new one runs the aten graph eagerly (a `perf_hints`
+  line says so) instead of compiling without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+MAX_SPECIALIZATIONS = 32
+
+
+def is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether any node's value has a symbolic size, stride or is itself a symbolic number."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for v in val if isinstance(val, (list, tuple)) else [val]:
+            if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return True
+            if isinstance(v, torch.Tensor) and any(
+                isinstance(d, torch.SymInt) for d in (*v.shape, *v.stride())
+            ):
+                return True
+    return False
+
+
+def _binding(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        (a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args
+    )
+
+
+class Specializing:
+    """`call(*inputs)`: the module compiled for these inputs' sizes (compiling it first)."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        compile_static: Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]],
+        hint: Callable[[str], None],
+    ) -> None:
+        self.gm = gm
+        self.compile_static = compile_static
+        self.hint = hint
+        self.compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = _binding(args)
+        call = self.compiled.get(key)
+        if call is None:
+            call = self.specialize(args, key)
+        return call(*args)
+
+    def specialize(self, args: tuple[Any, ...], key: tuple[Any, ...]) -> Callable[..., Any]:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        if len(self.compiled) >= MAX_SPECIALIZATIONS:
+            self.hint(
+                f"symbolic graph: {MAX_SPECIALIZATIONS} sizes compiled already; sizes "
+                f"{[k[0] if isinstance(k, tuple) else k for k in key]} run as the aten graph"
+            )
+            call: Callable[..., Any] = self.gm.forward
+        else:
+            with torch.no_grad():
+                static = make_fx(self.gm, tracing_mode="fake")(*args)
+            call = self.compile_static(static, list(args))
+        self.compiled[key] = call
+        return call

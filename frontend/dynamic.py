@@ -1,0 +1,301 @@
+"""Dynamic shapes: which input dimensions are symbolic, the ShapeEnv, and the guards on sizes.
+
+Policy (`jit(dynamic=...)`, `config.dynamic` for whole-script mode):
+
+- `False`: every size is a constant; TENSOR_MATCH pins each input's sizes and strides.
+- `True`: every dimension of size >= 2 of a contiguous plain-tensor input (not a parameter or
+  buffer) is symbolic from the first compile.
+- `None` (default, *automatic*): the first compile specializes. The per-code cache remembers the
+  sizes each input Source had; when a recompile finds a tensor at a remembered Source with the
+  same rank but other sizes, the dimensions that changed become symbolic (and stay so for that
+  Source). So a function called with batch 8 then 16 compiles twice, then serves every batch.
+- `framejit.mark_dynamic(t, dim)` marks dimensions of one tensor symbolic up front (honoured
+  unless `dynamic=False`).
+
+Sizes 0 and 1 are always specialized (broadcasting and empty tensors behave differently), so a
+symbolic dimension carries the guard `size >= 2`. Inputs that are not contiguous, parameters and
+buffers, inference tensors and tensors with conj/neg bits stay static.
+
+Symbolic sizes are sympy symbols of torch's `ShapeEnv`; every symbol is one input dimension,
+recorded in `DynamicInputs.symbols` as `(Source, dim)`. Whatever the trace decides about sizes
+(`if x.shape[0] > 4:`, a broadcast that needs two sizes equal, `int(n)` that needs the value)
+the ShapeEnv records as a guard over the symbols; `shape_guards()` turns each into a
+SHAPE_EXPR Guard whose text is Python over the inputs' `.size()[d]`.
+
+The ShapeEnv costs milliseconds to create, so a frame gets one only when it may need it:
+`dynamic=True`, a recompile under automatic dynamic, or a `mark_dynamic` tensor among the
+arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from framejit.frontend.sources import Source, is_module_state
+
+from framejit import logs
+
+MARK_ATTR = "_framejit_dynamic_dims"
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
+    """Mark dimension(s) `dim` of `t` symbolic for the next compilation that sees `t`."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"mark_dynamic expects a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim) if isinstance(dim, (list, tuple)) else None
+    if dims is None or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"mark_dynamic: dim must be an int or a list of ints, got {dim!r}")
+    ndim = t.dim()
+    normalized = set()
+    for d in dims:
+        if not -ndim <= d < ndim:
+            raise ValueError(
+                f"mark_dynamic: dim {d} is out of range for a tensor with {ndim} dimensions"
+            )
+        normalized.add(d % ndim)
+    marked = set(getattr(t, MARK_ATTR, ())) | normalized
+    setattr(t, MARK_ATTR, frozenset(marked))
+
+
+def marked_dims(t: torch.Tensor) -> frozenset[int]:
+    return getattr(t, MARK_ATTR, frozenset())
+
+
+@dataclass
+class ShapeHistory:
+    """What automatic dynamic remembers per code object (kept in its CodeCache)."""
+
+    sizes: dict[Source, tuple[int, ...]] = field(default_factory=dict)
+    dynamic: dict[Source, frozenset[int]] = field(default_factory=dict)
+
+
+def history_of(cache: Any) -> ShapeHistory:
+    history = cache.shape_history.get("history") if cache is not None else None
+    if history is None:
+        history = ShapeHistory()
+        if cache is not None:
+            cache.shape_history["history"] = history
+    return history
+
+
+class _Name(str):
+    """A str that can also be called: ShapeEnv reads `source.name` as a property in some torch
+    versions and calls `source.name()` in others."""
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+@functools.cache
+def _source_class() -> type:
+    import torch._guards as torch_guards
+
+    class SizeSource(torch_guards.Source):
+        """What the ShapeEnv sees as the origin of a symbol (used for its names and messages)."""
+
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        @property
+        def name(self) -> _Name:  # type: ignore[override]
+            return _Name(self.text)
+
+        def guard_source(self) -> Any:
+            return torch_guards.GuardSource.LOCAL
+
+        def __hash__(self) -> int:
+            return hash(self.text)
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is type(self) and other.text == self.text  # type: ignore[attr-defined]
+
+        def __repr__(self) -> str:
+            return self.text
+
+    return SizeSource
+
+
+def new_shape_env() -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    # Value-dependent ops keep raising (they are graph breaks, not unbacked symbols); no duck
+    # sizing: two inputs of equal size get two symbols, and only a guard can make them one.
+    return ShapeEnv(
+        allow_scalar_outputs=False,
+        allow_dynamic_output_shape_ops=False,
+        duck_shape=False,
+        specialize_zero_one=True,
+    )
+
+
+class DynamicInputs:
+    """The per-frame side of dynamic shapes: the policy, and the symbols made so far."""
+
+    def __init__(self, dynamic: bool | None, cache: Any, frame_args: dict[str, Any]) -> None:
+        self.dynamic = dynamic
+        self.history = history_of(cache) if dynamic is None else ShapeHistory()
+        self.recompile = bool(cache is not None and cache.entries)
+        self.symbols: dict[Any, tuple[Source, int]] = {}  # sympy symbol -> its input dimension
+        self.wanted = dynamic is True or (
+            dynamic is None
+            and (
+                (self.recompile and bool(self.history.sizes))
+                or any(_has_marks(v) for v in frame_args.values())
+            )
+        )
+
+    def dims_for(self, source: Source, value: torch.Tensor, shape_env: Any) -> frozenset[int]:
+        """The dimensions of input `value` (read from `source`) to make symbolic."""
+        if self.dynamic is False:
+            return frozenset()
+        shape = tuple(value.shape)
+        if self.dynamic is None:
+            previous = self.history.sizes.get(source)
+            self.history.sizes[source] = shape
+            changed = frozenset()
+            if previous is not None and len(previous) == len(shape):
+                changed = frozenset(d for d, (a, b) in enumerate(zip(previous, shape)) if a != b)
+            dims = self.history.dynamic.get(source, frozenset()) | changed | marked_dims(value)
+            if dims:
+                self.history.dynamic[source] = dims
+        else:
+            dims = frozenset(range(len(shape))) | marked_dims(value)
+        if not dims or shape_env is None or not _may_be_dynamic(source, value):
+            return frozenset()
+        return frozenset(d for d in dims if d < len(shape) and shape[d] >= 2)
+
+    def make_size(self, shape_env: Any, source: Source, dim: int, size: int) -> Any:
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        src = _source_class()(f"{source}.size()[{dim}]")
+        symbol = shape_env.create_symbol(size, src, dynamic_dim=DimDynamic.DYNAMIC)
+        self.symbols.setdefault(symbol, (source, dim))
+        return shape_env.create_symintnode(symbol, hint=size, source=src)
+
+
+def _has_marks(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return bool(marked_dims(value))
+    if type(value) in (list, tuple):
+        return any(isinstance(v, torch.Tensor) and marked_dims(v) for v in value[:32])
+    if type(value) is dict:
+        return any(isinstance(v, torch.Tensor) and marked_dims(v) for v in value.values())
+    return False
+
+
+def _may_be_dynamic(source: Source, value: torch.Tensor) -> bool:
+    return (
+        type(value) is torch.Tensor
+        and value.layout == torch.strided
+        and not is_module_state(source)
+        and not value.is_inference()
+        and not value.is_conj()
+        and not value.is_neg()
+        and value.is_contiguous()
+    )
+
+
+def dynamic_fake(fake_mode: Any, value: torch.Tensor, sizes: list[Any]) -> torch.Tensor:
+    """A FakeTensor like contiguous `value` with (some) symbolic `sizes`."""
+    with fake_mode:
+        fake = torch.empty(sizes, dtype=value.dtype, device=value.device)
+    if value.requires_grad:
+        fake.requires_grad_(True)
+    return fake
+
+
+@dataclass(frozen=True)
+class ShapeCheck:
+    """The `expected` of a SHAPE_EXPR guard: Python text over placeholders `___fjsN`, each the
+    size of one input dimension (`sizes[N] = (Source, dim)`)."""
+
+    text: str
+    sizes: tuple[tuple[Source, int], ...]
+
+    def render(self, render_source: Any) -> str:
+        out = self.text
+        # longest names first, so ___fjs1 never replaces the start of ___fjs12
+        for n in sorted(range(len(self.sizes)), key=lambda k: -len(str(k))):
+            source, dim = self.sizes[n]
+            out = out.replace(f"___fjs{n}", f"{render_source(source)}.size()[{dim}]")
+        return out
+
+
+def _implied_by_ranges(expr: Any, ranges: dict[Any, Any]) -> bool:
+    """True when `expr` holds for every size within the symbols' ranges (which the range
+    guards check), so it needs no check of its own."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    try:
+        bound = bound_sympy(expr, ranges)
+    except Exception:  # noqa: BLE001 - an expression the analysis does not handle: keep it
+        return False
+    return bool(bound.is_singleton() and bound.lower is sympy_true())
+
+
+def sympy_true() -> Any:
+    import sympy
+
+    return sympy.true
+
+
+def shape_guard_checks(shape_env: Any, symbols: dict[Any, tuple[Source, int]]) -> list[tuple]:
+    """(ShapeCheck, origin) for every fact the trace relied on about symbolic sizes: each
+    symbol's range (>= 2, and any bound found) and every guard the ShapeEnv recorded."""
+    import sympy
+    from torch.utils._sympy.printers import PythonPrinter
+
+    if shape_env is None or not symbols:
+        return []
+    printer = PythonPrinter()
+    out: list[tuple] = []
+
+    def check(expr: Any, origin: str) -> None:
+        free = sorted(expr.free_symbols, key=str)
+        if not free:
+            if not bool(expr):  # a guard recorded as False cannot hold: never reuse the graph
+                out.append((ShapeCheck("False", ()), origin))
+            return
+        if any(s not in symbols for s in free):
+            raise AssertionError(f"shape guard {expr} over a symbol with no input")
+        names = {s: sympy.Symbol(f"___fjs{k}", integer=True) for k, s in enumerate(free)}
+        text = printer.doprint(expr.xreplace(names))
+        out.append((ShapeCheck(text, tuple(symbols[s] for s in free)), origin))
+
+    def bound(value: Any) -> int | None:
+        try:
+            return int(value) if value.is_Integer else None
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+    for symbol in symbols:
+        vr = shape_env.var_to_range.get(symbol)
+        low = bound(vr.lower) if vr is not None else None
+        high = bound(vr.upper) if vr is not None else None
+        check(symbol >= max(low or 2, 2), "symbolic size range (0 and 1 are specialized)")
+        if high is not None:
+            check(symbol <= high, "symbolic size range")
+    ranges = dict(shape_env.var_to_range)
+    seen: set[Any] = set()
+    for guard in shape_env.guards:
+        if guard.expr in seen or _implied_by_ranges(guard.expr, ranges):
+            continue  # the range guards above already check it
+        seen.add(guard.expr)
+        where = ""
+        loc = getattr(guard, "sloc", None)
+        user = getattr(loc, "maybe_user_loc", None)
+        if user is not None:
+            where = str(user)
+        check(guard.expr, where)
+    if logs.enabled("dynamic"):
+        logs.artifact(
+            "dynamic",
+            lambda: (
+                "shape guards:\n"
+                + "\n".join(f"  {c.render(str)}" + (f"  # {o}" if o else "") for c, o in out)
+            ),
+        )
+    return out

@@ -1,0 +1,349 @@
+"""Dynamic shapes: one graph for many sizes, compared with eager on real tensors.
+
+Automatic dynamic (the default), `dynamic=True/False`, `mark_dynamic`, symbolic size arithmetic,
+guards on sizes (they must reject sizes that break what the trace assumed), and the AOT stage
+on symbolic graphs (inference and training)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import framejit
+from framejit.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Any:
+    framejit.reset()
+    yield
+    framejit.reset()
+
+
+def counted(fn: Any, **options: Any) -> tuple[Any, CompileCounter]:
+    counter = CompileCounter()
+    return framejit.jit(fn, backend=counter, **options), counter
+
+
+def close(got: Any, want: Any) -> None:
+    if isinstance(want, torch.Tensor):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    elif isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            close(g, w)
+    else:
+        assert type(got) is type(want) and got == want, (got, want)
+
+
+# --- automatic dynamic ---------------------------------------------------------------------------
+
+
+def scale_rows(x: torch.Tensor) -> torch.Tensor:
+    b, n = x.shape
+    flat = x.reshape(b * n) * 2
+    return flat.view(b, n).softmax(-1) + x.mean(0)
+
+
+def test_ten_batch_sizes_compile_at_most_twice() -> None:
+    fn, counter = counted(scale_rows)
+    for b in (3, 5, 8, 2, 13, 4, 7, 31, 6, 9):
+        x = torch.randn(b, 4)
+        close(fn(x), scale_rows(x))
+    assert counter.frame_count == 2
+
+
+def test_first_call_specializes_and_second_size_makes_the_dim_symbolic() -> None:
+    fn, counter = counted(scale_rows)
+    x = torch.randn(3, 4)
+    close(fn(x), scale_rows(x))
+    assert counter.frame_count == 1
+    x = torch.randn(5, 4)
+    close(fn(x), scale_rows(x))
+    assert counter.frame_count == 2
+    graph = counter.graphs[-1]
+    placeholder = next(n for n in graph.graph.nodes if n.op == "placeholder")
+    assert isinstance(placeholder.meta["val"].shape[0], torch.SymInt)
+    assert not isinstance(placeholder.meta["val"].shape[1], torch.SymInt)  # 4 never changed
+
+
+def test_a_static_dim_change_still_recompiles_and_stays_right() -> None:
+    fn, counter = counted(scale_rows)
+    for b, n in ((3, 4), (5, 4), (6, 4), (6, 7), (9, 7), (2, 9)):
+        x = torch.randn(b, n)
+        close(fn(x), scale_rows(x))
+    assert counter.frame_count == 3  # (3,4) static; b symbolic; then b and n symbolic
+
+
+def test_dynamic_false_compiles_once_per_size() -> None:
+    fn, counter = counted(scale_rows, dynamic=False)
+    for b in (3, 5, 8, 5, 3):
+        x = torch.randn(b, 4)
+        close(fn(x), scale_rows(x))
+    assert counter.frame_count == 3
+
+
+def test_dynamic_true_compiles_once_for_sizes_of_two_and_more() -> None:
+    fn, counter = counted(scale_rows, dynamic=True)
+    for b in (3, 5, 8, 2, 17):
+        x = torch.randn(b, 4)
+        close(fn(x), scale_rows(x))
+    assert counter.frame_count == 1
+
+
+def test_size_one_is_specialized_and_gets_its_own_graph() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y  # broadcasting differs when a size is 1
+
+    jitted, counter = counted(fn, dynamic=True)
+    for bx, by in ((4, 4), (6, 6), (1, 6), (6, 1), (7, 7)):
+        x, y = torch.randn(bx, 3), torch.randn(by, 3)
+        close(jitted(x, y), fn(x, y))
+    assert counter.frame_count == 3
+
+
+def test_mismatched_sizes_raise_like_eager() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y
+
+    jitted, _ = counted(fn, dynamic=True)
+    x, y = torch.randn(4), torch.randn(4)
+    close(jitted(x, y), fn(x, y))
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        jitted(torch.randn(4), torch.randn(5))
+
+
+def test_mark_dynamic_makes_the_first_compile_symbolic() -> None:
+    fn, counter = counted(scale_rows)
+    x = torch.randn(6, 4)
+    framejit.mark_dynamic(x, 0)
+    close(fn(x), scale_rows(x))
+    for b in (2, 3, 11):
+        y = torch.randn(b, 4)
+        close(fn(y), scale_rows(y))
+    assert counter.frame_count == 1
+
+
+def test_mark_dynamic_rejects_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="expects a tensor"):
+        framejit.mark_dynamic([1, 2], 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dim must be an int"):
+        framejit.mark_dynamic(torch.randn(2), "0")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="out of range"):
+        framejit.mark_dynamic(torch.randn(2, 3), 2)
+
+
+def test_dynamic_option_is_checked() -> None:
+    with pytest.raises(TypeError, match="dynamic must be None, True or False"):
+        framejit.jit(scale_rows, dynamic="yes")
+
+
+# --- symbolic arithmetic and guards ---------------------------------------------------------------
+
+
+def test_branch_on_a_size_guards_the_condition_not_the_value() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+
+    jitted, counter = counted(fn, dynamic=True)
+    for b in (5, 6, 9, 2, 3, 4, 12):
+        x = torch.randn(b)
+        close(jitted(x), fn(x))
+    assert counter.frame_count == 2  # one graph per side of the condition
+
+
+def test_python_needing_the_value_specializes_with_a_guard() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        out = x[0]
+        for i in range(1, x.shape[0]):  # range() needs a plain int
+            out = out + x[i] * i
+        return out
+
+    jitted, counter = counted(fn, dynamic=True)
+    for b in (3, 4, 3, 5):
+        x = torch.randn(b, 2)
+        close(jitted(x), fn(x))
+    assert counter.frame_count == 3
+
+
+def test_size_arithmetic_stays_symbolic() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, int, torch.Size]:
+        b, t, c = x.size()
+        half = t // 2
+        y = x[:, :half].reshape(b, half * c)
+        z = torch.zeros(b, t - half, c).flatten(1)
+        n = x.numel() + len(x) - x.size(-1) % 3
+        return torch.cat([y, z], dim=1) / math.sqrt(c), n, x.shape[1:]
+
+    jitted, counter = counted(fn, dynamic=True)
+    for b, t in ((2, 4), (3, 7), (5, 6), (4, 9)):  # t // 2 == 1 would be a new graph
+        x = torch.randn(b, t, 3)
+        close(jitted(x), fn(x))
+    assert counter.frame_count == 1
+
+
+def test_returned_sizes_are_computed_per_call() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return x.sum(), x.shape[0] * 2 + 1
+
+    jitted, counter = counted(fn, dynamic=True)
+    for b in (3, 8, 21):
+        x = torch.randn(b)
+        close(jitted(x), fn(x))
+    assert counter.frame_count == 1
+
+
+def test_factories_and_new_tensors_take_symbolic_sizes() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape
+        pos = torch.arange(t, dtype=x.dtype)
+        mask = torch.ones(t, t).tril()
+        pad = x.new_zeros(b, 1)
+        return torch.cat([x @ mask + pos, pad], dim=1).expand(2, b, t + 1)
+
+    jitted, counter = counted(fn, dynamic=True)
+    for b, t in ((2, 3), (4, 5), (3, 8)):
+        x = torch.randn(b, t)
+        close(jitted(x), fn(x))
+    assert counter.frame_count == 1
+
+
+def test_non_contiguous_inputs_stay_static_and_right() -> None:
+    fn, counter = counted(scale_rows, dynamic=True)
+    for b in (3, 5, 7):
+        x = torch.randn(4, b).t()
+        close(fn(x), scale_rows(x))
+    assert counter.frame_count == 3
+
+
+def test_guards_log_prints_size_expressions(capsys: pytest.CaptureFixture[str]) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y
+
+    framejit.set_logs(guards=True)
+    try:
+        jitted, _ = counted(fn, dynamic=True)
+        jitted(torch.randn(4, 3), torch.randn(4, 3))
+    finally:
+        framejit.set_logs()
+    err = capsys.readouterr().err
+    assert "L['x'].size()[0] >= 2" in err
+    assert "L['x'].size()[0] == L['y'].size()[0]" in err
+    assert "size=(*, *), contiguous=True" in err
+
+
+def test_recompiles_log_names_the_size_guard(capsys: pytest.CaptureFixture[str]) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.shape[0] % 2 == 0 else x
+
+    framejit.set_logs(recompiles=True)
+    try:
+        jitted, _ = counted(fn, dynamic=True)
+        for b in (4, 5):
+            x = torch.randn(b)
+            close(jitted(x), fn(x))
+    finally:
+        framejit.set_logs()
+    err = capsys.readouterr().err
+    assert "% 2" in err and "actual: L['x'].size()[0] = 5" in err
+
+
+# --- through the AOT stage ------------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(c, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.proj(y)
+        return x + self.mlp(x)
+
+
+SHAPES = [(2, 5), (3, 7), (4, 9), (2, 3), (5, 8), (1, 6), (3, 2), (6, 11), (2, 16), (4, 4)]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_transformer_over_ten_shapes_compiles_at_most_twice(training: bool) -> None:
+    torch.manual_seed(0)
+    model = Block()
+    compiled_model = framejit.jit(model, backend="aot_eager")
+    counts: list[int] = []
+    for b, t in SHAPES:
+        x = torch.randn(b, t, 16, requires_grad=training)
+        got, want = compiled_model(x), model(x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        if training:
+            g = torch.randn_like(want)
+            got_grads = torch.autograd.grad(got, [x, *model.parameters()], g)
+            want_grads = torch.autograd.grad(want, [x, *model.parameters()], g)
+            for a, w in zip(got_grads, want_grads):
+                torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
+        counts.append(len(compiled_model._jit_forward.__func__.cache.entries))
+    # b = 1 is specialized (size 1), so it may add one graph on top of the two
+    assert counts[4] <= 2 and counts[-1] <= 3, counts
+
+
+def test_aot_returns_sizes_and_views_with_symbolic_shapes() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        y = x.relu()
+        return y.view(-1), x.transpose(0, 1), y.shape[0] * 3
+
+    jitted = framejit.jit(fn, backend="aot_eager", dynamic=True)
+    for b in (2, 5, 9):
+        x = torch.randn(b, 3)
+        close(jitted(x), fn(x))
+
+
+def test_aot_mutation_of_a_symbolic_input() -> None:
+    def fn(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        buf.mul_(0.5).add_(x.sum(0))
+        return x * buf
+
+    jitted = framejit.jit(fn, backend="aot_eager", dynamic=True)
+    for b in (2, 5, 9):
+        x = torch.randn(b, 4)
+        buf1, buf2 = torch.randn(b, 4), None
+        buf2 = buf1.clone()
+        close(jitted(x, buf1), fn(x, buf2))
+        close(buf1, buf2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.integers(1, 6)), min_size=1, max_size=6))
+def test_any_sequence_of_sizes_matches_eager(sizes: list[tuple[int, int]]) -> None:
+    framejit.reset()
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        b, n = x.shape
+        h = (x @ w).relu()
+        if n > 3:
+            h = h * n
+        return h.reshape(b * w.shape[1]).view(b, -1).sum(-1) / b
+
+    jitted = framejit.jit(fn, backend="aot_eager")
+    for b, n in sizes:
+        x, w = torch.randn(b, n), torch.randn(n, 3)
+        close(jitted(x, w), fn(x, w))
