@@ -42,7 +42,8 @@ TUNE_MIN_ELEMENTS = 1 << 16
 
 
 def configs(kind: str, xnumel: int, rnumel: int, persistent: bool, wide: bool) -> list[Config]:
-    """Candidate launch configs; the first is the heuristic default."""
+    """Candidate launch configs; the first is the heuristic default. `kind`: `pointwise`,
+    `reduction` (rows contiguous along the reduction) or `reduction_x_major`."""
     xmax = _pow2(xnumel)
     found: list[Config] = []
 
@@ -60,6 +61,17 @@ def configs(kind: str, xnumel: int, rnumel: int, persistent: bool, wide: bool) -
                         add(XBLOCK=min(block, xmax), num_warps=warps)
         return found
     total = xnumel * max(rnumel, 1)
+    if kind == "reduction_x_major":  # tiles of many rows x a few reduction steps
+        rmax = _pow2(max(rnumel, 1))
+        add(XBLOCK=min(64, xmax), RBLOCK=min(16, rmax), num_warps=4)
+        if total >= TUNE_MIN_ELEMENTS:
+            pairs = [(x, r) for x in (32, 64, 128, 256) for r in (4, 8, 16, 32, 64)]
+            if not wide:
+                pairs = [(128, 8), (32, 32), (256, 4)]
+            for x, r in pairs:
+                for w in [2, 4, 8] if wide else [4]:
+                    add(XBLOCK=min(x, xmax), RBLOCK=min(r, rmax), num_warps=w)
+        return found
     if persistent:
         rblock = _pow2(max(rnumel, 1))
         xblock = min(xmax, max(1, 4096 // rblock))

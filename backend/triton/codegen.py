@@ -565,7 +565,8 @@ class KernelCode:
             return []
         if not self.reduction:
             return autotune.configs("pointwise", xnumel, 0, False, wide)
-        return autotune.configs("reduction", xnumel, rest[0], self.kernel.persistent, wide)
+        kind = "reduction_x_major" if self.kernel.x_major else "reduction"
+        return autotune.configs(kind, xnumel, rest[0], self.kernel.persistent, wide)
 
 
 def _identity(reduce_type: str, dtype: torch.dtype) -> str:

@@ -69,6 +69,9 @@ class Kernel:
     roles: dict[str, str] = field(default_factory=dict)
     stores: list[str] = field(default_factory=list)
     inlined: list[Pointwise] = field(default_factory=list)
+    # The reduced data is contiguous along the kept dims, not along the reduction (a sum over
+    # dim 0): tiles of many rows x a few reduction steps, looped, read memory coalesced.
+    x_major: bool = False
 
     @property
     def name(self) -> str:
@@ -83,7 +86,7 @@ class Kernel:
 
     @property
     def persistent(self) -> bool:
-        return _numel(self.rshape) <= PERSISTENT_LIMIT
+        return _numel(self.rshape) <= PERSISTENT_LIMIT and not self.x_major
 
     def group_syms(self) -> tuple[list[Sym], list[Sym]]:
         return _syms(loop_vars(self.xshape)), _syms(loop_vars(self.rshape, "r"))
@@ -102,6 +105,7 @@ class Kernel:
     def __str__(self) -> str:
         shape = f"x={list(self.xshape)}" + (f", r={list(self.rshape)}" if self.rshape else "")
         mode = "" if self.kind == "pointwise" else (" persistent" if self.persistent else " looped")
+        mode += ", x-major" if self.x_major else ""
         lines = [f"kernel {self.name} ({self.kind}{mode}, {shape})"]
         for node in self.inlined:
             lines.append(f"  inlined {node.name} ({node.origin})")
@@ -174,7 +178,33 @@ def schedule(lowering: Lowering) -> Schedule:
                 current.inlined.append(nodes[name])  # type: ignore[arg-type]
         current.inlined.sort(key=lambda n: int(n.name[3:]))
     _mark_stores(graph, steps, bodies, lowering.must_realize)
+    for step in steps:
+        if isinstance(step, Kernel) and step.kind == "reduction":
+            step.x_major = _x_major(step, bodies, {n.name: n for n in graph.nodes})
     return Schedule(graph, steps, bodies, hints)
+
+
+def _x_major(kernel: Kernel, bodies: dict[str, Expr], nodes: dict[str, object]) -> bool:
+    """Whether the loads of the kernel's reductions step by 1 along a kept dim and along no
+    reduction dim (then rows are the fast axis in memory)."""
+    xs, rs = kernel.group_syms()
+    along_x = along_r = False
+    for member in kernel.members:
+        if not isinstance(member, Reduction):
+            continue
+        mapping = kernel.mapping(member)
+        for load in expr_loads(bodies[member.name]):
+            node = nodes.get(load.buffer)
+            stride = getattr(node, "stride", None)
+            if stride is None or len(stride) != len(load.index):
+                continue
+            address = Ix()
+            for i, st in zip(load.index, stride):
+                address = address + i.subs(mapping) * st
+            unit = {atom for atom, c in address.terms if c == 1 and isinstance(atom, Sym)}
+            along_x |= bool(unit & set(xs))
+            along_r |= bool(unit & set(rs))
+    return along_x and not along_r
 
 
 def _inline(

@@ -123,3 +123,23 @@ def test_rms_norm(dtype: torch.dtype) -> None:
 def test_reductions_on_non_power_of_two_and_strided() -> None:
     x = torch.randn(6, 13)[:, 1::2]
     check_lowered(lambda x: (x.argmax(-1), x.prod(-1), torch.logsumexp(x, 0)), x)
+
+
+def test_reductions_over_the_outer_dim_tile_rows() -> None:
+    from triton_helpers import aten_stages
+
+    x = torch.randn(37, 300)
+    found = aten_stages(lambda x: x.sum(0), x)
+    assert "looped, x-major" in found.scheduled, found.scheduled
+    check_lowered(
+        lambda x: (
+            x.sum(0),
+            torch.softmax(x, 0),
+            x.argmax(0),
+            x.var(0),
+            (x.abs() + 0.5).prod(0),
+            x.amin(0, keepdim=True),
+        ),
+        x,
+    )
+    check_lowered(lambda x: torch.log_softmax(x, 1), torch.randn(2, 9, 70))
