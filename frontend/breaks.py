@@ -14,12 +14,27 @@ A resume function is the original code with a prologue that pushes the saved sta
 the instruction after the break (for a conditional jump: one resume function per branch). It is
 handed to `wrap_resume` (jit) so it is compiled in its turn when it first runs.
 
+Breaks inside `try` and `with` blocks. The resume function is the whole original code, so the
+rest of a protected block keeps its handlers. The instruction that runs for real in the
+transformed code is protected too: it sits in a `try` range whose handler is a copy of the
+original code (`body_and_handler`), entered with the live locals stored in their own slots, so an
+exception it raises reaches the same `except`/`finally`/`__exit__` as in eager, in the same frame,
+and the rest of the frame then runs as plain Python (the exception path is not captured).
+A `with` over a context the translator does not model breaks at BEFORE_WITH: the context is
+entered for real and its exit is passed on wrapped in a ContextExit, which the translator never
+calls (the exit is a graph break of its own, run for real).
+
+Cells. The frame's cells are handed to a resume function as the cell objects themselves, as
+arguments in the cells' own slots (the resume code has no MAKE_CELL for them), so a closure made
+before the break and the resumed frame share them; the translator reads them through
+`CellArgSource`.
+
 Invariants:
 - Only an instruction that changed nothing but the stack and the graph may be rewound: if it
   mutated a container or cell made in the frame, there is no break (the frame runs eagerly).
-- Breaks happen at root-frame instructions outside any exception-table range, in code without
-  cell variables; a break inside an inlined call happens at the root frame's call instruction,
-  and the callee is handed to `wrap_resume` too, so it is compiled on its own.
+- Breaks happen at root-frame instructions; a break inside an inlined call happens at the root
+  frame's call instruction, and the callee is handed to `wrap_resume` too, so it is compiled on
+  its own.
 - The stack layout after the instruction is known statically: which items are NULL, and how many
   items the instruction pops and pushes (BREAK_EFFECTS).
 """
@@ -33,8 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bytecode import Bytecode, CellVar, Instr, Label
+from bytecode import Bytecode, CellVar, Instr, Label, TryBegin, TryEnd
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import LocalSource
 from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
 
 if TYPE_CHECKING:
@@ -73,6 +89,7 @@ BREAK_EFFECTS: dict[str, Callable[[Any], tuple[int, int]]] = {
     "BUILD_STRING": lambda inst: (inst.arg, 1),
     "IMPORT_NAME": lambda inst: (2, 1),
     "RAISE_VARARGS": lambda inst: (inst.arg, 0),
+    "BEFORE_WITH": lambda inst: (1, 2),  # context -> its exit, what __enter__ returned
 }
 # Conditional jumps on a value's truth: both branches pop the condition.
 TRUTH_JUMPS = {
@@ -102,30 +119,6 @@ class GraphBreak(Exception):
     run_instruction: bool = True
 
 
-def _blocking_exception_range(code: types.CodeType, offset: int) -> bool:
-    """Whether `offset` lies in a range whose handler a break would lose: a `try` block (the
-    instruction that runs for real would no longer be inside it). The body of a `with` block is
-    fine: its exit is on the stack, and the resume function keeps the block's handler."""
-    parse = getattr(dis, "_parse_exception_table", None)
-    if parse is None:
-        return bool(code.co_exceptiontable)
-    by_offset = {i.offset: i for i in dis.get_instructions(code)}
-    for entry in parse(code):
-        if not entry.start <= offset < entry.end:
-            continue
-        handler = by_offset.get(entry.target)
-        after = by_offset.get(entry.target + 2)
-        is_with = (
-            handler is not None
-            and handler.opname == "PUSH_EXC_INFO"
-            and after is not None
-            and after.opname == "WITH_EXCEPT_START"
-        )
-        if not is_with:
-            return True
-    return False
-
-
 def can_resume_at(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:
     """Whether to compile the graph so far and resume *at* the instruction (not after it).
 
@@ -153,10 +146,7 @@ def resume_offset(decoded: Any, offset: int) -> int:
 def can_break(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:
     if exc.code in NOT_BREAKABLE or mutation_count() != mutations_before:
         return False
-    name = inst.opname
-    if name not in BREAK_EFFECTS and name not in TRUTH_JUMPS:
-        return False
-    return not _blocking_exception_range(tx.code, inst.offset)
+    return inst.opname in BREAK_EFFECTS or inst.opname in TRUTH_JUMPS
 
 
 # --- resume functions ---------------------------------------------------------------------------
@@ -168,6 +158,105 @@ _resume_origin: weakref.WeakKeyDictionary[types.CodeType, tuple[str, str, int]] 
 _resume_cache: weakref.WeakKeyDictionary[types.CodeType, dict[Any, types.CodeType]] = (
     weakref.WeakKeyDictionary()
 )
+_PROLOGUE = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
+
+
+def _instruction_index(code: types.CodeType, offset: int) -> int:
+    """Index of the instruction at `offset` among the code's `bytecode` Instrs."""
+    real = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    return next(k for k, i in enumerate(real) if i.offset == offset)
+
+
+def _body(code: types.CodeType, index: int) -> tuple[list[Any], Label, TryBegin | None]:
+    """The code as `bytecode` items without its MAKE_CELL/COPY_FREE_VARS/RESUME prologue, a label
+    placed before the instruction number `index`, and the TryBegin (among the items) whose range
+    holds that instruction."""
+    target = Label()
+    body: list[Any] = []
+    seen = 0
+    skipping_prologue = True
+    current: TryBegin | None = None
+    active: TryBegin | None = None
+    pending: TryBegin | None = None
+    offsets = [i.offset for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    table = _exception_table(code)
+    for item in Bytecode.from_code(code):
+        if isinstance(item, TryBegin):
+            current = pending = item
+        elif isinstance(item, TryEnd):
+            current = None
+        elif isinstance(item, Instr):
+            if pending is not None:
+                # The handler's stack depth as the original table has it (`bytecode` would
+                # recompute it by flow from the code's start, which a resume function skips).
+                entry = next(e for e in table if e.start <= offsets[seen] < e.end)
+                pending.stack_depth, pending.push_lasti = entry.depth, entry.lasti
+                pending = None
+            if skipping_prologue and item.name in _PROLOGUE:
+                seen += 1
+                continue
+            skipping_prologue = False
+            if seen == index:
+                body.append(target)
+                active = current
+            seen += 1
+        body.append(item)
+    return body, target, active
+
+
+def _exception_table(code: types.CodeType) -> list[Any]:
+    parse = getattr(dis, "_parse_exception_table", None)
+    if parse is None:  # not on this Python: versions.py pins 3.11 and 3.12, which have it
+        raise Unsupported("reconstruct", "reading the exception table", "no dis support")
+    return list(parse(code))
+
+
+def to_code(bc: Bytecode, original: types.CodeType) -> types.CodeType:
+    """`bc` as a code object, with the exception table's depths as set on its TryBegins. The
+    stack size is at least the original's: code copied from it may be reached only through
+    exception handlers the flow analysis does not follow."""
+    from bytecode import ControlFlowGraph
+
+    size = ControlFlowGraph.from_bytecode(bc).compute_stacksize(
+        compute_exception_stack_depths=False
+    )
+    return bc.to_code(
+        stacksize=max(size, original.co_stacksize + 2), compute_exception_stack_depths=False
+    )
+
+
+def body_and_handler(code: types.CodeType, offset: int) -> tuple[list[Any], TryBegin] | None:
+    """For an instruction inside a `try`/`with` range: a copy of the code's body (to append to
+    the transformed code) and a new TryBegin to put around the instruction where it runs for
+    real, whose handler is the copy's handler of that range. None outside any range."""
+    if not code.co_exceptiontable:
+        return None
+    body, _, active = _body(code, _instruction_index(code, offset))
+    if active is None:
+        return None
+    return body, TryBegin(active.target, active.push_lasti, active.stack_depth)
+
+
+# resume code -> names of the cells it receives as arguments (cell objects, no MAKE_CELL)
+_passed_cells: weakref.WeakKeyDictionary[types.CodeType, tuple[str, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def passed_cells(code: types.CodeType) -> tuple[str, ...]:
+    """The cell variables a resume function receives as cell objects in their own slots."""
+    return _passed_cells.get(code, ())
+
+
+@dataclass(frozen=True)
+class CellArgSource(LocalSource):
+    """A cell object passed to a resume function as the argument `name` (its cell's slot)."""
+
+    def __str__(self) -> str:
+        return f"L[{self.name!r}] (cell)"
+
+    def emit_load(self, cg: Any) -> None:
+        cg.emit(Instr("LOAD_CLOSURE", CellVar(self.name)))
 
 
 def resume_code(
@@ -175,44 +264,25 @@ def resume_code(
     offset: int,
     kinds: tuple[str, ...],
     local_names: tuple[str, ...],
-    cell_names: tuple[str, ...] = (),
 ) -> types.CodeType:
     """`code` restarted at the instruction at `offset` with a stack of len(kinds) items, then
-    `local_names`, then the contents of the cells `cell_names` as arguments. A stack item's kind
-    is "null" (pushed as NULL), "value" (passed as argument ___stack<i>) or "iter" (passed as a
-    tuple of the items left; the prologue turns it back into an iterator, so a loop that broke
-    resumes capturable). The resume function has the code's cell variables as fresh cells,
-    filled from ___cell_<name> (a closure made before the break would still hold the old cells,
-    so codegen refuses to pass one on)."""
-    key = (offset, kinds, local_names, cell_names)
+    `local_names`, then the frame's cells (every cell variable, as the cell object) as
+    arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed as argument
+    ___stack<i>) or "iter" (passed as a tuple of the items left; the prologue turns it back into
+    an iterator, so a loop that broke resumes capturable). The cells keep their slots and get no
+    MAKE_CELL, so closures made before the break share them with the resumed frame."""
+    key = (offset, kinds, local_names)
     per_code = _resume_cache.setdefault(code, {})
     cached = per_code.get(key)
     if cached is not None:
         return cached
-    original = Bytecode.from_code(code)
-    real = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
-    index = next(k for k, i in enumerate(real) if i.offset == offset)
-    target = Label()
-    body: list[Any] = []
-    seen = 0
-    skipping_prologue = True
-    for item in original:
-        if isinstance(item, Instr):
-            if skipping_prologue and item.name in ("MAKE_CELL", "COPY_FREE_VARS", "RESUME"):
-                seen += 1
-                continue
-            skipping_prologue = False
-            if seen == index:
-                body.append(target)
-            seen += 1
-        body.append(item)
+    index = _instruction_index(code, offset)
+    body, target, _ = _body(code, index)
     stack_args = [f"___stack{i}" for i, kind in enumerate(kinds) if kind != "null"]
-    prologue: list[Any] = [Instr("MAKE_CELL", CellVar(n)) for n in code.co_cellvars]
+    prologue: list[Any] = []
     if code.co_freevars:
         prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
     prologue.append(Instr("RESUME", 0))
-    for name in cell_names:
-        prologue += [Instr("LOAD_FAST", f"___cell_{name}"), Instr("STORE_DEREF", CellVar(name))]
     for i, kind in enumerate(kinds):
         if kind == "null":
             prologue.append(Instr("PUSH_NULL"))
@@ -223,15 +293,17 @@ def resume_code(
     prologue.append(Instr("JUMP_FORWARD", target))
     bc = Bytecode()
     root_name, root_qualname, depth = _resume_origin.get(code, (code.co_name, code.co_qualname, 0))
+    real = list(dis.get_instructions(code))
+    start = next(k for k, i in enumerate(real) if i.offset == offset)
     line = next(
-        (i.positions.lineno for i in real[index:] if i.positions and i.positions.lineno),
+        (i.positions.lineno for i in real[start:] if i.positions and i.positions.lineno),
         code.co_firstlineno,
     )
     bc.name = f"resume_in_{root_name}_at_line_{line}"
     bc.qualname = f"{root_qualname}.<resume at line {line}>"
     bc.filename = code.co_filename
     bc.first_lineno = code.co_firstlineno
-    bc.argnames = [*stack_args, *local_names, *(f"___cell_{n}" for n in cell_names)]
+    bc.argnames = [*stack_args, *local_names, *code.co_cellvars]
     bc.argcount = len(bc.argnames)
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
@@ -240,11 +312,12 @@ def resume_code(
     bc.flags = code.co_flags & ~(0x04 | 0x08)  # no *args / **kwargs: everything is positional
     bc.extend(prologue + body)
     try:
-        new = bc.to_code()
+        new = to_code(bc, code)
     except Exception as exc:  # a bug here must not break the user's program
         raise Unsupported("reconstruct", "building a resume function", str(exc)) from None
     per_code[key] = new
     _resume_origin[new] = (root_name, root_qualname, depth + 1)
+    _passed_cells[new] = tuple(code.co_cellvars)
     return new
 
 
@@ -256,8 +329,7 @@ def resume_depth(code: types.CodeType) -> int:
 
 def original_instr(code: types.CodeType, offset: int) -> Instr:
     """The `bytecode` form of the instruction at `offset`, to run it unchanged."""
-    real = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
-    index = next(k for k, i in enumerate(real) if i.offset == offset)
+    index = _instruction_index(code, offset)
     instrs = [i for i in Bytecode.from_code(code) if isinstance(i, Instr)]
     return instrs[index].copy()
 

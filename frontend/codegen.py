@@ -28,13 +28,24 @@ from framejit.frontend.variables.containers import (
     IteratorVariable,
     ListVariable,
 )
-from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from framejit.frontend.variables.functions import (
+    NestedFunctionVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
 from framejit.frontend.variables.objects import NewObjectVariable, NNModuleVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 # Mutable objects made in the frame: rebuilt once per transformed code, then reloaded.
-_BUILT_ONCE = (ListVariable, DictVariable, DataclassVariable, NewObjectVariable, IteratorVariable)
+_BUILT_ONCE = (
+    ListVariable,
+    DictVariable,
+    DataclassVariable,
+    NewObjectVariable,
+    IteratorVariable,
+    NestedFunctionVariable,
+)
 
 GRAPH_OUT = "___graph_out"
 
@@ -50,6 +61,10 @@ class CodeGen:
         self.line_override: int | None = None
         self._built: dict[int, str] = {}  # id(VT of an object made in the frame) -> its local
         self._keep: list[VariableTracker] = []  # keeps those VTs alive while ids are in use
+        # id(CellVariable) -> name, for the cells of the frame being compiled: a closure rebuilt
+        # after the graph shares the frame's real cell (its contents stored there first).
+        self.frame_cells: dict[int, str] = {}
+        self._cells_stored: set[str] = set()
 
     def _emit(self, *instrs: Instr) -> None:
         if self.line_override is not None:
@@ -182,6 +197,56 @@ class CodeGen:
             self._keep.append(vt)
             self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
 
+    # --- cells ---------------------------------------------------------------------------------
+    def store_frame_cell(self, name: str, contents: VariableTracker | None) -> None:
+        """Put the traced contents of the frame's cell `name` into its real cell (once)."""
+        if name in self._cells_stored:
+            return
+        self._cells_stored.add(name)
+        if contents is not None:
+            self.reconstruct(contents)
+            self._emit(Instr("STORE_DEREF", CellVar(name)))
+
+    def load_cell(self, cell: Any) -> None:
+        """Push the real cell object a closure being rebuilt refers to."""
+        from framejit.frontend.inlining import _RealCell
+        from framejit.frontend.sources import AttrSource, FreeVarSource
+        from framejit.frontend.variables.base import CellVariable
+
+        if isinstance(cell, CellVariable):
+            name = self.frame_cells.get(id(cell))
+            if name is not None:  # a cell of this frame
+                self.store_frame_cell(name, cell.contents)
+                self._emit(Instr("LOAD_CLOSURE", CellVar(name)))
+                return
+            # A cell of an inlined call that has returned: only closures still reach it, so one
+            # new real cell holding its contents stands for it.
+            memo = self._built.get(id(cell))
+            if memo is not None:
+                self._emit(Instr("LOAD_FAST", memo))
+                return
+            if cell.contents is None:
+                self.call_const(types.CellType, lambda: None, 0)
+            else:
+                self.call_const(types.CellType, lambda: self.reconstruct(cell.contents), 1)
+            name = f"___obj{len(self._built)}"
+            self._built[id(cell)] = name
+            self._keep.append(cell)
+            self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
+            return
+        if isinstance(cell, _RealCell):
+            src = cell.source
+            if isinstance(src, FreeVarSource):
+                self._emit(Instr("LOAD_CLOSURE", FreeVar(src.name)))
+                return
+            if isinstance(src, AttrSource) and src.attr == "cell_contents":
+                self.load_sources([src.base])  # the cell itself
+                return
+            if src is None:
+                self.load_const(cell.cell)
+                return
+        raise Unsupported("reconstruct", "a closure cell", type(cell).__name__)
+
     # --- graph breaks --------------------------------------------------------------------------
     def run_original(self, inst: Any, kw_names: tuple[str, ...]) -> None:
         """Execute the instruction the translator could not capture, unchanged."""
@@ -200,11 +265,24 @@ class CodeGen:
     def place(self, label: Label) -> None:
         self.instructions.append(label)
 
+    def append_items(self, items: Sequence[Any]) -> None:
+        """Append `bytecode` items as they are (labels, TryBegin/TryEnd, copied instructions)."""
+        self.instructions.extend(items)
+
+    def wrap_with_exit(self) -> None:
+        """[exit, entered] after a BEFORE_WITH that ran for real -> [ContextExit(exit), entered]."""
+        from framejit.frontend.variables.contexts import ContextExit
+
+        self._emit(Instr("SWAP", 2))
+        self.call_on_top(ContextExit)
+        self._emit(Instr("SWAP", 2))
+
     def call_resume(
-        self, target: Any, kinds: tuple[str, ...], local_values: Sequence[VariableTracker]
+        self, target: Any, kinds: tuple[str, ...], local_values: Sequence[VariableTracker | str]
     ) -> None:
         """Save the stack (len(kinds) items, see breaks.resume_code) into temporaries, call
-        `target` with them and the live locals, and return its result."""
+        `target` with them, the live locals (a VT, or the name of a local already stored in its
+        own slot) and the frame's cells (the cell objects), and return its result."""
         for i in reversed(range(len(kinds))):
             self._emit(Instr("STORE_FAST", f"___save{i}"))
         self.push_null()
@@ -216,8 +294,13 @@ class CodeGen:
             elif kind == "value":
                 self._emit(Instr("LOAD_FAST", f"___save{i}"))
         for vt in local_values:
-            self.reconstruct(vt)
-        nargs = len(kinds) - kinds.count("null") + len(local_values)
+            if isinstance(vt, str):
+                self._emit(Instr("LOAD_FAST", vt))
+            else:
+                self.reconstruct(vt)
+        for name in self.code.co_cellvars:
+            self._emit(Instr("LOAD_CLOSURE", CellVar(name)))
+        nargs = len(kinds) - kinds.count("null") + len(local_values) + len(self.code.co_cellvars)
         self._emit(*versions.emit_call(nargs))
         self._emit(Instr("RETURN_VALUE"))
 
@@ -246,7 +329,12 @@ class CodeGen:
         bc.cellvars = list(code.co_cellvars)
         bc.freevars = list(code.co_freevars)
         bc.flags = code.co_flags
-        prologue: list[Instr] = [Instr("MAKE_CELL", CellVar(n)) for n in code.co_cellvars]
+        from framejit.frontend.breaks import passed_cells
+
+        passed = passed_cells(code)  # a resume function's cells arrive made
+        prologue: list[Instr] = [
+            Instr("MAKE_CELL", CellVar(n)) for n in code.co_cellvars if n not in passed
+        ]
         if code.co_freevars:
             prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
         prologue.append(Instr("RESUME", 0))
@@ -257,7 +345,9 @@ class CodeGen:
                 inst.lineno = self.lineno
         bc.extend(prologue + self.instructions)
         try:
-            return bc.to_code()
+            from framejit.frontend.breaks import to_code
+
+            return to_code(bc, code)
         except Exception as exc:  # a codegen bug; report it as a reason, not a crash
             raise Unsupported("reconstruct", "building the transformed code", str(exc)) from None
 

@@ -25,19 +25,24 @@ import torch.fx
 from bytecode import Instr
 from framejit.frontend.breaks import (
     TRUTH_JUMPS,
+    CellArgSource,
     GraphBreak,
+    body_and_handler,
     layout_after,
+    passed_cells,
     resume_code,
     resume_depth,
     resume_function,
+    resume_offset,
     stack_kind,
 )
 from framejit.frontend.codegen import CodeGen, argnames_of
 from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
+from framejit.frontend.inlining import _RealCell, real_cell
 from framejit.frontend.output_graph import OutputGraph
-from framejit.frontend.sources import Source
-from framejit.frontend.translator import root_translator
+from framejit.frontend.sources import AttrSource, Source
+from framejit.frontend.translator import decode, root_translator
 from framejit.frontend.variables.base import NULL, CellVariable, VariableTracker
 from framejit.frontend.variables.containers import (
     BaseSequence,
@@ -47,8 +52,10 @@ from framejit.frontend.variables.containers import (
     ListVariable,
     SliceVariable,
 )
+from framejit.frontend.variables.contexts import AutocastExitVariable
 from framejit.frontend.variables.functions import (
     BoundMethodVariable,
+    NestedFunctionVariable,
     PartialVariable,
     UserMethodVariable,
 )
@@ -103,6 +110,14 @@ def compile_frame(
     frame_args = dict(zip(argnames, args))
     output = OutputGraph(fn, frame_args, DynamicInputs(dynamic, cache, frame_args))
     tx = root_translator(code, fn, output, argnames)
+    for name in passed_cells(code):  # a resume function's cells: real cells, read through them
+        tx.locals.pop(name, None)
+        tx.cells[name] = _RealCell(
+            AttrSource(CellArgSource(name, True), "cell_contents"), output.frame_args[name]
+        )
+    for name, cell in list(tx.cells.items()):  # known by identity to inlined closures
+        if isinstance(cell, _RealCell):
+            tx.cells[name] = real_cell(tx, cell.source, cell.cell)
     tx.breaks_allowed = wrap_resume is not None and not fullgraph
     grad_at_entry = torch.is_grad_enabled()
     try:
@@ -115,7 +130,7 @@ def compile_frame(
                 torch._C._set_grad_enabled(grad_at_entry)
                 for ctx in reversed(output.open_contexts):  # autocast blocks left open
                     ctx.__exit__(None, None, None)
-            entry, graphs = _finish(fn, code, output, result, backend, argnames, tx.lineno)
+            entry, graphs = _finish(fn, code, output, tx, result, backend, argnames)
         except GraphBreak as gb:
             _log_break(code, gb.reason)
             entry, graphs = _finish_break(fn, code, output, gb, backend, argnames, wrap_resume)
@@ -200,6 +215,12 @@ def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
     elif isinstance(vt, SliceVariable):
         for item in vt.parts:
             _collect_outputs(item, out)
+    elif isinstance(vt, NestedFunctionVariable):
+        for item in [*vt.defaults, *vt.kwdefaults.values()]:
+            _collect_outputs(item, out)
+        for cell in vt.closure:
+            if isinstance(cell, CellVariable) and cell.contents is not None:
+                _collect_outputs(cell.contents, out)
 
 
 def _compile_graph(
@@ -253,19 +274,25 @@ def _entry(
     return CacheEntry(compiled_guards, new_fn, new_code, [g.gm for g in graphs])
 
 
+def _frame_cells(cells: dict[str, Any]) -> dict[str, CellVariable]:
+    """The frame's own cells that the trace models (CellVariable), by name."""
+    return {name: c for name, c in cells.items() if isinstance(c, CellVariable)}
+
+
 def _finish(
     fn: types.FunctionType,
     code: types.CodeType,
     output: OutputGraph,
+    tx: Any,
     result: VariableTracker,
     backend: Any,
     argnames: tuple[str, ...],
-    lineno: int,
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
     outputs: list[TensorVariable] = []
     for vt in [result, *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
-    cg = CodeGen(code, lineno)
+    cg = CodeGen(code, tx.lineno)
+    cg.frame_cells = {id(c): name for name, c in _frame_cells(tx.cells).items()}
     graphs = _compile_graph(code, output, outputs, backend, cg)
     _emit_state_after_graph(output, cg)
     cg.return_value(result)
@@ -281,60 +308,99 @@ def _finish_break(
     argnames: tuple[str, ...],
     wrap_resume: Callable[[types.FunctionType], Any],
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
-    """Graph so far -> the break instruction, run for real -> resume function(s)."""
+    """Graph so far -> the break instruction, run for real -> resume function(s).
+
+    Inside a `try`/`with` range the instruction runs under a copy of the range's handler, with
+    the live locals in their own slots, so an exception it raises is handled as in eager (the
+    frame then goes on as plain Python); the resume functions carry the handlers themselves."""
     outputs: list[TensorVariable] = []
-    cell_values = [c.contents for c in gb.cells.values() if isinstance(c, CellVariable)]
+    frame_cells = _frame_cells(gb.cells)
+    cell_values = [c.contents for c in frame_cells.values() if c.contents is not None]
     for vt in [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
+    for vt in reversed(gb.stack):  # autocast blocks the break interrupts: the graph leaves them
+        if isinstance(vt, AutocastExitVariable):
+            vt.ctx.close_in_graph(output)
     lineno = gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
     cg = CodeGen(code, lineno)
+    cg.frame_cells = {id(c): name for name, c in frame_cells.items()}
     graphs = _compile_graph(code, output, outputs, backend, cg)
     _emit_state_after_graph(output, cg)  # the instruction that runs for real sees it
+    for name, cell in frame_cells.items():  # closures and the resume function share the cells
+        cg.store_frame_cell(name, cell.contents)
     inst = gb.inst
-    callee = _callee_index(gb) if gb.run_instruction else None
-    for i, vt in enumerate(gb.stack):
-        cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
     # A resume function's own ___stack arguments are dead once its prologue pushed them.
-    live = [
+    live: list[tuple[str, VariableTracker]] = [
         (name, vt)
         for name, vt in gb.locals.items()
         if vt is not NULL and not name.startswith("___stack")
     ]
-
-    cells = [
-        (name, cell.contents)
-        for name, cell in gb.cells.items()
-        if isinstance(cell, CellVariable) and cell.contents is not None
-    ]
+    handler = body_and_handler(code, inst.offset) if gb.run_instruction else None
+    local_values: list[VariableTracker | str] = [vt for _, vt in live]
+    if handler is not None:  # the copied handler code reads the locals from their slots
+        for name, vt in live:
+            if getattr(vt, "source", None) != _plain_local(name):
+                cg.reconstruct(vt)
+                cg.emit(Instr("STORE_FAST", name))
+        for name in argnames:  # an argument the frame deleted is unbound there too
+            if name not in gb.locals and name not in code.co_cellvars:
+                cg.emit(Instr("DELETE_FAST", name))
+        local_values = [name for name, _ in live]
+    callee = _callee_index(gb) if gb.run_instruction else None
+    for i, vt in enumerate(gb.stack):
+        cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
 
     def resume_at(offset: int, layout: list[VariableTracker | None]) -> None:
         kinds = tuple(stack_kind(item) for item in layout)
-        rcode = resume_code(
-            code, offset, kinds, tuple(name for name, _ in live), tuple(n for n, _ in cells)
-        )
+        rcode = resume_code(code, offset, kinds, tuple(name for name, _ in live))
         target = resume_function(fn, rcode)
         if resume_depth(rcode) <= config.max_resume_depth:
             target = wrap_resume(target)  # else: a long chain (a loop that breaks): eager
-        cg.call_resume(target, kinds, [vt for _, vt in live] + [vt for _, vt in cells])
+        cg.call_resume(target, kinds, local_values)
 
-    next_offset = tx_next_offset(code, inst.offset)
+    if handler is not None:
+        cg.append_items([handler[1]])
+    next_offset = decode(code).next_offset.get(inst.offset, -1)  # none after a final raise
     if not gb.run_instruction:  # the resume function starts at the instruction itself
-        from framejit.frontend.breaks import resume_offset
-        from framejit.frontend.translator import decode
-
         resume_at(resume_offset(decode(code), inst.offset), list(gb.stack))
     elif inst.opname in TRUTH_JUMPS:
         rest: list[VariableTracker | None] = list(gb.stack[:-1])
         jump = cg.pop_jump_if(TRUTH_JUMPS[inst.opname])
+        _end_try(cg, handler)
         resume_at(next_offset, rest)
         cg.place(jump)
         resume_at(inst.argval, rest)
     else:
         cg.run_original(inst, gb.kw_names)
+        if inst.opname == "BEFORE_WITH":  # the exit is called for real, never traced
+            cg.wrap_with_exit()
+        _end_try(cg, handler)
         if inst.opname != "RAISE_VARARGS":
             layout, _ = layout_after(gb)
+            after = decode(code).instructions[decode(code).index_of[next_offset]]
+            if after.opname == "POP_TOP" and layout[-1] is None:
+                # A result thrown away (print's None): drop it here, so the resume function
+                # does not see (and guard) it.
+                cg.emit(Instr("POP_TOP"))
+                layout.pop()
+                next_offset = tx_next_offset(code, next_offset)
             resume_at(next_offset, layout)
+    if handler is not None:
+        cg.append_items(handler[0])
     return _entry(fn, code, output, cg, argnames, graphs), graphs
+
+
+def _plain_local(name: str) -> Source:
+    from framejit.frontend.sources import LocalSource
+
+    return LocalSource(name)
+
+
+def _end_try(cg: CodeGen, handler: tuple[list[Any], Any] | None) -> None:
+    if handler is not None:
+        from bytecode import TryEnd
+
+        cg.append_items([TryEnd(handler[1])])
 
 
 def _emit_state_after_graph(output: OutputGraph, cg: CodeGen) -> None:

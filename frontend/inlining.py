@@ -56,6 +56,19 @@ class _RealCell(VariableTracker):
         self.written: VariableTracker | None = None  # a value assigned while tracing
 
 
+def real_cell(tx: Any, source: Source | None, cell: Any) -> _RealCell:
+    """The one tracker of a real cell in this trace: a cell reached twice (a frame's free
+    variable and the closure of a function it was passed) must see the same writes."""
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    known: dict[int, _RealCell] = root.__dict__.setdefault("_real_cells", {})
+    found = known.get(id(cell))
+    if found is None or found.cell is not cell:
+        found = known[id(cell)] = _RealCell(source, cell)
+    return found
+
+
 class InliningMixin:
     # --- calls -----------------------------------------------------------------------------------
     def call_function_value(
@@ -160,7 +173,7 @@ class InliningMixin:
         freevars: dict[str, CellVariable | _RealCell] = {}
         for i, name in enumerate(code.co_freevars):
             cell_src = closure_cell_source(src, i) if src is not None else None
-            freevars[name] = _RealCell(cell_src, fn.__closure__[i])
+            freevars[name] = real_cell(self, cell_src, fn.__closure__[i])
         bound = self._bind(
             code,
             fn.__qualname__,

@@ -739,8 +739,6 @@ def matches(x: torch.Tensor, value: Any) -> torch.Tensor:
 
 
 UNSUPPORTED_CASES = [
-    pytest.param(catches, lambda: (t(3), ValueError("boom")), "RAISE_VARARGS", "raise error",
-                 id="try-except-raise"),
     pytest.param(defines_a_class, lambda: (t(3),), "LOAD_BUILD_CLASS", "class Local",
                  id="class"),
     pytest.param(matches, lambda: (t(3), [1, 2]), "MATCH_SEQUENCE", "case [a, b]", id="match"),
@@ -772,7 +770,17 @@ def test_unsupported_opcode_runs_eagerly(fn: Callable[..., Any],
     assert err.count("[framejit:graph_breaks] running") == 1  # the eager entry is reused
 
 
-def test_with_over_an_unknown_context_manager_runs_from_there_eagerly(
+def test_raise_inside_try_runs_the_handler_as_python() -> None:
+    counter = CompileCounter()
+    jitted = framejit.jit(catches, backend=counter)
+    x = t(3)
+    for _ in range(2):
+        assert_same(jitted(x, ValueError("boom")), catches(x, ValueError("boom")))
+    with pytest.raises(KeyError, match="other"):
+        jitted(x, KeyError("other"))
+
+
+def test_with_over_an_unknown_context_manager_enters_it_for_real_at_a_break(
         capsys: pytest.CaptureFixture[str]) -> None:
     framejit.set_logs(graph_breaks=True)
     counter = CompileCounter()
@@ -780,7 +788,7 @@ def test_with_over_an_unknown_context_manager_runs_from_there_eagerly(
     x = t(3)
     for _ in range(2):
         assert_same(jitted(x, contextlib.nullcontext()), with_block(x, contextlib.nullcontext()))
-    assert counter.frame_count == 1  # `x + 1` before the block; the block onwards runs as is
+    assert counter.frame_count == 2  # `x + 1` before the block; `y * 2` inside it
     err = capsys.readouterr().err
     assert "`with` over a nullcontext" in err
     assert f"{__file__}:{inspect.getsourcelines(with_block)[1] + 2}" in err

@@ -47,7 +47,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "CHECK_EXC_MATCH": "exception handlers are not captured yet",
     "CHECK_EG_MATCH": "exception groups are not captured",
     "RERAISE": "exception handlers are not captured yet",
-    "RAISE_VARARGS": "raising an exception is not captured",
     "SETUP_ANNOTATIONS": "annotations at module level",
     "LOAD_BUILD_CLASS": "defining a class inside a function",
     "IMPORT_STAR": "import *",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend import versions
+from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.containers import IteratorVariable
 
@@ -91,3 +92,11 @@ def for_iter(tx: Translator, inst: Any) -> None:
         tx.jump_to(versions.for_iter_exit_offset(inst, tx.decoded.next_offset))
     else:
         tx.push(item)
+
+
+@handler("RAISE_VARARGS")
+def raise_varargs(tx: Translator, inst: Any) -> None:
+    # In the root frame this is a graph break: the raise runs for real after the graph (under
+    # a copy of the handler that would catch it, inside a `try`); in an inlined call the call
+    # runs for real.
+    raise Unsupported("exception", "raise", "raising an exception runs as Python")

@@ -1,5 +1,6 @@
 """Context managers the translator understands: grad mode (`no_grad`, `enable_grad`,
-`set_grad_enabled`).
+`set_grad_enabled`) and `torch.autocast`; and the exits of `with` blocks a graph break entered
+for real (ContextExit).
 
 Entering or leaving one changes grad mode in three places at once: in the graph (a
 `torch._C._set_grad_enabled` node, so the captured ops run under the right mode whatever the
@@ -150,6 +151,35 @@ class AutocastVariable(VariableTracker):
             out.open_contexts.remove(self.real)
             self.real.__exit__(None, None, None)
 
+    def close_in_graph(self, output: Any) -> None:
+        """A graph break inside the block: the graph leaves autocast at its end (the transformed
+        code enters a real autocast context after it, see AutocastExitVariable.reconstruct)."""
+        from torch.amp import autocast_mode
+
+        node = output.graph.call_function(autocast_mode._exit_autocast, (self.node,))
+        output.created.append(node)
+
+
+class ContextExit:
+    """The exit of a `with` block whose context was entered for real at a graph break (a
+    context the translator does not model, or an autocast block re-entered after the graph).
+    The resume function's copy of the block calls it, normally or with the exception; the
+    translator never traces it (calling it is a graph break, so the exit runs for real)."""
+
+    __slots__ = ("exit",)
+
+    def __init__(self, exit: Any) -> None:
+        self.exit = exit
+
+    def __call__(self, *exc_info: Any) -> Any:
+        return self.exit(*exc_info)
+
+
+def enter_autocast(args: tuple[Any, ...]) -> ContextExit:
+    ctx = torch.autocast(*args)
+    ctx.__enter__()
+    return ContextExit(ctx.__exit__)
+
 
 class AutocastExitVariable(VariableTracker):
     """The exit an autocast `with` block calls at its end."""
@@ -165,6 +195,11 @@ class AutocastExitVariable(VariableTracker):
     ) -> VariableTracker:
         self.ctx.exit(tx)
         return ConstantVariable(None)
+
+    def reconstruct(self, cg: Any) -> None:
+        """At a graph break inside the block (the graph closed it): enter the same autocast for
+        real and pass its exit on."""
+        cg.call_const(enter_autocast, lambda: cg.load_const(self.ctx.args), 1)
 
 
 AUTOCAST_CLASSES = (torch.autocast, torch.amp.autocast)

@@ -83,13 +83,15 @@ class NestedFunctionVariable(VariableTracker):
         return f"NestedFunction({self.qualname})"
 
     def reconstruct(self, cg: CodeGen) -> None:
-        """A real function object again (a break passes it on, or the frame returns it)."""
-        cells = [getattr(c, "cell", None) for c in self.closure]
-        if any(c is None for c in cells):
-            raise Unsupported(
-                "reconstruct", f"function {self.qualname} closing over cells of the traced frame"
-            )
+        """A real function object again (a break passes it on, or the frame returns it), closing
+        over the real cells: the frame's own (codegen stores their traced contents first),
+        its enclosing function's, or a new cell standing for one of a returned inlined call."""
         from framejit.frontend.variables.containers import DictVariable, TupleVariable
+
+        def closure() -> None:
+            for cell in self.closure:
+                cg.load_cell(cell)
+            cg.build(tuple, len(self.closure))
 
         cg.call_const(
             _make_function,
@@ -98,7 +100,7 @@ class NestedFunctionVariable(VariableTracker):
                 cg.load_const(self.f_globals),
                 cg.reconstruct(TupleVariable(self.defaults)),
                 cg.reconstruct(DictVariable(self.kwdefaults)),
-                cg.load_const(tuple(cells)),
+                closure(),
             ),
             5,
         )

@@ -33,6 +33,7 @@ from framejit.frontend.variables.contexts import (
     AUTOCAST_CLASSES,
     GRAD_MODE_CLASSES,
     AutocastVariable,
+    ContextExit,
     GradModeVariable,
     autocast_arguments,
 )
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 Args = list[VariableTracker]
 Kwargs = dict[str, VariableTracker]
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
 
 
 def _class_attr(cls: type, name: str) -> tuple[type, Any] | None:
@@ -128,6 +130,12 @@ class UserObjectVariable(VariableTracker):
                     else (tx.wrap_value(attr.__func__, None))
                 )
                 return UserMethodVariable(fn, tx.wrap_value(cls, cls_source))
+            if isinstance(attr, types.MethodDescriptorType) and not cls.__flags__ & _HEAPTYPE:
+                # A method of a C type (`file.write`): fixed by the type, a new bound object at
+                # every lookup, so it is not guarded by identity.
+                return tx.wrap_value(
+                    getattr(self.obj, name), AttrSource(self._need_source(name), name)
+                )
             if isinstance(attr, types.FunctionType):
                 fn = (
                     tx.wrap_source(attr_source)
@@ -141,6 +149,12 @@ class UserObjectVariable(VariableTracker):
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if isinstance(self.obj, ContextExit):
+            raise Unsupported(
+                "unsupported_context",
+                "leaving a `with` block entered for real",
+                "the context's exit runs as Python",
+            )
         call = _class_attr(type(self.obj), "__call__")
         if call is None or not isinstance(call[1], types.FunctionType):
             raise Unsupported("unsupported_call", f"calling a {type(self.obj).__name__}")
