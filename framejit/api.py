@@ -66,12 +66,14 @@ def jit(
         return lambda f: jit(
             f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options
         )
-    settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
-    if mode not in (None, "default"):
+    if mode in ("reduce-overhead", "max-autotune"):
+        resolved = with_cudagraphs(resolved)  # compiled graphs run through CUDA graph trees
+    if mode == "max-autotune":
         logs.artifact(
             "perf_hints",
             "mode='max-autotune' uses CUDA graph trees; wider kernel tuning is not built yet",
         )
+    settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
     if config.disable or getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False):
         return fn
     if isinstance(fn, torch.nn.Module):
@@ -227,10 +229,6 @@ class JitFunction:
 _live_caches: weakref.WeakSet[CodeCache] = weakref.WeakSet()
 
 
-def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-    return module(*args, **kwargs)
-
-
 class _GraphedJitFunction(JitFunction):
     """A JitFunction under mode="reduce-overhead": a call from outside any compiled code begins
     an invocation, which CUDA graph trees use to tell a new step from the next graph of the same
@@ -261,6 +259,10 @@ def _jit_function(fn: types.FunctionType, settings: _Settings) -> JitFunction:
     if settings.mode in ("reduce-overhead", "max-autotune"):
         return _GraphedJitFunction(fn, settings)
     return JitFunction(fn, settings)
+
+
+def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    return module(*args, **kwargs)
 
 
 # Modules whose call the translator captures as one op (frontend/variables/rnn.py).
@@ -389,11 +391,6 @@ def reset() -> None:
         cache.eager_reason = ""
         cache.recompile_reasons.clear()
     clear_caches()
-
-
-@dataclass
-class ExplainOutput:
-    graph_count: int
     if "framejit.cudagraphs" in sys.modules:  # free every CUDA graph pool
         sys.modules["framejit.cudagraphs"].reset()
 
@@ -406,6 +403,11 @@ def mark_step_begin() -> None:
     from framejit import cudagraphs
 
     cudagraphs.mark_step_begin()
+
+
+@dataclass
+class ExplainOutput:
+    graph_count: int
     graph_break_count: int
     break_reasons: list[str]
     graphs: list[torch.fx.GraphModule]
