@@ -169,6 +169,12 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         return DictVariable(
             {k: wrap_source(tx, ItemSource(source, k)) for k in value}, source, cls=t
         )
+    if t is collections.defaultdict and all(isinstance(k, (str, int)) for k in value):
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))
+        factory = wrap_source(tx, AttrSource(source, "default_factory"))
+        items = {k: wrap_source(tx, ItemSource(source, k)) for k in value}
+        return DictVariable(items, source, cls=t, default_factory=factory)
     if t is GradModeExit:
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, AttrSource(source, "prior"), GuardKind.CONSTANT_MATCH, value.prior)

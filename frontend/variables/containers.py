@@ -272,11 +272,16 @@ class DictVariable(VariableTracker):
     """A dict (or a dict subclass such as OrderedDict: `cls`) with constant keys."""
 
     def __init__(
-        self, items: dict[Any, VariableTracker], source: Source | None = None, cls: type = dict
+        self,
+        items: dict[Any, VariableTracker],
+        source: Source | None = None,
+        cls: type = dict,
+        default_factory: VariableTracker | None = None,
     ) -> None:
         self.items = dict(items)  # constant keys -> VTs
         self.source = source
         self.cls = cls
+        self.default_factory = default_factory  # a defaultdict's (None: missing keys raise)
 
     def __repr__(self) -> str:
         return f"{self.cls.__name__}{self.items!r}"
@@ -302,7 +307,13 @@ class DictVariable(VariableTracker):
     def getitem(self, tx: Translator, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key, "dict")
         if k not in self.items:
-            raise Unsupported("exception", f"dict[{k!r}] raises KeyError")
+            if self.default_factory is None:
+                raise Unsupported("exception", f"dict[{k!r}] raises KeyError")
+            value = self.default_factory.call(tx, [], {})  # defaultdict: insert the default
+            note_mutation()
+            if self.source is not None:
+                tx.output.side_effects.changed_container(self)
+            self.items[k] = value
         return self.items[k]
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
@@ -338,7 +349,7 @@ class DictVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(items))
         if name == "copy" and not args:
-            return DictVariable(items, cls=self.cls)
+            return DictVariable(items, cls=self.cls, default_factory=self.default_factory)
         note_mutation()
         if self.source is not None:  # replayed on the real dict after the graph
             tx.output.side_effects.changed_container(self)
@@ -382,6 +393,9 @@ class DictVariable(VariableTracker):
 
         if self.cls is dict:
             build()
+        elif self.default_factory is not None:
+            factory = self.default_factory
+            cg.call_const(self.cls, lambda: (cg.reconstruct(factory), build()), 2)
         else:
             cg.call_const(self.cls, build, 1)
 
