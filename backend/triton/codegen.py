@@ -110,6 +110,10 @@ KERNEL_OPS = {
     "invert": "~{0}",
     "lshift": "{0} << {1}",
     "rshift": "{0} >> {1}",
+    "exp2": "tl.exp2({0})",
+    "log2": "tl.log2({0})",
+    "atan": "fj_atan({0})",
+    "atan2": "fj_atan2({0}, {1})",
     "rand": "tl.rand({0}, {1})",
     "randn": "tl.randn({0}, {1})",
 }
@@ -155,6 +159,38 @@ def fj_log1p(x):
 def fj_mul(a, b):
     # the combine function of a product reduction
     return a * b
+""",
+    ),
+    "fj_atan": (
+        (),
+        """\
+@triton.jit
+def fj_atan(x):
+    # |x| > 1: pi/2 - atan(1/|x|); t > tan(pi/12): pi/6 + atan((t*sqrt(3) - 1) / (t + sqrt(3)));
+    # then |u| <= tan(pi/12) and the series to u**11 is within float32 rounding.
+    a = tl.abs(x)
+    big = a > 1.0
+    t = tl.where(big, 1.0 / a, a)
+    shift = t > 0.2679491924311227
+    u = tl.where(shift, (t * 1.7320508075688772 - 1.0) / (t + 1.7320508075688772), t)
+    v = u * u
+    p = u * (1.0 + v * (-0.3333333333333333 + v * (0.2 + v * (-0.14285714285714285
+        + v * (0.1111111111111111 + v * -0.09090909090909091)))))
+    r = tl.where(shift, 0.5235987755982988 + p, p)
+    r = tl.where(big, 1.5707963267948966 - r, r)
+    return tl.where(x < 0, -r, r)
+""",
+    ),
+    "fj_atan2": (
+        ("fj_atan",),
+        """\
+@triton.jit
+def fj_atan2(y, x):
+    # the quadrant from the signs; x == 0 gives +-pi/2, and atan2(0, 0) is 0
+    r = fj_atan(y / tl.where(x == 0, 1.0, x))
+    r = tl.where(x < 0, tl.where(y < 0, r - 3.141592653589793, r + 3.141592653589793), r)
+    r = tl.where(x == 0, tl.where(y > 0, 1.5707963267948966, -1.5707963267948966), r)
+    return tl.where((x == 0) & (y == 0), 0.0 * y, r)
 """,
     ),
     "fj_trunc": (
@@ -278,6 +314,9 @@ class KernelCode:
         if expr.name == "masked":
             return self.masked(expr)
         args = [self.value(a) for a in expr.args]
+        if expr.name == "signbit":  # set for -0.0 too, unlike x < 0
+            bits = "tl.int64" if expr.args[0].dtype == torch.float64 else "tl.int32"
+            return self.emit(f"{args[0]}.to({bits}, bitcast=True) < 0", expr)
         if expr.name == "convert":
             if expr.dtype == torch.bool:
                 return self.emit(f"{args[0]} != 0", expr)

@@ -2,6 +2,7 @@
 
     table.py       OpRule, LOWERINGS, EXTERN_OPS, and the expression helpers
     pointwise.py   math, comparisons, logical/bitwise, where/clamp, activations, casts, creation
+    transcendental.py  exp2/log2/log10, tan, hyperbolic and inverse trig, atan2, hypot, fmax, ...
     views.py       view/permute/expand/slice/select/(un)squeeze/diagonal/split: index arithmetic
     indexing.py    cat, pad, flip, repeat, slice_scatter; gather, index, index_select, embedding
     reductions.py  sum/mean/amax/argmax/prod/any/var/norm; softmax, log_softmax, layer_norm
@@ -10,7 +11,14 @@
 Importing this package registers every lowering.
 """
 
-from framejit.backend.triton.ops import indexing, pointwise, random, reductions, views  # noqa: F401
+from framejit.backend.triton.ops import (  # noqa: F401
+    indexing,
+    pointwise,
+    random,
+    reductions,
+    transcendental,
+    views,
+)
 from framejit.backend.triton.ops.table import EXTERN_OPS, LOWERINGS, OpRule
 
 __all__ = ["EXTERN_OPS", "LOWERINGS", "OpRule"]

@@ -135,13 +135,16 @@ def _register_binary() -> None:
             ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1, _k=kernel_op
         ):
             out = meta(node)
+            k = _k
             if out.dtype == torch.bool and _k in ("add", "sub", "mul"):
-                raise NotLowered("arithmetic on bool")
+                if _k == "sub" or not alpha:
+                    raise NotLowered("subtraction of bools")
+                k = "or" if _k == "add" else "and"  # bool + bool is or, bool * bool is and
 
             def fn(x: Expr, y: Expr) -> Expr:
-                if alpha != 1:
+                if alpha != 1 and out.dtype != torch.bool:
                     y = op("mul", y, const(alpha, y.dtype))
-                return op(_k, x, y)
+                return op(k, x, y)
 
             return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
 

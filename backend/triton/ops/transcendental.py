@@ -1,0 +1,132 @@
+"""More float math, built from Triton's core `tl` functions (libdevice does not run in the
+interpreter): exp2/log2/log10/expm1/erfc, tan, hyperbolic and inverse trigonometric functions,
+atan2, hypot, copysign, fmax/fmin, isinf.
+
+`atan` is a helper kernel function (codegen.py's `fj_atan`: two range reductions and a short
+series, float32-accurate); the others are expressions of it and of exp/log/sqrt. Inputs of
+other dtypes are converted to the result's float compute dtype first, as torch promotes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from framejit.backend.triton.ir import Expr
+from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
+from framejit.backend.triton.ops.table import const, elementwise, lowering, meta, op
+
+LN2 = math.log(2.0)
+# Past this, x * x overflows float32: asinh/acosh use log(2|x|) instead.
+LARGE = 1e18
+
+
+def _c(x: Expr, value: float) -> Expr:
+    return const(value, x.dtype)
+
+
+def _where_large(x: Expr, large: Expr, small: Expr) -> Expr:
+    return op("where", op("gt", op("abs", x), _c(x, LARGE), dtype=torch.bool), large, small)
+
+
+def _asinh(x: Expr) -> Expr:
+    a = op("abs", x)
+    hyp = op("sqrt", op("add", _c(x, 1.0), op("mul", a, a)))
+    small = op("log1p", op("add", a, op("truediv", op("mul", a, a), op("add", _c(x, 1.0), hyp))))
+    magnitude = _where_large(x, op("add", op("log", a), _c(x, LN2)), small)
+    return op("where", op("lt", x, _c(x, 0.0), dtype=torch.bool), op("neg", magnitude), magnitude)
+
+
+def _acosh(x: Expr) -> Expr:
+    t = op("sub", x, _c(x, 1.0))
+    small = op("log1p", op("add", t, op("sqrt", op("mul", t, op("add", t, _c(x, 2.0))))))
+    return _where_large(x, op("add", op("log", x), _c(x, LN2)), small)
+
+
+def _half_root(x: Expr) -> Expr:
+    """sqrt(1 - x*x), accurately near |x| = 1."""
+    return op("sqrt", op("mul", op("sub", _c(x, 1.0), x), op("add", _c(x, 1.0), x)))
+
+
+UNARY: dict[str, Callable[[Expr], Expr]] = {
+    "exp2": lambda x: op("exp2", x),
+    "log2": lambda x: op("log2", x),
+    "log10": lambda x: op("mul", op("log", x), _c(x, 1 / math.log(10.0))),
+    "expm1": lambda x: op("expm1", x),
+    "erfc": lambda x: op("sub", _c(x, 1.0), op("erf", x)),
+    "tan": lambda x: op("truediv", op("sin", x), op("cos", x)),
+    "sinh": lambda x: op("mul", _c(x, 0.5), op("sub", op("expm1", x), op("expm1", op("neg", x)))),
+    "cosh": lambda x: op("mul", _c(x, 0.5), op("add", op("exp", x), op("exp", op("neg", x)))),
+    "asinh": _asinh,
+    "acosh": _acosh,
+    "atanh": lambda x: op(
+        "mul", _c(x, 0.5), op("log1p", op("truediv", op("add", x, x), op("sub", _c(x, 1.0), x)))
+    ),
+    "atan": lambda x: op("atan", x),
+    "asin": lambda x: op("atan2", x, _half_root(x)),
+    "acos": lambda x: op("atan2", _half_root(x), x),
+}
+
+
+def _register_unary() -> None:
+    for name, fn in UNARY.items():
+
+        def lower(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *rest: Any, _fn=fn, **kw):
+            if rest or kw:
+                raise NotLowered("extra arguments")
+            out = meta(node)
+            return elementwise(ctx, out.shape, out.dtype, [x], _fn)
+
+        lowering(name, dtype="promote")(lower)
+
+
+_register_unary()
+
+
+def _isnan(x: Expr) -> Expr:
+    return op("ne", x, x, dtype=torch.bool)
+
+
+BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
+    "atan2": lambda y, x: op("atan2", y, x),
+    "hypot": lambda x, y: op("sqrt", op("add", op("mul", x, x), op("mul", y, y))),
+    "copysign": lambda x, y: op(
+        "where", op("signbit", y, dtype=torch.bool), op("neg", op("abs", x)), op("abs", x)
+    ),
+    # NaN only where both are NaN
+    "fmax": lambda x, y: op("where", _isnan(x), y, op("where", _isnan(y), x, op("maximum", x, y))),
+    "fmin": lambda x, y: op("where", _isnan(x), y, op("where", _isnan(y), x, op("minimum", x, y))),
+}
+
+
+def _register_binary() -> None:
+    for name, fn in BINARY.items():
+
+        def lower(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, _fn=fn):
+            out = meta(node)
+            if not out.dtype.is_floating_point:
+                raise NotLowered("integer operands")
+            return elementwise(ctx, out.shape, out.dtype, [a, b], _fn)
+
+        lowering(name, dtype="promote")(lower)
+
+
+_register_binary()
+
+
+@lowering("isinf", dtype="compare")
+def _isinf(ctx: Lowering, node: torch.fx.Node, x: TensorValue) -> TensorValue:
+    out = meta(node)
+    if not x.dtype.is_floating_point:
+        return ctx.pointwise(out.shape, torch.bool, lambda index: const(False, torch.bool))
+    return elementwise(
+        ctx,
+        out.shape,
+        torch.bool,
+        [x],
+        lambda v: op("eq", op("abs", v), _c(v, math.inf), dtype=torch.bool),
+        torch.float32 if x.dtype != torch.float64 else torch.float64,
+    )

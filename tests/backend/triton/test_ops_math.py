@@ -1,0 +1,79 @@
+"""Float math beyond the basics (exp2/log2/log10, tan, hyperbolic and inverse trig, atan2,
+hypot, copysign, fmax/fmin, isinf/isfinite, erfc, logaddexp) and the activations built from
+them, against eager over awkward values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_helpers import check_lowered
+
+torch.manual_seed(0)
+
+WIDE = torch.cat([torch.randn(40) * 3, torch.tensor([0.0, -0.0, 1e-6, -1e-6, 7.5, -30.0, 1e4])])
+UNIT = torch.cat([torch.rand(20) * 2 - 1, torch.tensor([-1.0, 1.0, 0.0, 0.999, -0.9999])])
+
+UNARY = {
+    "exp2": (lambda x: torch.exp2(x), WIDE.clamp(-20, 20)),
+    "log2": (lambda x: torch.log2(x), WIDE.abs() + 1e-3),
+    "log10": (lambda x: torch.log10(x), WIDE.abs() + 1e-3),
+    "expm1": (lambda x: torch.expm1(x), WIDE.clamp(-20, 20)),
+    "erfc": (lambda x: torch.erfc(x), WIDE.clamp(-3, 3)),
+    "tan": (lambda x: torch.tan(x), UNIT * 1.4),
+    "sinh": (lambda x: torch.sinh(x), WIDE.clamp(-20, 20)),
+    "cosh": (lambda x: torch.cosh(x), WIDE.clamp(-20, 20)),
+    "asinh": (lambda x: torch.asinh(x), torch.cat([WIDE, torch.tensor([1e20, -1e25])])),
+    "acosh": (lambda x: torch.acosh(x), torch.cat([WIDE.abs() + 1, torch.tensor([1e20])])),
+    "atanh": (lambda x: torch.atanh(x), UNIT * 0.999),
+    "atan": (lambda x: torch.atan(x), torch.cat([WIDE, torch.tensor([math.inf, -math.inf])])),
+    "asin": (lambda x: torch.asin(x), UNIT),
+    "acos": (lambda x: torch.acos(x), UNIT),
+    "isinf": (
+        lambda x: (torch.isinf(x), torch.isfinite(x)),
+        torch.tensor([1.0, math.inf, -math.inf, math.nan]),
+    ),
+    "celu": (lambda x: F.celu(x, 0.7), WIDE),
+    "mish": (lambda x: F.mish(x), WIDE.clamp(-20, 20)),
+    "hardswish": (lambda x: F.hardswish(x), WIDE),
+    "logsigmoid": (lambda x: F.logsigmoid(x), WIDE),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(name: str) -> None:
+    fn, x = UNARY[name]
+    check_lowered(fn, x)
+
+
+def test_half_and_int_inputs_promote() -> None:
+    check_lowered(
+        lambda x: (torch.atan(x), torch.sinh(x), torch.log2(x.abs() + 1)), torch.randn(9).half()
+    )
+    check_lowered(
+        lambda x: (torch.atan(x), torch.exp2(x), torch.isinf(x)), torch.randint(-4, 4, (7,))
+    )
+
+
+def test_binary() -> None:
+    y = torch.cat([torch.randn(30), torch.tensor([0.0, 0.0, 1.0, -1.0, -2.0, math.nan])])
+    x = torch.cat([torch.randn(30), torch.tensor([0.0, -1.0, 0.0, 0.0, -0.0, 1.0])])
+    check_lowered(
+        lambda y, x: (
+            torch.atan2(y, x),
+            torch.hypot(y, x),
+            torch.copysign(y, x),
+            torch.fmax(y, x),
+            torch.fmin(x, y),
+            torch.logaddexp(y, x),
+        ),
+        y,
+        x,
+    )
+
+
+def test_bool_arithmetic() -> None:
+    a, b = torch.rand(5, 4) > 0.5, torch.rand(5, 4) > 0.5
+    check_lowered(lambda a, b: (a + b, a * b, torch.isfinite(a.float() / 0.0)), a, b)
