@@ -15,10 +15,18 @@ from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.triton.ir import Expr, Ix, compute_dtype
+from framejit.backend.triton.ir import (
+    Expr,
+    Ix,
+    compute_dtype,
+    contiguous_strides,
+    linear,
+    unflatten,
+)
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import (
     aten,
+    const,
     convert,
     elementwise,
     lowering,
@@ -219,11 +227,44 @@ def _var(
 def _vector_norm(
     ctx: Lowering, node: torch.fx.Node, x: TensorValue, ord=2, dim=None, keepdim=False, **kw
 ):
-    if ord != 2:
-        raise NotLowered(f"ord={ord}")
+    """The p-norm: 2, 1, inf, -inf, 0 (count of nonzeros) or any other p."""
     out = meta(node)
-    total = reduce(ctx, x, _dims(x, dim), keepdim, "sum", out.dtype, pre=lambda v: op("mul", v, v))
-    return elementwise(ctx, out.shape, out.dtype, [total], _unary("sqrt"))
+    dims = _dims(x, dim)
+    p = float(ord)
+
+    def magnitude(v: Expr) -> Expr:
+        return op("abs", v)
+
+    if p == 2:
+        total = reduce(ctx, x, dims, keepdim, "sum", out.dtype, pre=lambda v: op("mul", v, v))
+        return elementwise(ctx, out.shape, out.dtype, [total], _unary("sqrt"))
+    if p == 1:
+        return reduce(ctx, x, dims, keepdim, "sum", out.dtype, pre=magnitude)
+    if math.isinf(p):
+        kind = "max" if p > 0 else "min"
+        return reduce(ctx, x, dims, keepdim, kind, out.dtype, pre=magnitude)
+    if p == 0:
+        return reduce(
+            ctx,
+            x,
+            dims,
+            keepdim,
+            "sum",
+            out.dtype,
+            pre=lambda v: convert(op("ne", v, const(0.0, v.dtype), dtype=torch.bool), v.dtype),
+        )
+
+    def power(v: Expr) -> Expr:  # |v| ** p, 0 for v == 0
+        return op("exp", op("mul", op("log", op("abs", v)), const(p, v.dtype)))
+
+    total = reduce(ctx, x, dims, keepdim, "sum", out.dtype, pre=power)
+    return elementwise(
+        ctx,
+        out.shape,
+        out.dtype,
+        [total],
+        lambda t: op("exp", op("mul", op("log", t), const(1 / p, t.dtype))),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,3 +320,149 @@ def _layer_norm(
     if mean_meta.dtype != dt:
         mean_out = elementwise(ctx, mean.shape, mean_meta.dtype, [mean], lambda v: v, dt)
     return result, mean_out, rstd
+
+
+def _kept_view(value: TensorValue, dims: list[int], rank: int) -> TensorValue:
+    """A keepdim-shaped reduction result seen without its reduced dims."""
+    shape = [n for k, n in enumerate(value.shape) if k not in dims]
+
+    def loader(index: tuple[Ix, ...]) -> Expr:
+        it = iter(index)
+        return value.load([Ix() if k in dims else next(it) for k in range(rank)])
+
+    return value.view(shape, loader, aten.view.default, (shape,))
+
+
+def _normalize_channels(
+    ctx: Lowering,
+    x: TensorValue,
+    mean: TensorValue,
+    rstd: TensorValue,
+    weight: TensorValue | None,
+    bias: TensorValue | None,
+    out_dtype: torch.dtype,
+) -> TensorValue:
+    """(x - mean) * rstd * weight + bias with per-channel (dim 1) statistics and affine."""
+    dt = compute_dtype(out_dtype)
+    stats = [mean, rstd] + [v for v in (weight, bias) if v is not None]
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        m, r, *affine = (convert(v.load((index[1],)), dt) for v in stats)
+        y = op("mul", op("sub", convert(x.load(index), dt), m), r)
+        if weight is not None:
+            y = op("mul", y, affine[0])
+        if bias is not None:
+            y = op("add", y, affine[-1])
+        return y
+
+    return ctx.pointwise(x.shape, out_dtype, body)
+
+
+@lowering("_native_batch_norm_legit", "_native_batch_norm_legit_functional", dtype="given")
+def _batch_norm(ctx: Lowering, node: torch.fx.Node, x: TensorValue, weight, bias, *rest: Any):
+    """Batch norm: statistics over every dim but the channels (dim 1) when training (also the
+    updated running statistics, for the functional form), else the running ones."""
+    if len(rest) == 3:  # no_stats: (training, momentum, eps)
+        running_mean = running_var = None
+        training, momentum, eps = rest
+    else:
+        running_mean, running_var, training, momentum, eps = rest
+    outs = meta(node)
+    if len(x.shape) < 2:
+        raise NotLowered("batch norm of a tensor without a channel dimension")
+    dt = compute_dtype(outs[0].dtype)
+    dims = [d for d in range(len(x.shape)) if d != 1]
+    if not training:
+        if running_mean is None:
+            raise NotLowered("batch norm without statistics in eval mode")
+        mean, var = running_mean, running_var
+    else:
+        var, mean = _variance(ctx, x, dims, False, 0, dt)
+        mean = _kept_view(mean, dims, len(x.shape))
+    rstd = elementwise(
+        ctx, [x.shape[1]], dt, [var, eps], lambda v, e: op("rsqrt", op("add", v, e)), dt
+    )
+    result = _normalize_channels(ctx, x, mean, rstd, weight, bias, outs[0].dtype)
+    if not training:
+        empty = [
+            ctx.pointwise(m.shape, m.dtype, lambda index, d=m.dtype: convert_const(0, d))
+            for m in outs[1:3]
+        ]
+        saved = tuple(empty)
+    else:
+        saved = (mean, rstd)
+    if node.target.overloadpacket is not aten._native_batch_norm_legit_functional:
+        return (result, *saved)
+    if not training:
+        return (result, *saved, running_mean, running_var)
+    n = _numel(x, dims)
+    unbiased = n / (n - 1) if n > 1 else math.inf
+    new_mean = elementwise(
+        ctx,
+        [x.shape[1]],
+        outs[3].dtype,
+        [running_mean, mean],
+        lambda r, m: op("add", op("mul", r, _k(1 - momentum, r)), op("mul", m, _k(momentum, m))),
+        dt,
+    )
+    new_var = elementwise(
+        ctx,
+        [x.shape[1]],
+        outs[4].dtype,
+        [running_var, var],
+        lambda r, v: op(
+            "add", op("mul", r, _k(1 - momentum, r)), op("mul", v, _k(momentum * unbiased, v))
+        ),
+        dt,
+    )
+    return (result, *saved, new_mean, new_var)
+
+
+def _k(value: float, like: Expr) -> Expr:
+    return const(value, like.dtype)
+
+
+def convert_const(value: Any, dtype: torch.dtype) -> Expr:
+    return const(value, compute_dtype(dtype))
+
+
+@lowering("native_group_norm", dtype="given")
+def _group_norm(
+    ctx: Lowering, node: torch.fx.Node, x: TensorValue, weight, bias, N, C, HxW, group, eps
+):
+    """Statistics over each (sample, group of channels), then a per-channel affine map."""
+    out, mean_meta, rstd_meta = meta(node)
+    if C % group:
+        raise NotLowered("channels not divisible by groups")
+    per_group = C // group
+    grouped_shape = (N, group, per_group * HxW)
+    strides = contiguous_strides(grouped_shape)
+
+    def grouped(index: tuple[Ix, ...]) -> Expr:
+        return x.load(unflatten(linear(index, strides), x.shape))
+
+    xg = x.view(grouped_shape, grouped, aten.view.default, (list(grouped_shape),))
+    dt = compute_dtype(out.dtype)
+    var, mean = _variance(ctx, xg, [2], True, 0, dt)
+    rstd = elementwise(ctx, var.shape, dt, [var, eps], lambda v, e: op("rsqrt", op("add", v, e)))
+    affine = [v for v in (weight, bias) if v is not None]
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        at = (index[0], index[1].floordiv(per_group) if group > 1 else Ix(), Ix())
+        y = op("sub", convert(x.load(index), dt), convert(mean.load(at), dt))
+        y = op("mul", y, convert(rstd.load(at), dt))
+        ws = [convert(v.load((index[1],)), dt) for v in affine]
+        if weight is not None:
+            y = op("mul", y, ws[0])
+        if bias is not None:
+            y = op("add", y, ws[-1])
+        return y
+
+    result = ctx.pointwise(x.shape, out.dtype, body)
+    stats = []
+    for value, m in ((mean, mean_meta), (rstd, rstd_meta)):
+        flat = _kept_view(value, [2], 3)
+        if m.dtype != dt:
+            flat = elementwise(ctx, flat.shape, m.dtype, [flat], lambda v: v, dt)
+        stats.append(flat)
+    return (result, *stats)

@@ -61,7 +61,6 @@ EXTERN_OPS = frozenset(
         "max_pool2d_with_indices_backward",
         "native_layer_norm_backward",
         "embedding_dense_backward",
-        "_native_batch_norm_legit_functional",
         "sort",
         "topk",
         "cumsum",

@@ -143,3 +143,45 @@ def test_reductions_over_the_outer_dim_tile_rows() -> None:
         x,
     )
     check_lowered(lambda x: torch.log_softmax(x, 1), torch.randn(2, 9, 70))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 0.5, 0, math.inf, -math.inf])
+def test_vector_norms(p: float) -> None:
+    x = torch.randn(4, 9)
+    x[1, 3] = 0.0
+    check_lowered(lambda x: torch.linalg.vector_norm(x, p, -1), x)
+    check_lowered(lambda x: torch.linalg.vector_norm(x, p), x)
+
+
+def test_normalize_and_cosine_similarity() -> None:
+    x, y = torch.randn(5, 8), torch.randn(5, 8)
+    check_lowered(lambda x, y: (F.normalize(x, dim=-1), F.cosine_similarity(x, y)), x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_group_norm(dtype: torch.dtype) -> None:
+    x, w, b = torch.randn(2, 6, 5, 3), torch.randn(6), torch.randn(6)
+    check_lowered(lambda x, w, b: F.group_norm(x, 3, w, b), x.to(dtype), w.to(dtype), b.to(dtype))
+    check_lowered(lambda x: F.group_norm(x, 1) + F.group_norm(x, 6), x.to(dtype))
+
+
+def test_batch_norm_training_and_instance_norm() -> None:
+    x = torch.randn(4, 3, 5, 2)
+    w, b = torch.randn(3), torch.randn(3)
+    check_lowered(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
+    check_lowered(lambda x: F.instance_norm(x), x)
+
+
+def test_batch_norm_training_updates_running_stats() -> None:
+    import framejit
+
+    bn = torch.nn.BatchNorm1d(5)
+    ref = torch.nn.BatchNorm1d(5)
+    x = torch.randn(8, 5) * 3 + 1
+    with torch.no_grad():
+        expected = ref(x)
+        got = framejit.jit(bn, backend="triton")(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(bn.running_mean, ref.running_mean)
+    torch.testing.assert_close(bn.running_var, ref.running_var)
+    assert int(bn.num_batches_tracked) == 1
