@@ -8,7 +8,9 @@ forward hooks the way nn.Module.__call__ does.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import logging
 import types
 import weakref
 from typing import Any
@@ -67,6 +69,51 @@ def real_cell(tx: Any, source: Source | None, cell: Any) -> _RealCell:
     if found is None or found.cell is not cell:
         found = known[id(cell)] = _RealCell(source, cell)
     return found
+
+
+def _dataclass_replace(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """`dataclasses.replace(obj, **changes)`: a new instance from obj's init fields."""
+    if len(args) != 1:
+        raise Unsupported("exception", "dataclasses.replace(...)", "one positional argument")
+    obj = args[0]
+    cls = obj.python_type()
+    if not dataclasses.is_dataclass(cls) or isinstance(cls, type) and cls is type:
+        raise Unsupported("exception", "dataclasses.replace(...)", "not a dataclass instance")
+    fields = getattr(cls, "__dataclass_fields__", {})
+    init: dict[str, Any] = {}
+    for f in fields.values():
+        if f._field_type is dataclasses._FIELD_CLASSVAR:  # type: ignore[attr-defined]
+            continue
+        if f._field_type is dataclasses._FIELD_INITVAR:  # type: ignore[attr-defined]
+            raise Unsupported("unsupported_call", "dataclasses.replace on a class with InitVar")
+        if not f.init:
+            if f.name in kwargs:
+                raise Unsupported("exception", "dataclasses.replace(...)", "ValueError")
+            continue
+        init[f.name] = kwargs[f.name] if f.name in kwargs else obj.getattr(tx, f.name)
+    extra = {k: v for k, v in kwargs.items() if k not in init}  # eager: TypeError from __init__
+    return tx.wrap_value(cls, None).call(tx, [], {**init, **extra})
+
+
+def _get_logger(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """`logging.getLogger(name)` with a constant name: the process-wide logger of that name,
+    looked up now (what eager would get); its logging calls are recorded and replayed."""
+    from framejit.frontend.variables.objects import LoggerVariable
+
+    name_vt = args[0] if args else kwargs.get("name")
+    if len(args) + len(kwargs) > 1 or (name_vt is not None and not name_vt.is_constant()):
+        raise Unsupported("unsupported_call", "logging.getLogger(non-constant name)")
+    name = name_vt.as_constant() if name_vt is not None else None
+    if name is not None and not isinstance(name, str):
+        raise Unsupported("exception", "logging.getLogger(...)", "TypeError")
+    return LoggerVariable(logging.getLogger(name), name)
+
+
+# Library functions the translator models instead of inlining their code.
+MODELED_FUNCTIONS: dict[Any, Any] = {
+    dataclasses.replace: _dataclass_replace,
+    logging.getLogger: _get_logger,
+}
 
 
 class InliningMixin:
@@ -159,6 +206,9 @@ class InliningMixin:
         src = fn_vt.source
         if getattr(fn, "_framejit_disabled", False):
             raise Unsupported("unsupported_call", f"{fn.__qualname__}", "framejit.disable")
+        modeled = MODELED_FUNCTIONS.get(fn)
+        if modeled is not None:
+            return modeled(self, args, kwargs)
 
         def default(i: int) -> VariableTracker:
             if src is not None:

@@ -13,6 +13,7 @@ import enum
 import functools
 import inspect
 import logging
+import operator
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -38,13 +39,14 @@ from framejit.frontend.variables.contexts import (
     autocast_arguments,
 )
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from framejit.guards import GuardKind
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
 
 Args = list[VariableTracker]
 Kwargs = dict[str, VariableTracker]
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (its attributes can change)
+_IMMUTABLETYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a C type whose attributes cannot change
 
 
 def _class_attr(cls: type, name: str) -> tuple[type, Any] | None:
@@ -93,9 +95,10 @@ class UserObjectVariable(VariableTracker):
             return written
         cls = type(self.obj)
         if isinstance(self.obj, logging.Logger) and name in LOGGER_METHODS:
-            return ReplayedCallVariable(
-                getattr(self.obj, name), AttrSource(self._need_source(name), name)
-            )
+            # A logger from logging.getLogger() in the frame has no source: the bound method
+            # (of a process-wide logger) is a constant of the replay.
+            method_source = AttrSource(self.source, name) if self.source is not None else None
+            return ReplayedCallVariable(getattr(self.obj, name), method_source)
         if _has_custom_getattribute(cls):
             raise Unsupported(
                 "unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__"
@@ -130,7 +133,7 @@ class UserObjectVariable(VariableTracker):
                     else (tx.wrap_value(attr.__func__, None))
                 )
                 return UserMethodVariable(fn, tx.wrap_value(cls, cls_source))
-            if isinstance(attr, types.MethodDescriptorType) and not cls.__flags__ & _HEAPTYPE:
+            if isinstance(attr, types.MethodDescriptorType) and cls.__flags__ & _IMMUTABLETYPE:
                 # A method of a C type (`file.write`): fixed by the type, a new bound object at
                 # every lookup, so it is not guarded by identity.
                 return tx.wrap_value(
@@ -149,6 +152,10 @@ class UserObjectVariable(VariableTracker):
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if type(self.obj) in GETTERS:  # an itemgetter/attrgetter made outside: fixed keys
+            if self.source is not None:
+                tx.output.add_guard(self.source, GuardKind.ID_MATCH, self.obj, tx.location_text())
+            return GetterVariable(self.obj, self.source).call(tx, args, kwargs)
         if isinstance(self.obj, ContextExit):
             raise Unsupported(
                 "unsupported_context",
@@ -287,6 +294,16 @@ class ClassVariable(VariableTracker):
         from framejit.frontend.variables.functions import PartialVariable
 
         cls = self.cls
+        if cls in GETTERS and not kwargs and args and all(a.is_constant() for a in args):
+            try:
+                getter = cls(*[a.as_constant() for a in args])
+            except TypeError as exc:
+                raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+            return GetterVariable(getter)
+        if cls is collections.defaultdict and (not args or args[0].python_type() is not dict):
+            contents = call_builtin_class(tx, dict, args[1:], kwargs)
+            factory = args[0] if args else ConstantVariable(None)
+            return DictVariable(contents.items, cls=cls, default_factory=factory)
         handled = call_builtin_class(tx, cls, args, kwargs)
         if handled is not None:
             return handled
@@ -331,6 +348,60 @@ class ClassVariable(VariableTracker):
                 raise Unsupported("exception", f"{cls.__qualname__}() takes no arguments")
             return obj
         raise Unsupported("unsupported_call", f"creating a {cls.__qualname__} object")
+
+
+GETTERS = (operator.itemgetter, operator.attrgetter)
+
+
+class GetterVariable(VariableTracker):
+    """`operator.itemgetter(...)` / `operator.attrgetter(...)` with constant keys: calling it
+    reads the items or attributes the way the traced code would."""
+
+    def __init__(self, getter: Any, source: Source | None = None) -> None:
+        self.getter = getter
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Getter({self.getter!r})"
+
+    def python_type(self) -> type:
+        return type(self.getter)
+
+    def reconstruct(self, cg: Any) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+        else:
+            cg.load_const(self.getter)  # immutable
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        from framejit.frontend.variables.containers import TupleVariable
+
+        if len(args) != 1 or kwargs:
+            raise Unsupported("exception", f"{type(self.getter).__name__}(...)", "one argument")
+        cls, keys = self.getter.__reduce__()
+        obj = args[0]
+        values: list[VariableTracker] = []
+        for key in keys:
+            if cls is operator.itemgetter:
+                values.append(tx.getitem(obj, ConstantVariable(key)))
+                continue
+            value = obj
+            for part in key.split("."):
+                value = value.getattr(tx, part)
+            values.append(value)
+        return values[0] if len(values) == 1 else TupleVariable(values)
+
+
+class LoggerVariable(UserObjectVariable):
+    """A logger `logging.getLogger(name)` returned in the frame (looked up while tracing:
+    loggers are process-wide, one per name); its logging calls are replayed."""
+
+    def __init__(self, logger: logging.Logger, name: str | None) -> None:
+        super().__init__(logger, None)
+        self.name = name
+
+    def reconstruct(self, cg: Any) -> None:
+        cg.call_const(logging.getLogger, lambda: cg.load_const(self.name), 1)
 
 
 def _plain_class(cls: type) -> bool:

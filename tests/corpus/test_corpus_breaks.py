@@ -690,7 +690,7 @@ def loop_with_one_breaking_iteration(x):
 # --- breaks in with-blocks, try-blocks and frames with cells --------------------------
 
 
-@corpus.program(lambda: (rand(3, grad=True),), graphs=(0, 1, 2), breaks=(0, 1))
+@corpus.program(lambda: (rand(3, grad=True),), graphs=2, breaks=1)
 def print_inside_no_grad_block(x):
     y = x * 2
     with torch.no_grad():
@@ -699,7 +699,7 @@ def print_inside_no_grad_block(x):
     return y, z
 
 
-@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1, 2))
+@corpus.program(lambda: (rand(3),), graphs=2, breaks=1)
 def item_inside_try_block(x):
     try:
         v = x.sum().item()
@@ -708,7 +708,7 @@ def item_inside_try_block(x):
     return x * v
 
 
-@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1))
+@corpus.program(lambda: (rand(3),), graphs=2, breaks=1)
 def closure_defined_then_break(x):
     scale = x.max()
 
@@ -719,7 +719,7 @@ def closure_defined_then_break(x):
     return apply(x)
 
 
-@corpus.program(lambda: (rand(3),), graphs=(0, 1, 2), breaks=(0, 1, 2))
+@corpus.program(lambda: (rand(3),), graphs=2, breaks=1)
 def try_finally_with_print(x):
     y = x.sin()
     try:
@@ -728,6 +728,140 @@ def try_finally_with_print(x):
     finally:
         y = y * 2
     return y
+
+
+def _safe_scale(t):
+    value = t.abs().sum().item()
+    if value == 0.0:
+        raise ZeroDivisionError("all zeros")
+    return 1.0 / value
+
+
+@corpus.program(lambda: (rand(4),), graphs=2, breaks=1)
+def item_inside_try_then_more_work(x):
+    h = x.relu() + 1
+    try:
+        scale = h.sum().item()
+    except RuntimeError:
+        scale = 1.0
+    return (h * scale).softmax(0)
+
+
+# The raise is a break of its own; the `except` body runs as Python in the same frame.
+@corpus.program(lambda: (torch.zeros(4),), graphs=1, breaks=3, fullgraph=False)
+def raise_after_the_break_is_caught(x):
+    y = x * 2
+    try:
+        s = y.abs().sum().item()
+        if s == 0.0:
+            raise ValueError("empty batch")
+        y = y / s
+    except ValueError as err:
+        print("skipping:", err)
+        y = y + 1
+    return y.exp()
+
+
+@corpus.program(lambda: (rand(3),), graphs=3, breaks=3)
+def finally_runs_once_after_a_print(x):
+    y = x.sin()
+    try:
+        print("step start")
+        y = y * 3
+        if y.sum() > 100:
+            raise RuntimeError("diverged")
+    finally:
+        print("step end")
+    return y + 1
+
+
+@corpus.program(lambda: (rand(3, grad=True),), graphs=3, breaks=3)
+def nested_with_and_try_with_print(x):
+    y = x * 2
+    try:
+        with torch.no_grad():
+            z = y + 1
+            print("in no_grad", torch.is_grad_enabled())
+            if z.sum() > 1e6:
+                raise OverflowError("too large")
+            z = z * 3
+    except OverflowError:
+        z = torch.zeros_like(y)
+    finally:
+        print("grad mode back:", torch.is_grad_enabled())
+    return y, z
+
+
+# The helper runs for real (compiled on its own) and raises; the `except` catches it.
+@corpus.program(lambda: (rand(4),), graphs=2, breaks=4)
+def helper_raises_inside_try(x):
+    try:
+        scale = _safe_scale(x * 0)
+    except ZeroDivisionError as err:
+        print("fallback:", err)
+        scale = 0.5
+    return x * scale
+
+
+class _Section:
+    """A user context manager that prints when it is entered and left."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        print("enter", self.name)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        print("exit", self.name, exc_type.__name__ if exc_type else None)
+        return False
+
+
+@corpus.program(lambda: (rand(3),), graphs=3, breaks=2)
+def with_over_a_user_context_manager(x):
+    y = x.exp()
+    with _Section("forward") as section:
+        z = y.log() + len(section.name)
+    return z * 2
+
+
+@corpus.program(lambda: (rand(3),), graphs=2, breaks=5)
+def user_context_manager_sees_the_exception(x):
+    y = x + 1
+    try:
+        with _Section("checked"):
+            print("inside")
+            if y.sum() > -100:
+                raise KeyError("stop")
+            y = y * 2
+    except KeyError:
+        y = y - 1
+    return y
+
+
+@corpus.program(lambda: (rand(2, 4), rand(4, 4)), graphs=3, breaks=2, fullgraph=False)
+def print_inside_autocast_block(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = x @ w
+        print("autocast dtype:", a.dtype)
+        b = a @ w
+    return a, b, b.float() + 1
+
+
+@corpus.program(lambda: (rand(3),), graphs=2, breaks=1)
+def nonlocal_counter_across_a_break(x):
+    calls = 0
+
+    def step(t):
+        nonlocal calls
+        calls += 1
+        return t * calls
+
+    y = step(x)
+    print("calls so far:", calls)
+    y = step(y)
+    return y, calls
 
 
 # --- models with realistic breaks -----------------------------------------------------
