@@ -347,3 +347,37 @@ def test_any_sequence_of_sizes_matches_eager(sizes: list[tuple[int, int]]) -> No
     for b, n in sizes:
         x, w = torch.randn(b, n), torch.randn(n, 3)
         close(jitted(x, w), fn(x, w))
+
+
+# --- whole-script mode (the frame hook) -----------------------------------------------------------
+
+hook = pytest.importorskip("framejit.frontend.hook")
+needs_hook = pytest.mark.skipif(
+    hook.unavailable_reason() != "", reason="the frame hook is not built for this Python"
+)
+
+
+@needs_hook
+def test_hook_path_is_automatically_dynamic() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1, 2).sum(1) * x.shape[0]
+
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        results = [(b, f(torch.ones(b, 4))) for b in (3, 5, 6, 9, 12)]
+    for b, got in results:
+        torch.testing.assert_close(got, torch.ones(b, 4).reshape(-1, 2).sum(1) * b)
+    assert counter.frame_count == 2
+
+
+@needs_hook
+def test_hook_path_honours_config_dynamic(monkeypatch: pytest.MonkeyPatch) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.cos() + x.numel()
+
+    monkeypatch.setattr(framejit.config, "dynamic", False)
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        for b in (3, 5, 6):
+            torch.testing.assert_close(f(torch.ones(b)), torch.ones(b).cos() + b)
+    assert counter.frame_count == 3
