@@ -362,8 +362,11 @@ def test_break_inside_a_grad_mode_block_resumes_inside_it(backend: str, capsys) 
     for _ in range(2):
         got, want = jitted(x, w), break_inside_no_grad(x, w)
         same(got, want)
-        assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [
-            False, False, True]
+        assert (
+            [t.requires_grad for t in got]
+            == [t.requires_grad for t in want]
+            == [False, False, True]
+        )
         assert torch.is_grad_enabled()
     assert counter.frame_count == 2
 
@@ -414,6 +417,207 @@ def test_work_before_and_inside_a_with_over_an_unknown_context_is_compiled() -> 
     counter = CompileCounter()
     jitted = framejit.jit(work_then_unknown_context, backend=counter)
     for _ in range(2):
-        same(jitted(x, contextlib.nullcontext()),
-             work_then_unknown_context(x, contextlib.nullcontext()))
+        same(
+            jitted(x, contextlib.nullcontext()),
+            work_then_unknown_context(x, contextlib.nullcontext()),
+        )
     assert counter.frame_count == 3  # before, inside (entered for real), after
+
+
+# --- breaks inside try, with, and frames with closures ----------------------------------------
+
+
+def item_then_raise_in_try(x, events):
+    y = x.sin()
+    try:
+        v = y.sum().item()
+        if v < 0:
+            raise ValueError("negative")
+        y = y * v
+    except ValueError as err:
+        events.append(f"caught {err}")
+        y = y - 1
+    finally:
+        events.append("finally")
+    return y.cos()
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_an_exception_raised_after_a_break_inside_try_reaches_its_handler(sign: float) -> None:
+    x = torch.rand(4) * sign + 0.01 * sign
+    counter = CompileCounter()
+    jitted = framejit.jit(item_then_raise_in_try, backend=counter)
+    for _ in range(2):
+        want_events, got_events = [], []
+        same(jitted(x, got_events), item_then_raise_in_try(x, want_events))
+        assert got_events == want_events  # the handler and `finally` ran once each
+    # Normal path: the work before the break and after it; exception path: the work before
+    # it, then the handler and the rest of the frame run as Python.
+    assert counter.frame_count == (2 if sign > 0 else 1)
+
+
+class Loud:
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+
+    def __str__(self) -> str:
+        if self.fail:
+            raise RuntimeError("cannot format")
+        return "loud"
+
+
+def print_that_may_raise(x, obj):
+    y = x + 1
+    try:
+        print("value:", obj)
+        y = y * 2
+    except RuntimeError:
+        y = y * 3
+    return y
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_instruction_run_for_real_is_covered_by_the_handler(fail: bool, capsys) -> None:
+    counter = run_both(print_that_may_raise, torch.randn(3), Loud(fail), capsys=capsys)
+    assert counter.frame_count == (1 if fail else 2)  # a handler runs as Python
+
+
+def raises_from_the_break(x, obj):
+    y = x * 2
+    print(obj)
+    return y
+
+
+def test_an_exception_from_the_break_instruction_has_the_users_line() -> None:
+    import traceback
+
+    jitted = framejit.jit(raises_from_the_break, backend=CompileCounter())
+    with pytest.raises(RuntimeError) as info:
+        jitted(torch.randn(2), Loud(True))
+    frames = traceback.extract_tb(info.value.__traceback__)
+    mine = [f for f in frames if f.name == "raises_from_the_break"]
+    assert mine and mine[-1].line == "print(obj)"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.events.append(("exit", exc_type.__name__ if exc_type else None))
+        return False
+
+
+def with_user_context(x, cm, limit):
+    y = x.exp()
+    with cm as entered:
+        z = y.log() + len(entered.events)
+        print("inside")
+        if z.sum() > limit:
+            raise KeyError("over")
+        z = z * 2
+    return z
+
+
+@pytest.mark.parametrize("limit", [1e9, -1e9])
+def test_a_with_over_an_unknown_context_is_entered_and_left_once(limit: float, capsys) -> None:
+    x = torch.rand(3) + 0.5
+    jitted = framejit.jit(with_user_context, backend=CompileCounter())
+    for _ in range(2):
+        want_cm, got_cm = Recorder(), Recorder()
+        try:
+            want = with_user_context(x, want_cm, limit)
+        except KeyError:
+            want = "raised"
+        try:
+            got = jitted(x, got_cm, limit)
+        except KeyError:
+            got = "raised"
+        if want == "raised":
+            assert got == "raised"
+        else:
+            same(got, want)
+        assert got_cm.events == want_cm.events  # __exit__ once, with the exception it saw
+
+
+def nested_with_and_try(x, cm, limit):
+    y = x * 2
+    try:
+        with cm:  # noqa: SIM117 (two blocks on purpose)
+            with torch.no_grad():
+                y = y + 1
+                print("deep")
+                if y.sum() > limit:
+                    raise ValueError("over")
+                y = y * 3
+    except ValueError:
+        y = y - 100
+    finally:
+        y = y + 0.5
+    return y, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("limit", [1e9, -1e9])
+def test_nested_with_and_try_around_a_break(limit: float, capsys) -> None:
+    import contextlib
+
+    x = torch.randn(3, requires_grad=True)
+    run_both(nested_with_and_try, x, contextlib.nullcontext(), limit, capsys=capsys)
+    assert torch.is_grad_enabled()
+
+
+def print_inside_autocast(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = x @ w
+        print("in autocast", torch.is_autocast_enabled("cpu"))
+        b = a @ w
+    return a, b, b.float() @ w, torch.is_autocast_enabled("cpu")
+
+
+def test_a_break_inside_an_autocast_block_resumes_inside_it(capsys) -> None:
+    x, w = torch.randn(2, 4), torch.randn(4, 4)
+    counter = run_both(print_inside_autocast, x, w, capsys=capsys)
+    got = framejit.jit(print_inside_autocast, backend=CompileCounter())(x, w)
+    assert [t.dtype for t in got[:3]] == [torch.bfloat16, torch.bfloat16, torch.float32]
+    assert not torch.is_autocast_enabled("cpu")
+    assert counter.frame_count == 3  # before the print (autocast closed in it), inside, after
+
+
+def closure_sees_later_assignment(x):
+    scale = x.max()
+
+    def apply(t):
+        return t * scale
+
+    print("closure ready")
+    scale = scale + 1
+    return apply(x)
+
+
+def nonlocal_counter(x):
+    count = 0
+
+    def bump():
+        nonlocal count
+        count += 1
+        return count
+
+    bump()
+    print("between")
+    bump()
+    return x * count, bump
+
+
+def test_cells_stay_shared_between_a_closure_and_the_resumed_frame(capsys) -> None:
+    x = torch.randn(4)
+    counter = run_both(closure_sees_later_assignment, x, capsys=capsys)
+    assert counter.frame_count == 2
+    jitted = framejit.jit(nonlocal_counter, backend=CompileCounter())
+    for _ in range(2):
+        got, bump = jitted(x)
+        same(got, x * 2)
+        assert bump() == 3  # the returned closure shares the frame's cell
