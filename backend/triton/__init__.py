@@ -7,7 +7,8 @@ A named, linear pipeline, each step printable (golden tests compare the text):
     codegen   (codegen.py)                    one Python module: Triton kernels + `call` wrapper
     load      (cache.py)                      written under config.cache_dir, keyed by source
 
-Graphs with symbolic sizes are compiled per distinct size at call time (symbolic.py).
+Graphs with symbolic sizes compile to kernels that take the sizes as arguments, one module for
+every size; what that path does not handle is compiled per distinct size (symbolic.py).
 
 `compile_graph(gm, example_inputs)` is the `inner` backend the AOT stage calls for each aten
 graph (the registry's `triton` backend is `aot_compile(gm, inputs, compile_graph)`).
@@ -105,8 +106,13 @@ def compile_graph(
         except Exception as e:
             return _fallback(gm, f"Triton's interpreter cannot be imported ({e})")
     if is_symbolic(gm):
-        hint = "symbolic sizes: compiled per distinct size at call time (kernels taking sizes as "
-        hint += "arguments are not built yet)"
+        try:  # kernels that take the sizes as arguments: one module for every size
+            lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
+        except Exception as e:  # anything the symbolic path does not handle
+            reason = f"{type(e).__name__}: {e}"
+        else:
+            return _load(lowering, scheduled, source, constants)
+        hint = f"symbolic sizes: compiled per distinct size at call time ({reason})"
         logs.artifact("perf_hints", f"triton: {hint}")
         specializing = Specializing(
             gm,
@@ -121,6 +127,12 @@ def compile_graph(
         lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
     except NotLowered as e:
         return _fallback(gm, str(e))
+    return _load(lowering, scheduled, source, constants)
+
+
+def _load(lowering: Any, scheduled: Any, source: str, constants: list[Any]) -> Callable[..., Any]:
+    from framejit.backend.triton import cache
+
     log.debug("triton: loop IR\n%s", lowering.graph)
     log.debug("triton: schedule\n%s", scheduled)
     for hint in scheduled.hints:

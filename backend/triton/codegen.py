@@ -48,8 +48,10 @@ from framejit.backend.triton.ir import (
     ScalarArg,
     Sym,
     contiguous_strides,
+    is_static,
     linear,
     loop_vars,
+    size_text,
     strip_parens,
     subs_index,
     unflatten,
@@ -241,7 +243,10 @@ class Writer:
         return "\n".join(self.lines) + "\n"
 
 
-def literal(value: bool | int | float) -> str:
+def literal(value: Any) -> str:
+    if not isinstance(value, (bool, int, float)):  # a symbolic size
+        text = size_text(value)
+        return text if value.is_Symbol else f"({text})"
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, float):
@@ -276,6 +281,9 @@ class KernelCode:
         # expressions being generated (they mask every load made under them).
         self.scalars: dict[str, ScalarArg] = {}
         self.guards: list[str] = []
+        # Size symbols of a graph with symbolic sizes; those a kernel uses are its arguments.
+        self.symbols: set[str] = schedule.symbols
+        self.size_args: list[str] = []
         self.reduction = kernel.kind == "reduction"
         self.xsyms, self.rsyms = kernel.group_syms()
 
@@ -547,16 +555,19 @@ class KernelCode:
     def source(self) -> str:
         body = self.generate()
         kernel = self.kernel
+        self.size_args = _symbols_in("\n".join(body), self.symbols)
         w = Writer()
         if self.scalars:  # seeds change every call: no recompiling for their values
             w.line(f"@triton.jit(do_not_specialize={list(self.scalars)!r})")
         else:
             w.line("@triton.jit")
         ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values()) + list(self.scalars)
+        ptrs += self.size_args
         if self.reduction:
             params = [*ptrs, "xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
         else:
             params = [*ptrs, "xnumel", "XBLOCK: tl.constexpr"]
+        self._signature_line = len(w.lines)
         w.line(f"def {kernel.name}({', '.join(params)}):")
         with w.indent():
             w.line(f"# {kernel.kind} kernel over {_shape_text(kernel)}; fused nodes:")
@@ -587,7 +598,13 @@ class KernelCode:
                 w.line("mask = offsets < xnumel")
                 defs = _sym_lines(kernel.xshape, "offsets", "i")
             text = "\n".join(body)
-            w.extend([d for d in defs if re.search(rf"\b{d.split(' =')[0]}\b", text)])
+            defs = [d for d in defs if re.search(rf"\b{d.split(' =')[0]}\b", text)]
+            w.extend(defs)
+            extra = [n for n in _symbols_in("\n".join(defs), self.symbols) if n not in ptrs]
+            if extra:  # sizes used only to split the flat offset into loop variables
+                self.size_args += extra
+                params[len(ptrs) : len(ptrs)] = extra
+                w.lines[self._signature_line] = f"def {kernel.name}({', '.join(params)}):"
         w.lines.extend(body)
         return w.text()
 
@@ -600,6 +617,21 @@ class KernelCode:
     def configs(self, wide: bool) -> list[autotune.Config]:
         """The launch configs to choose among (the first is the default); [] for no launch."""
         xnumel, *rest = self.numels()
+        if not is_static(xnumel, *rest):  # one config that fits every size
+            if not self.reduction:
+                return [{"XBLOCK": 1024, "num_warps": 4}]
+            if self.kernel.x_major:
+                return [{"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}]
+            if self.kernel.persistent:
+                rblock = 1 << max(rest[0] - 1, 0).bit_length()
+                return [
+                    {
+                        "XBLOCK": max(1, 4096 // rblock),
+                        "RBLOCK": rblock,
+                        "num_warps": 8 if rblock >= 2048 else 4,
+                    }
+                ]
+            return [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4}]
         if xnumel == 0:
             return []
         if not self.reduction:
@@ -623,7 +655,8 @@ def _sym_lines(shape: tuple[int, ...], flat: str, prefix: str) -> list[str]:
     syms = [s for s in loop_vars(shape, prefix) if not s.is_const]
     if not syms:
         return []
-    position = Ix.of(Sym(flat, max(_numel(shape), 1)))
+    numel = _numel(shape)
+    position = Ix.of(Sym(flat, max(numel, 1) if is_static(numel) else numel))
     lines = []
     for var, index in zip(loop_vars(shape, prefix), unflatten(position, shape)):
         if var.is_const:
@@ -639,6 +672,8 @@ def _shape_text(kernel: Kernel) -> str:
 
 
 def _needs_int64(kernel: Kernel, layouts: dict[str, Any], buffers: list[str]) -> bool:
+    if not is_static(*kernel.xshape, *kernel.rshape):
+        return True  # sizes only known at run time
     largest = _numel(kernel.xshape) * max(_numel(kernel.rshape), 1)
     for name in buffers:
         shape, stride, _ = layouts[name]
@@ -669,6 +704,7 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
     Python literal, which the loader hands to the module). `max_autotune`: a wider list of
     launch configs to time (see autotune.py)."""
     graph = schedule.graph
+    schedule.symbols = graph_symbols(graph)
     layouts = layouts_of(schedule)
     constants: list[Any] = []
     kernels: list[tuple[Kernel, KernelCode, str]] = []
@@ -759,6 +795,10 @@ def _wrapper(
             for op, args in value.views:
                 text = f"{_op_text(op)}({', '.join([text, *map(py, args)])})"
             return text
+        if isinstance(value, torch.fx.Node):
+            raise NotImplementedError(f"an fx node {value} in an extern's arguments")
+        if _is_size_expr(value):
+            return size_text(value)
         if isinstance(value, (list, tuple)):
             items = ", ".join(py(v) for v in value)
             if isinstance(value, tuple):
@@ -778,9 +818,12 @@ def _wrapper(
         return f"CONSTANTS[{len(constants) - 1}]"
 
     names = {n.position: n.name for n in inputs}
+    names |= {position: name for position, name, _ in graph.size_inputs}
     params = [names.get(k, f"_unused{k}") for k in range(graph.arity)]
     w.line(f"def call({', '.join(params)}):")
     with w.indent():
+        if schedule.symbols:
+            _bind_symbols(w, graph, inputs, schedule.symbols)
         if graph.seeds:
             # One Philox seed per random node and call, drawn from torch's CPU generator (so
             # torch.manual_seed makes a run repeatable); the stream itself differs from eager's.
@@ -791,17 +834,23 @@ def _wrapper(
                 code = codes[id(step)]
                 for name in step.stores:
                     shape, stride, dtype = layouts[name]
+                    shape_text, stride_text = _tuple_text(shape), _tuple_text(stride)
                     w.line(
-                        f"{name} = empty_strided({shape}, {stride}, dtype={dtype}, device=DEVICE)"
+                        f"{name} = empty_strided({shape_text}, {stride_text}, dtype={dtype}, "
+                        "device=DEVICE)"
                     )
                 candidates = code.configs(max_autotune)
                 args = [_pointer(n, layouts) for n in [*code.in_ptrs, *code.out_ptrs]]
-                args += [*code.scalars, *map(str, code.numels())]
+                args += [*code.scalars, *code.size_args, *map(size_text, code.numels())]
                 if len(candidates) > 1:
                     w.line(f"{step.name}_run({', '.join(args)})")
                 elif candidates:
                     config = candidates[0]
-                    grid = f"({-(-code.numels()[0] // config['XBLOCK'])},)"
+                    xnumel = code.numels()[0]
+                    if is_static(xnumel):
+                        grid = f"({-(-xnumel // config['XBLOCK'])},)"
+                    else:
+                        grid = f"(triton.cdiv({size_text(xnumel)}, {config['XBLOCK']}),)"
                     args += [f"{k}={v}" for k, v in config.items()]
                     w.line(f"{step.name}[{grid}]({', '.join(args)})")
             else:
@@ -811,7 +860,7 @@ def _wrapper(
                 w.line(f"{target} = {_op_text(step.op)}({', '.join(args)})")
                 for name, layout in zip(step.outputs, step.layouts):
                     if name and name in kernel_reads:
-                        w.line(f"{name} = _restride({name}, {layout[1]})")
+                        w.line(f"{name} = _restride({name}, {_tuple_text(layout[1])})")
             dead = sorted(
                 (n for n, last in last_use.items() if last == index and n not in returned),
                 key=lambda n: int(n[3:]) if n[3:].isdigit() else 0,
@@ -821,6 +870,62 @@ def _wrapper(
                 w.line(f"del {', '.join(dead)}")
         outs = [py(o) for o in graph.outputs]
         w.line(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+
+
+def _is_size_expr(value: Any) -> bool:
+    return type(value).__module__.startswith("sympy")
+
+
+def _tuple_text(values: tuple[Any, ...]) -> str:
+    if is_static(*values):
+        return str(tuple(values))
+    return f"({', '.join(map(size_text, values))}{',' if len(values) == 1 else ''})"
+
+
+def _symbols_in(text: str, symbols: set[str]) -> list[str]:
+    return sorted(n for n in symbols if re.search(rf"\b{n}\b", text))
+
+
+def graph_symbols(graph: Any) -> set[str]:
+    """The names of the size symbols in a lowered graph's shapes and strides."""
+    found: set[str] = set()
+
+    def visit(values: Any) -> None:
+        for v in values:
+            if _is_size_expr(v):
+                found.update(str(s) for s in v.free_symbols)
+
+    for node in graph.nodes:
+        if isinstance(node, Extern):
+            for layout in node.layouts:
+                if layout is not None:
+                    visit(layout[0])
+                    visit(layout[1])
+        else:
+            visit(node.shape)
+            visit(node.stride)
+            visit(getattr(node, "ranges", ()))
+    for _, _, expr in graph.size_inputs:
+        visit([expr])
+    return found
+
+
+def _bind_symbols(w: Writer, graph: Any, inputs: list[InputBuffer], symbols: set[str]) -> None:
+    """`s0 = arg0_1.shape[0]`: each size symbol from the first input that has it plainly."""
+    bound: set[str] = set()
+    for _, name, expr in graph.size_inputs:
+        if _is_size_expr(expr) and expr.is_Symbol and expr.name not in bound:
+            w.line(f"{expr.name} = {name}")
+            bound.add(expr.name)
+    for buf in inputs:
+        for what, values in (("shape", buf.shape), ("stride()", buf.stride)):
+            for d, n in enumerate(values):
+                if _is_size_expr(n) and n.is_Symbol and n.name not in bound:
+                    w.line(f"{n.name} = {buf.name}.{what}[{d}]")
+                    bound.add(n.name)
+    missing = sorted(symbols - bound)
+    if missing:
+        raise NotImplementedError(f"sizes {missing} cannot be read from the inputs")
 
 
 def _pointer(name: str, layouts: dict[str, Any]) -> str:

@@ -52,19 +52,24 @@ class Sym:
 @dataclass(frozen=True)
 class FloorDiv:
     base: Ix
-    divisor: int
+    divisor: Size
 
     def __str__(self) -> str:
-        return f"({_paren(self.base)} // {self.divisor})"
+        return f"({_paren(self.base)} // {_operand_text(self.divisor)})"
 
 
 @dataclass(frozen=True)
 class Mod:
     base: Ix
-    modulus: int
+    modulus: Size
 
     def __str__(self) -> str:
-        return f"({_paren(self.base)} % {self.modulus})"
+        return f"({_paren(self.base)} % {_operand_text(self.modulus)})"
+
+
+def _operand_text(n: Size) -> str:
+    text = size_text(n)
+    return text if isinstance(n, int) or n.is_Symbol else f"({text})"
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,9 @@ class Ix:
     def of(value: int | Atom | Ix) -> Ix:
         if isinstance(value, Ix):
             return value
-        if isinstance(value, int):
-            return Ix((), value)
-        return Ix(((value, 1),), 0)
+        if isinstance(value, (Sym, FloorDiv, Mod, Indirect)):
+            return Ix(((value, 1),), 0)
+        return Ix((), size_value(value))  # a number, or a symbolic size
 
     @staticmethod
     def _make(coeffs: dict[Atom, int], const: int) -> Ix:
@@ -131,28 +136,36 @@ class Ix:
     def is_const(self) -> bool:
         return not self.terms
 
-    def bounds(self) -> tuple[int, int]:
-        """Inclusive (min, max) over the variables' ranges."""
+    def bounds(self) -> tuple[Size, Size]:
+        """Inclusive (min, max) over the variables' ranges (`Unknown` when sizes are symbolic
+        and sympy cannot order the candidates)."""
         lo = hi = self.const
         for atom, c in self.terms:
             alo, ahi = _atom_bounds(atom)
-            lo += min(c * alo, c * ahi)
-            hi += max(c * alo, c * ahi)
+            lo += _min(c * alo, c * ahi)
+            hi += _max(c * alo, c * ahi)
         return lo, hi
 
-    def floordiv(self, d: int) -> Ix:
+    def floordiv(self, d: Size) -> Ix:
         if d == 1:
             return self
+        try:
+            return self._floordiv(d)
+        except Unknown:
+            return Ix.of(FloorDiv(self, d))
+
+    def _floordiv(self, d: Size) -> Ix:
         lo, hi = self.bounds()
-        if lo >= 0 and hi < d:
+        if _le(0, lo) and _lt(hi, d):
             return Ix()
         if self.is_const:
-            return Ix((), self.const // d)
-        if lo < 0 or any(c < 0 for _, c in self.terms):
+            return Ix((), _quotient(self.const, d))
+        if not _le(0, lo) or not all(_le(0, c) for _, c in self.terms):
             return Ix.of(FloorDiv(self, d))
-        whole = {a: c // d for a, c in self.terms if c % d == 0}
-        rest = Ix._make({a: c for a, c in self.terms if c % d}, self.const % d)
-        quotient = Ix._make(whole, self.const // d)
+        whole = {a: _quotient(c, d) for a, c in self.terms if _divides(d, c)}
+        const_q, const_r = _divmod(self.const, d)
+        rest = Ix._make({a: c for a, c in self.terms if not _divides(d, c)}, const_r)
+        quotient = Ix._make(whole, const_q)
         if rest.is_const and rest.const == 0:
             return quotient
         if (
@@ -164,25 +177,33 @@ class Ix:
             if self.const == 0:
                 return inner.base.floordiv(inner.divisor * d)
         rlo, rhi = rest.bounds()
-        if rlo >= 0 and rhi < d:
+        if _le(0, rlo) and _lt(rhi, d):
             return quotient
         if not whole:
             return Ix.of(FloorDiv(rest, d)) + quotient
         return quotient + rest.floordiv(d)
 
-    def mod(self, m: int) -> Ix:
+    def mod(self, m: Size) -> Ix:
         if m == 1:
             return Ix()
+        try:
+            return self._mod(m)
+        except Unknown:
+            return Ix.of(Mod(self, m))
+
+    def _mod(self, m: Size) -> Ix:
         lo, hi = self.bounds()
-        if lo >= 0 and hi < m:
+        if _le(0, lo) and _lt(hi, m):
             return self
         if self.is_const:
-            return Ix((), self.const % m)
-        if lo < 0 or any(c < 0 for _, c in self.terms):
+            return Ix((), _divmod(self.const, m)[1])
+        if not _le(0, lo) or not all(_le(0, c) for _, c in self.terms):
             return Ix.of(Mod(self, m))
-        rest = Ix._make({a: c for a, c in self.terms if c % m}, self.const % m)
+        rest = Ix._make(
+            {a: c for a, c in self.terms if not _divides(m, c)}, _divmod(self.const, m)[1]
+        )
         rlo, rhi = rest.bounds()
-        if rlo >= 0 and rhi < m:
+        if _le(0, rlo) and _lt(rhi, m):
             return rest
         return Ix.of(Mod(rest, m))
 
@@ -230,23 +251,184 @@ class Ix:
         return out
 
     def __str__(self) -> str:
-        parts = [str(a) if c == 1 else f"{c}*{a}" for a, c in sorted(self.terms, key=_term_order)]
-        if self.const or not parts:
-            parts.append(str(self.const))
+        parts = [
+            str(a) if c == 1 else f"{_factor_text(c)}*{a}"
+            for a, c in sorted(self.terms, key=_term_order)
+        ]
+        if self.const != 0 or not parts:
+            parts.append(size_text(self.const))
         return " + ".join(parts).replace("+ -", "- ")
 
 
-def _term_order(term: tuple[Atom, int]) -> tuple[int, str]:
-    return (-abs(term[1]), _atom_key(term[0]))
+def _term_order(term: tuple[Atom, Size]) -> tuple[int, Any, str]:
+    c = term[1]
+    if isinstance(c, int):
+        return (0, -abs(c), _atom_key(term[0]))
+    return (1, str(c), _atom_key(term[0]))
 
 
-def _atom_bounds(atom: Atom) -> tuple[int, int]:
+def _atom_bounds(atom: Atom) -> tuple[Size, Size]:
     if isinstance(atom, (Sym, Indirect)):
         return 0, atom.size - 1
     lo, hi = atom.base.bounds()
     if isinstance(atom, FloorDiv):
-        return lo // atom.divisor, hi // atom.divisor
-    return (0, min(atom.modulus - 1, hi)) if lo >= 0 else (-(atom.modulus - 1), atom.modulus - 1)
+        if is_static(lo, hi, atom.divisor):
+            return lo // atom.divisor, hi // atom.divisor
+        if not _le(0, lo):
+            raise Unknown
+        return 0, hi  # n // d <= n for n >= 0, d >= 1
+    if is_static(lo, hi, atom.modulus):
+        m = atom.modulus
+        return (0, min(m - 1, hi)) if lo >= 0 else (-(m - 1), m - 1)
+    if not _le(0, lo):
+        raise Unknown
+    return 0, atom.modulus - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes: ints, or sympy expressions of the graph's size symbols (s0, s1, ...; each >= 2, since
+# torch's ShapeEnv specializes sizes 0 and 1)
+
+Size = Any  # int | sympy.Expr
+
+
+class Unknown(Exception):
+    """A comparison of symbolic sizes that sympy cannot decide."""
+
+
+def is_static(*sizes: Any) -> bool:
+    return all(isinstance(n, int) for n in sizes)
+
+
+def size_value(value: Any) -> Size:
+    """An int, or the sympy expression of a SymInt (an int when it is a number)."""
+    if isinstance(value, torch.SymInt):
+        value = value.node.expr
+    if isinstance(value, int):
+        return value
+    import sympy
+
+    value = sympy.sympify(value)
+    return int(value) if value.is_Integer else value
+
+
+def more_than_one(n: Size) -> bool:
+    """Whether a dim of size `n` needs a loop variable (symbolic sizes are at least 2)."""
+    return n > 1 if isinstance(n, int) else True
+
+
+def _sign(e: Any) -> tuple[bool, bool]:
+    """(surely >= 0, surely > 0) for a polynomial in size symbols. Each symbol is at least 2,
+    so with s = t + 2 (t >= 0) nonnegative coefficients in t prove e >= 0 everywhere, and a
+    positive constant term then proves e > 0."""
+    import sympy
+
+    e = sympy.sympify(e)
+    if e.is_number:
+        return bool(e >= 0), bool(e > 0)
+    symbols = sorted(e.free_symbols, key=str)
+    shifted = [sympy.Symbol(f"_t{k}", nonnegative=True) for k in range(len(symbols))]
+    try:
+        poly = sympy.Poly(
+            sympy.expand(e.subs({s: t + 2 for s, t in zip(symbols, shifted)})), *shifted
+        )
+    except sympy.PolynomialError:
+        return False, False
+    coeffs = dict(zip(poly.monoms(), poly.coeffs()))
+    if any(c < 0 for c in coeffs.values()):
+        return False, False
+    return True, coeffs.get((0,) * len(shifted), 0) > 0
+
+
+def _lt(a: Size, b: Size) -> bool:
+    """Whether `a < b` provably (for every value of the symbols)."""
+    if is_static(a, b):
+        return a < b
+    return _sign(b - a)[1]
+
+
+def _le(a: Size, b: Size) -> bool:
+    """Whether `a <= b` provably."""
+    if is_static(a, b):
+        return a <= b
+    return _sign(b - a)[0]
+
+
+def _min(a: Size, b: Size) -> Size:
+    if _le(a, b):
+        return a
+    if _le(b, a):
+        return b
+    raise Unknown
+
+
+def _max(a: Size, b: Size) -> Size:
+    if _le(a, b):
+        return b
+    if _le(b, a):
+        return a
+    raise Unknown
+
+
+def _divides(d: Size, c: Size) -> bool:
+    if is_static(d, c):
+        return c % d == 0
+    import sympy
+
+    return sympy.cancel(sympy.sympify(c) / d).is_integer is True
+
+
+def _quotient(c: Size, d: Size) -> Size:
+    """`c // d`, exact when symbolic (`Unknown` otherwise)."""
+    if is_static(c, d):
+        return c // d
+    if not _divides(d, c):
+        raise Unknown
+    import sympy
+
+    return size_value(sympy.cancel(sympy.sympify(c) / d))
+
+
+def _divmod(c: Size, d: Size) -> tuple[Size, Size]:
+    if is_static(c, d):
+        return c // d, c % d
+    if _divides(d, c):
+        return _quotient(c, d), 0
+    if _le(0, c) and _lt(c, d):
+        return 0, c
+    raise Unknown
+
+
+def size_text(value: Size) -> str:
+    """A size as Python (and Triton) source: `768*s1 + s0`. Only sums, products and whole
+    powers of symbols are written; anything else (floor, Mod, ...) is not supported."""
+    if isinstance(value, int):
+        return str(value)
+    import sympy
+
+    if value.is_Integer:
+        return str(int(value))
+    if value.is_Symbol:
+        return value.name
+    if value.is_Add:
+        text = " + ".join(size_text(a) for a in sorted(value.args, key=str))
+        return text.replace("+ -", "- ")
+    if value.is_Mul:
+        factors = []
+        for f in value.args:
+            t = size_text(f)
+            factors.append(f"({t})" if f.is_Add else t)
+        text = "*".join(factors)
+        return text.replace("-1*", "-")
+    if value.is_Pow and value.exp.is_Integer and int(value.exp) > 0:
+        base = size_text(value.base)
+        return "*".join([f"({base})" if value.base.is_Add else base] * int(value.exp))
+    raise NotImplementedError(f"size expression {value} ({sympy.srepr(value)[:60]})")
+
+
+def _factor_text(c: Size) -> str:
+    text = size_text(c)
+    return f"({text})" if not isinstance(c, int) and c.is_Add else text
 
 
 def _subs_atom(atom: Atom, mapping: dict[Sym, Ix]) -> Ix:
@@ -270,16 +452,18 @@ def strip_parens(text: str) -> str:
     return text[1:-1]
 
 
-def loop_vars(shape: tuple[int, ...], prefix: str = "i") -> tuple[Ix, ...]:
+def loop_vars(shape: tuple[Size, ...], prefix: str = "i") -> tuple[Ix, ...]:
     """`(i0, i1, ...)` for `shape`; a size-1 (or size-0) dimension's index is the constant 0."""
-    return tuple(Ix.of(Sym(f"{prefix}{k}", n)) if n > 1 else Ix() for k, n in enumerate(shape))
+    return tuple(
+        Ix.of(Sym(f"{prefix}{k}", n)) if more_than_one(n) else Ix() for k, n in enumerate(shape)
+    )
 
 
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape: tuple[Size, ...]) -> tuple[Size, ...]:
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
-        step *= max(n, 1)
+        step *= max(n, 1) if isinstance(n, int) else n
     return tuple(reversed(strides))
 
 
@@ -294,7 +478,7 @@ def unflatten(flat: Ix, shape: tuple[int, ...]) -> tuple[Ix, ...]:
     """The index into `shape` (row-major) of the flat position `flat`."""
     out = []
     for n, s in zip(shape, contiguous_strides(shape)):
-        out.append(flat.floordiv(s).mod(n) if n > 1 else Ix())
+        out.append(flat.floordiv(s).mod(n) if more_than_one(n) else Ix())
     return tuple(out)
 
 
@@ -452,8 +636,8 @@ def subs_index(expr: Expr, mapping: dict[Sym, Ix]) -> Expr:
 # Nodes
 
 
-def _shape_text(dtype: torch.dtype, shape: tuple[int, ...]) -> str:
-    return f"{short_dtype(dtype)}[{', '.join(map(str, shape))}]"
+def _shape_text(dtype: torch.dtype, shape: tuple[Size, ...]) -> str:
+    return f"{short_dtype(dtype)}[{', '.join(map(size_text, shape))}]"
 
 
 @dataclass(frozen=True)
@@ -465,7 +649,7 @@ class InputBuffer:
     position: int
 
     def __str__(self) -> str:
-        strides = ", ".join(map(str, self.stride))
+        strides = ", ".join(map(size_text, self.stride))
         head = f"{self.name}: {_shape_text(self.dtype, self.shape)}"
         return f"{head} = input({self.position}, strides=[{strides}])"
 
@@ -495,7 +679,9 @@ class Reduction:
     origin: str
 
     def __str__(self) -> str:
-        ranges = ", ".join(f"r{k} < {n}" for k, n in enumerate(self.ranges) if n > 1)
+        ranges = ", ".join(
+            f"r{k} < {size_text(n)}" for k, n in enumerate(self.ranges) if more_than_one(n)
+        )
         over = f", {ranges}" if ranges else ""
         head = f"{self.name}: {_shape_text(self.dtype, self.shape)}"
         return f"{head} = reduce_{self.reduce_type}({self.body}{over})"
@@ -552,6 +738,8 @@ class LoopGraph:
     seeds: int = 0
     # How many positional inputs `call` takes (unused non-tensor ones have no InputBuffer).
     arity: int = 0
+    # Sizes given as numbers (symbolic graphs): (position, input name, sympy symbol).
+    size_inputs: list[tuple[int, str, Any]] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [str(n) for n in self.nodes]

@@ -42,7 +42,9 @@ from framejit.backend.triton.ir import (
     ScalarArg,
     compute_dtype,
     contiguous_strides,
+    is_static,
     loop_vars,
+    size_value,
 )
 
 SUPPORTED_DTYPES = frozenset(
@@ -63,6 +65,47 @@ SUPPORTED_DTYPES = frozenset(
 
 class NotLowered(Exception):
     """Raised by a lowering that does not handle this particular call; the op runs as extern."""
+
+
+class SymbolicUnsupported(Exception):
+    """A graph with symbolic sizes uses something the symbolic path does not handle; the
+    graph is then compiled per distinct size instead (symbolic.py)."""
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What lowerings read of a node's FakeTensor, sizes as ints or sympy expressions."""
+
+    shape: tuple[Any, ...]
+    strides: tuple[Any, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def stride(self) -> tuple[Any, ...]:
+        return self.strides
+
+
+def meta_value(val: Any) -> Any:
+    """`val` (a node's `meta["val"]`) with tensors as `Meta` and SymInts as sympy expressions."""
+    if isinstance(val, torch.Tensor):
+        shape = tuple(size_value(d) for d in val.shape)
+        strides = tuple(size_value(d) for d in val.stride())
+        return Meta(shape, strides, val.dtype, val.device)
+    if isinstance(val, (list, tuple)):
+        return tuple(meta_value(v) for v in val)
+    if isinstance(val, torch.SymInt):
+        return size_value(val)
+    return val
+
+
+# Size arithmetic nodes of symbolic graphs: evaluated on the sizes' sympy expressions.
+_SIZE_FUNCTIONS = {
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.neg,
+    operator.pow,
+}
 
 
 @dataclass(frozen=True)
@@ -171,18 +214,24 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
+            if isinstance(val, torch.SymInt):  # a size given as a number
+                env[node] = size_value(val)
+                ctx.graph.size_inputs.append((position, node.name, env[node]))
+                position += 1
+                continue
             if not isinstance(val, torch.Tensor):
                 if node.users:
                     raise NotLowered(f"input {node.name} is not a tensor")
                 position += 1  # an unused number (a size the graph was specialized to)
                 continue
-            if any(isinstance(d, torch.SymInt) for d in (*val.shape, *val.stride())):
-                raise NotLowered(f"input {node.name} has symbolic sizes")
             ctx.graph.device = str(val.device)
-            buf = InputBuffer(node.name, tuple(val.shape), tuple(val.stride()), val.dtype, position)
+            info = meta_value(val)
+            buf = InputBuffer(node.name, info.shape, info.strides, val.dtype, position)
             position += 1
             ctx.graph.nodes.append(buf)
             env[node] = ctx.buffer_value(node.name, buf.shape, buf.dtype)
+        elif node.op == "call_function" and _is_size_node(node):
+            env[node] = _size_node(node, env)
         elif node.op == "call_function":
             env[node] = _lower_call(ctx, node, env, LOWERINGS)
         elif node.op == "output":
@@ -199,6 +248,49 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
             ctx.graph.device = str(val.device)
     ctx.graph.arity = position
     return ctx
+
+
+def _is_size_node(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    return (
+        node.target in _SIZE_FUNCTIONS
+        or node.target in _SIZE_CHECKS
+        or isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat))
+    )
+
+
+# Run-time checks of facts about sizes: the guards of the compiled frame already hold them.
+_SIZE_CHECKS = {
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten.sym_constrain_range.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+}
+
+
+def _size_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    """The value of a size node: `sym_size` of a lowered tensor, or arithmetic on sizes."""
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    target = node.target
+    if target is torch.ops.aten.sym_size.int:
+        return args[0].shape[args[1]]
+    if target is torch.ops.aten.sym_numel.default:
+        n = 1
+        for d in args[0].shape:
+            n = n * d
+        return n
+    if target in _SIZE_FUNCTIONS:
+        return size_value(target(*args))
+    if target is operator.floordiv and is_static(args[1]):
+        if is_static(args[0]):
+            return args[0] // args[1]
+        import sympy
+
+        quotient = sympy.cancel(args[0] / args[1])
+        if quotient.is_integer:  # exact: `numel // 1`, `(2*s0) // 2`
+            return size_value(quotient)
+    if target in _SIZE_CHECKS:
+        return None
+    raise SymbolicUnsupported(f"size node {node.format_node()}")
 
 
 def _lower_call(
@@ -242,7 +334,7 @@ def _unsupported_dtype(node: torch.fx.Node) -> torch.dtype | None:
 
 def _adopt_layout(ctx: Lowering, node: torch.fx.Node, value: Any, count: int) -> None:
     """Give the buffers made for `node` the strides eager would give its results."""
-    val = node.meta.get("val")
+    val = meta_value(node.meta.get("val"))
     if isinstance(value, tuple) and isinstance(val, (list, tuple)) and len(val) == len(value):
         for v, m in zip(value, val):
             _adopt(ctx, v, m, count)
@@ -251,7 +343,9 @@ def _adopt_layout(ctx: Lowering, node: torch.fx.Node, value: Any, count: int) ->
 
 
 def _adopt(ctx: Lowering, value: Any, val: Any, count: int) -> None:
-    if not (isinstance(value, TensorValue) and isinstance(val, torch.Tensor)) or value.base.views:
+    if not (isinstance(value, TensorValue) and isinstance(val, Meta)) or value.base.views:
+        return
+    if not is_static(*val.shape, *val.strides):
         return
     for k in range(count, len(ctx.graph.nodes)):
         buf = ctx.graph.nodes[k]
@@ -284,17 +378,17 @@ def extern(ctx: Lowering, node: torch.fx.Node, args: Any, kwargs: dict[str, Any]
             return type(value)(arg(v) for v in value)
         return value
 
-    val = node.meta.get("val")
+    val = meta_value(node.meta.get("val"))
     single = not isinstance(val, (list, tuple))
     vals = [val] if single else list(val)
     names: list[str | None] = []
     layouts: list[Any] = []
     values: list[Any] = []
     for v in vals:
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, Meta):
             name = ctx.new_name()
             names.append(name)
-            layouts.append((tuple(v.shape), tuple(v.stride()), v.dtype))
+            layouts.append((v.shape, v.strides, v.dtype))
             values.append(ctx.buffer_value(name, v.shape, v.dtype))
         else:
             names.append(None)

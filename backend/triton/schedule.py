@@ -86,7 +86,8 @@ class Kernel:
 
     @property
     def persistent(self) -> bool:
-        return _numel(self.rshape) <= PERSISTENT_LIMIT and not self.x_major
+        rnumel = _numel(self.rshape)
+        return isinstance(rnumel, int) and rnumel <= PERSISTENT_LIMIT and not self.x_major
 
     def group_syms(self) -> tuple[list[Sym], list[Sym]]:
         return _syms(loop_vars(self.xshape)), _syms(loop_vars(self.rshape, "r"))
@@ -121,6 +122,8 @@ class Schedule:
     steps: list[Kernel | Extern]
     bodies: dict[str, Expr]
     hints: list[str]
+    # Names of the size symbols of a graph with symbolic sizes (empty for a static graph).
+    symbols: set[str] = field(default_factory=set)
 
     def __str__(self) -> str:
         return "\n".join(str(s) if isinstance(s, Kernel) else f"extern {s}" for s in self.steps)

@@ -2,15 +2,22 @@
 
 The AOT stage may hand over an aten graph whose placeholders carry FakeTensors with SymInt
 sizes (`s0`, `s1`, ...), with SymInt-valued nodes (`sym_size`, arithmetic) and int
-placeholders. Kernels with sizes as runtime arguments are not built yet, so such a graph is
-compiled per distinct size: on a call, the inputs' sizes, strides and int arguments bind every
-symbol; the first call with a new binding retraces the graph with those inputs (`make_fx` on
-FakeTensors: sym_size nodes become the numbers) and compiles the now static graph as usual;
-later calls with the same binding go straight to that module. Modules are cached on disk like
-any other, so a size seen in an earlier process compiles nothing new.
+placeholders. The pipeline first tries to compile it as it is: sizes are sympy expressions in
+the loop IR (ir.py's `Size`), kernels take the symbols they use as arguments, and the wrapper
+binds each symbol from the first input dimension (or number input) that holds it plainly, so
+one module serves every size. When that path meets something it does not handle (a size
+expression other than sums and products, a comparison sympy cannot decide, a symbol no input
+holds), `compile_graph` falls back to `Specializing`, below, with a `perf_hints` line.
+
+`Specializing` compiles the graph per distinct size: on a call, the inputs' sizes, strides and
+int arguments bind every symbol; the first call with a new binding retraces the graph with
+those inputs (`make_fx` on FakeTensors: sym_size nodes become the numbers) and compiles the now
+static graph as usual; later calls with the same binding go straight to that module.
 
 Invariants:
 
+- Every size symbol is at least 2 (torch's ShapeEnv specializes 0 and 1), which is what the
+  symbolic index simplification assumes; a symbolic size never gets a size-1 loop variable.
 - Results never depend on which binding compiled first: each binding has its own module.
 - After `MAX_SPECIALIZATIONS` bindings a new one runs the aten graph eagerly (a `perf_hints`
   line says so) instead of compiling without bound.

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
-from framejit.backend.triton.lower import Lowering, TensorValue
+from framejit.backend.triton.lower import Lowering, TensorValue, meta_value
 
 aten = torch.ops.aten
 
@@ -105,6 +105,8 @@ def const(value: Any, dtype: torch.dtype) -> Const:
 def _py_value(value: Any, dtype: torch.dtype) -> bool | int | float:
     if dtype == torch.bool:
         return bool(value)
+    if not isinstance(value, (bool, int, float)):  # a symbolic size: stays an expression
+        return value
     if dtype.is_floating_point:
         return float(value)
     bits = 8 * dtype.itemsize
@@ -114,8 +116,10 @@ def _py_value(value: Any, dtype: torch.dtype) -> bool | int | float:
     return (value + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)  # wraps, as torch's scalars do
 
 
-def meta(node: torch.fx.Node) -> torch.Tensor:
-    return node.meta["val"]
+def meta(node: torch.fx.Node) -> Any:
+    """The node's value: a `Meta` (shape, strides, dtype, device; sizes may be symbolic) for a
+    tensor, a tuple of them for several."""
+    return meta_value(node.meta["val"])
 
 
 def meta_of(value: Any) -> Any:
