@@ -304,6 +304,8 @@ def _lower_call(
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
     rule = table.get(name)
     reason = f"{name} has no lowering"
+    if rule is None and name in _extern_ops():
+        reason = f"{name} runs as torch's kernel (extern by design)"
     if rule is not None:
         unsupported = _unsupported_dtype(node)
         if unsupported is None:
@@ -320,6 +322,12 @@ def _lower_call(
             reason = f"{name}: dtype {unsupported} is not lowered"
     ctx.hint(f"{reason}; {node.name} runs as an aten call (extern)")
     return extern(ctx, node, args, kwargs)
+
+
+def _extern_ops() -> frozenset[str]:
+    from framejit.backend.triton.ops import EXTERN_OPS
+
+    return EXTERN_OPS
 
 
 def _unsupported_dtype(node: torch.fx.Node) -> torch.dtype | None:
