@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from framejit.frontend.sources import Source, is_module_state
+from framejit.frontend.sources import LocalSource, Source, is_module_state
 
 from framejit import logs
 
@@ -70,6 +70,8 @@ class ShapeHistory:
 
     sizes: dict[Source, tuple[int, ...]] = field(default_factory=dict)
     dynamic: dict[Source, frozenset[int]] = field(default_factory=dict)
+    ints: dict[Source, int] = field(default_factory=dict)  # int arguments seen
+    dynamic_ints: set[Source] = field(default_factory=set)
 
 
 def history_of(cache: Any) -> ShapeHistory:
@@ -138,11 +140,12 @@ class DynamicInputs:
         self.dynamic = dynamic
         self.history = history_of(cache) if dynamic is None else ShapeHistory()
         self.recompile = bool(cache is not None and cache.entries)
-        self.symbols: dict[Any, tuple[Source, int]] = {}  # sympy symbol -> its input dimension
+        # sympy symbol -> its input dimension (dim None: an int argument)
+        self.symbols: dict[Any, tuple[Source, int | None]] = {}
         self.wanted = dynamic is True or (
             dynamic is None
             and (
-                (self.recompile and bool(self.history.sizes))
+                (self.recompile and bool(self.history.sizes or self.history.ints))
                 or any(_has_marks(v) for v in frame_args.values())
             )
         )
@@ -167,10 +170,25 @@ class DynamicInputs:
             return frozenset()
         return frozenset(d for d in dims if d < len(shape) and shape[d] >= 2)
 
-    def make_size(self, shape_env: Any, source: Source, dim: int, size: int) -> Any:
+    def int_is_dynamic(self, source: Source, value: int, shape_env: Any) -> bool:
+        """Whether int argument `value` (read from `source`) becomes a symbolic graph input:
+        under automatic dynamic once a recompile sees it change, under `dynamic=True` always.
+        Only the frame's own arguments; 0 and 1 stay specialized like sizes."""
+        if self.dynamic is False or not isinstance(source, LocalSource):
+            return False
+        if self.dynamic is None:
+            previous = self.history.ints.get(source)
+            self.history.ints[source] = value
+            if previous is not None and previous != value:
+                self.history.dynamic_ints.add(source)
+            if source not in self.history.dynamic_ints:
+                return False
+        return shape_env is not None and value >= 2
+
+    def make_size(self, shape_env: Any, source: Source, dim: int | None, size: int) -> Any:
         from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-        src = _source_class()(f"{source}.size()[{dim}]")
+        src = _source_class()(f"{source}.size()[{dim}]" if dim is not None else str(source))
         symbol = shape_env.create_symbol(size, src, dynamic_dim=DimDynamic.DYNAMIC)
         self.symbols.setdefault(symbol, (source, dim))
         return shape_env.create_symintnode(symbol, hint=size, source=src)
@@ -213,14 +231,15 @@ class ShapeCheck:
     size of one input dimension (`sizes[N] = (Source, dim)`)."""
 
     text: str
-    sizes: tuple[tuple[Source, int], ...]
+    sizes: tuple[tuple[Source, int | None], ...]  # dim None: the source is an int argument
 
     def render(self, render_source: Any) -> str:
         out = self.text
         # longest names first, so ___fjs1 never replaces the start of ___fjs12
         for n in sorted(range(len(self.sizes)), key=lambda k: -len(str(k))):
             source, dim = self.sizes[n]
-            out = out.replace(f"___fjs{n}", f"{render_source(source)}.size()[{dim}]")
+            text = render_source(source) + ("" if dim is None else f".size()[{dim}]")
+            out = out.replace(f"___fjs{n}", text)
         return out
 
 
@@ -242,7 +261,9 @@ def sympy_true() -> Any:
     return sympy.true
 
 
-def shape_guard_checks(shape_env: Any, symbols: dict[Any, tuple[Source, int]]) -> list[tuple]:
+def shape_guard_checks(
+    shape_env: Any, symbols: dict[Any, tuple[Source, int | None]]
+) -> list[tuple]:
     """(ShapeCheck, origin) for every fact the trace relied on about symbolic sizes: each
     symbol's range (>= 2, and any bound found) and every guard the ShapeEnv recorded."""
     import sympy

@@ -160,6 +160,30 @@ class OutputGraph:
         self._by_id[id(value)] = vt
         return vt
 
+    def int_is_dynamic(self, source: Source, value: int) -> bool:
+        return self.dynamic.int_is_dynamic(source, value, self.shape_env)
+
+    def add_sym_input(self, source: Source, value: int) -> VariableTracker:
+        """An int argument as a symbolic graph input (dynamic shapes): the graph takes it."""
+        existing = self._by_source.get(source)
+        if existing is not None:
+            return existing
+        after = self.placeholders[-1][1] if self.placeholders else None
+        ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
+        with ctx:
+            node = self.graph.placeholder(self._unique_name(source.short_name()))
+        self.created.append(node)
+        symint = self.dynamic.make_size(self.shape_env, source, None, value)
+        node.meta["val"] = symint
+        node.meta["source"] = str(source)
+        node.meta["static_input"] = False
+        logs.artifact("dynamic", lambda: f"{source}: int argument symbolic: {symint}")
+        vt = SymNodeVariable(node, symint)
+        self.placeholders.append((source, node))
+        self.input_values.append(value)
+        self._by_source[source] = vt  # type: ignore[assignment]
+        return vt
+
     def aliasing_guard(self) -> Guard | None:
         """Distinct tensor inputs must stay distinct, when the graph could tell."""
         if not self.identity_sensitive or len(self.placeholders) < 2:
@@ -167,7 +191,7 @@ class OutputGraph:
         return Guard(
             None,
             GuardKind.NO_ALIASING,
-            tuple(s for s, _ in self.placeholders),
+            tuple(s for s, n in self.placeholders if isinstance(n.meta.get("val"), torch.Tensor)),
             "the graph mutates or compares its input tensors",
         )
 

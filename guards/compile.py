@@ -51,9 +51,12 @@ class CompiledGuards:
         if guard.source is not None:
             actual = f"; actual: {_describe_actual(guard, fn, args, self.argnames)}"
         elif guard.kind is GuardKind.SHAPE_EXPR:
-            actual = "; actual: " + ", ".join(
-                f"{src}.size()[{dim}] = {_eval(src, fn, args, self.argnames, f'.size()[{dim}]')}"
+            tails = [
+                (src, "" if dim is None else f".size()[{dim}]")
                 for src, dim in dict.fromkeys(guard.expected.sizes)
+            ]
+            actual = "; actual: " + ", ".join(
+                f"{src}{tail} = {_eval(src, fn, args, self.argnames, tail)}" for src, tail in tails
             )
         return f"{guard}{where}{actual}"
 

@@ -381,3 +381,56 @@ def test_hook_path_honours_config_dynamic(monkeypatch: pytest.MonkeyPatch) -> No
         for b in (3, 5, 6):
             torch.testing.assert_close(f(torch.ones(b)), torch.ones(b).cos() + b)
     assert counter.frame_count == 3
+
+
+# --- int arguments -------------------------------------------------------------------------------
+
+
+def take_first(x: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
+    y = x[:, :n] * n
+    return y.sum(1) + torch.arange(n).sum(), n * 2 - 1
+
+
+def test_an_int_argument_that_changes_becomes_a_graph_input() -> None:
+    fn, counter = counted(take_first)
+    x = torch.randn(4, 16)
+    for n in (3, 5, 4, 9, 12, 2, 7):
+        close(fn(x, n), take_first(x, n))
+    assert counter.frame_count == 2
+    placeholders = [n for n in counter.graphs[-1].graph.nodes if n.op == "placeholder"]
+    assert any(isinstance(p.meta["val"], torch.SymInt) for p in placeholders)
+
+
+def test_int_arguments_zero_and_one_stay_specialized() -> None:
+    fn, counter = counted(take_first, dynamic=True)
+    x = torch.randn(3, 6)
+    for n in (4, 1, 0, 5, 1):
+        close(fn(x, n), take_first(x, n))
+    assert counter.frame_count == 3
+
+
+def test_dynamic_false_specializes_ints() -> None:
+    fn, counter = counted(take_first, dynamic=False)
+    x = torch.randn(3, 8)
+    for n in (4, 5, 6):
+        close(fn(x, n), take_first(x, n))
+    assert counter.frame_count == 3
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_int_argument_through_the_aot_stage(training: bool) -> None:
+    def fn(x: torch.Tensor, n: int, w: torch.Tensor) -> torch.Tensor:
+        return (x[:, :n] @ w[:n]).relu() * n
+
+    jitted = framejit.jit(fn, backend="aot_eager", dynamic=True)
+    for n in (3, 6, 2, 5):  # n == 8 would take the whole row: another guard, another graph
+        x = torch.randn(4, 8, requires_grad=training)
+        w = torch.randn(8, 3, requires_grad=training)
+        got, want = jitted(x, n, w), fn(x, n, w)
+        close(got, want)
+        if training:
+            for a, b in zip(
+                torch.autograd.grad(got.sum(), [x, w]), torch.autograd.grad(want.sum(), [x, w])
+            ):
+                close(a, b)
+    assert len(jitted.cache.entries) == 1

@@ -117,13 +117,18 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Fake
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     if len(vals) != len(example_inputs) or not any(_has_symbols(v) for v in vals):
         return None
-    mode = next(v.fake_mode for v in vals if _has_symbols(v))
+    mode = next((v.fake_mode for v in vals if isinstance(v, torch.Tensor)), None)
+    if mode is None:  # only int inputs: a mode over their ShapeEnv
+        shape_env = next(v.node.shape_env for v in vals if isinstance(v, torch.SymInt))
+        mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
 
     def make() -> tuple[Any, list[Any]]:
         fakes: list[Any] = []
         first: dict[int, int] = {}
         for i, (real, val) in enumerate(zip(example_inputs, vals)):
-            if not isinstance(real, torch.Tensor):
+            if isinstance(val, torch.SymInt):  # a symbolic int input
+                fakes.append(val)
+            elif not isinstance(real, torch.Tensor):
                 fakes.append(real)
             elif id(real) in first:  # the same tensor twice: the same fake
                 fakes.append(fakes[first[id(real)]])
@@ -140,6 +145,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Fake
 
 
 def _has_symbols(value: Any) -> bool:
+    if isinstance(value, torch.SymInt):
+        return True
     if not isinstance(value, torch.Tensor):
         return False
     return any(isinstance(n, torch.SymInt) for n in (*value.shape, *value.stride()))

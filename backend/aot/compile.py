@@ -109,9 +109,19 @@ def _compile(
         return gm.forward
 
     user = graph_with_outputs(gm, info.computed)
+    # Symbolic int inputs (dynamic shapes) are inputs of the traced graph too, after the tensors.
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    info.unique += [
+        i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), torch.SymInt)
+    ]
     positions = {i: k for k, i in enumerate(info.unique)}
     first = {id(example_inputs[i]): positions[i] for i in info.unique}
-    spread = [first.get(id(v)) if isinstance(v, torch.Tensor) else None for v in example_inputs]
+    spread = [
+        positions.get(i) if isinstance(v, int) else first.get(id(v))
+        if isinstance(v, torch.Tensor)
+        else None
+        for i, v in enumerate(example_inputs)
+    ]
 
     def fn(*unique: Any) -> Any:
         """The captured graph on deduplicated tensor inputs, returning the computed values."""
@@ -125,7 +135,6 @@ def _compile(
         fakes = [mode.from_tensor(example_inputs[i]) for i in info.unique]
     # Which unique inputs are parameters/buffers (the frontend's `static_input` placeholder
     # meta), handed on to the aten graphs for CUDA graph trees: see _mark_static_inputs.
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     static = [bool(placeholders[i].meta.get("static_input")) for i in info.unique]
     mutated = [positions[i] for i in info.mutated]
     forward_values = [*info.computed_values, *info.mutated_values]
@@ -159,7 +168,7 @@ def _compile(
     static_names = {name for name, s in zip(primal_names, static) if s}
     _mark_static_inputs(parts.backward, [name in static_names for name in parts.saved], "backward")
     forward = inner(parts.forward, _example(parts.forward))
-    wants_grad = [k for k, f in enumerate(fakes) if f.requires_grad]
+    wants_grad = [k for k, f in enumerate(fakes) if isinstance(f, torch.Tensor) and f.requires_grad]
     return TrainingRunner(
         info,
         forward,

@@ -135,6 +135,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         return tx.output.add_input(source, value, dims)
     if isinstance(value, torch.Tensor):
         raise Unsupported("unsupported_object", f"tensor subclass {t.__qualname__}")
+    if t is int and tx.output.int_is_dynamic(source, value):  # dynamic shapes: a graph input
+        _guard(tx, source, GuardKind.TYPE_MATCH, int)
+        return tx.output.add_sym_input(source, value)
     if t in CONSTANT_TYPES:
         _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
         return ConstantVariable(value, source)
