@@ -7,10 +7,12 @@ import copy
 
 import pytest
 import torch
+from framejit.backend import lookup_backend
 from framejit.cudagraphs import OverwrittenOutputError
 
 import framejit
 from framejit import cudagraphs
+from framejit.testing import CompileCounter
 
 pytestmark = pytest.mark.usefixtures("stand_in")
 
@@ -234,3 +236,22 @@ def test_bad_arguments() -> None:
         cudagraphs.cudagraphify(abs, [torch.ones(1)], kind="sideways")
     with pytest.raises(ValueError, match="static_indices"):
         cudagraphs.cudagraphify(abs, [torch.ones(1)], static_indices=[3])
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_dynamic_shapes_record_one_graph_per_size(backend: str) -> None:
+    model = mlp()
+    counter = CompileCounter()
+    inner = lookup_backend(backend)
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        counter(gm, example_inputs)
+        return inner(gm, example_inputs)
+
+    fast = framejit.jit(model, backend=counting, mode="reduce-overhead", dynamic=True)
+    with torch.no_grad():
+        for b in (3, 5, 3, 5, 7, 3):
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(fast(x), model(x))
+    assert counter.frame_count == 1  # one compiled graph serves every batch size
+    assert cpu_manager().nodes == 3  # one recording per distinct size
