@@ -1,12 +1,13 @@
 """Dynamic shapes: total time and compile count for calls with sizes 1..32.
 
-A 4-layer transformer block stack (d_model 64, 4 heads) is called with sequence lengths
-1, 2, ..., 32 (batch 2), then once more with every size (all warm): framejit.jit vs torch.compile,
-both with the same backend (default "eager": the frontend, guards and recompile policy are what is
-measured; "aot_eager" adds the AOT stage), both with their default dynamic-shape policy
-(automatic: specialize first, make a dimension symbolic once it changes). Reported in one run:
-graphs compiled by each, total seconds of the 64 calls (median of --repeats fresh starts), and
-the ratio framejit / torch.compile. Targets: no more compiles than torch.compile, ratio <= 1.0.
+The transformer block stack of compile_time.py (4 layers, d_model 64, 4 heads) is called with
+sequence lengths 1, 2, ..., 32 (batch 2), then once more with every size (all warm):
+framejit.jit vs torch.compile, both with the same backend (default "eager": the frontend, guards
+and recompile policy are what is measured; "aot_eager" adds the AOT stage), both with their
+default dynamic-shape policy (automatic: specialize first, make a dimension symbolic once it
+changes). Reported in one run: graphs compiled by each, total seconds of the 64 calls (median of
+--repeats fresh starts), and the ratio framejit / torch.compile. Targets: no more compiles than
+torch.compile, ratio <= 1.0.
 
     python tools/bench/recompile.py [--backend eager|aot_eager] [--repeats N]
 
@@ -16,50 +17,19 @@ torch.compile is used here only as the point of comparison (DESIGN.md: tools/ ma
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import platform
 import statistics
+import sys
 import time
 from typing import Any
 
 import torch
-from torch import nn
 
 import framejit
 
-
-class Block(nn.Module):
-    def __init__(self, dim: int = 64, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, c)
-        x = x + self.proj(y)
-        return x + self.mlp(self.ln2(x))
-
-
-class Stack(nn.Module):
-    def __init__(self, layers: int = 4) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(Block() for _ in range(layers))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return x
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_time import Stack  # noqa: E402 - the same transformer stack, 4 layers here
 
 SIZES = list(range(1, 33))
 
@@ -82,7 +52,7 @@ def main() -> int:
     import torch._dynamo
 
     torch.manual_seed(0)
-    model = Stack().eval()
+    model = Stack(layers=4).eval()
     inputs = [torch.randn(2, t, 64) for t in SIZES]
     with torch.no_grad():
         expected = [model(x) for x in inputs]
@@ -90,33 +60,26 @@ def main() -> int:
     fj_counts: list[int] = []
     tc_counts: list[int] = []
 
-    def framejit_run() -> tuple[float, Any]:
-        framejit.reset()
-        inner = framejit.backend.lookup_backend(args.backend)
-        count = [0]
+    def counting(inner: Any, counts: list[int]) -> Any:
+        counts.append(0)
 
-        def counting(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-            count[0] += 1
+        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+            counts[-1] += 1
             return inner(gm, example_inputs)
 
-        fn = framejit.jit(model, backend=counting)
-        seconds = run(fn, inputs)
-        fj_counts.append(count[0])
-        return seconds, fn
+        return backend
+
+    def framejit_run() -> tuple[float, Any]:
+        framejit.reset()
+        backend = counting(framejit.backend.lookup_backend(args.backend), fj_counts)
+        fn = framejit.jit(model, backend=backend)
+        return run(fn, inputs), fn
 
     def torch_run() -> tuple[float, Any]:
         torch._dynamo.reset()
-        inner = torch._dynamo.lookup_backend(args.backend)
-        count = [0]
-
-        def counting(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-            count[0] += 1
-            return inner(gm, example_inputs)
-
-        fn = torch.compile(model, backend=counting)
-        seconds = run(fn, inputs)
-        tc_counts.append(count[0])
-        return seconds, fn
+        backend = counting(torch._dynamo.lookup_backend(args.backend), tc_counts)
+        fn = torch.compile(model, backend=backend)
+        return run(fn, inputs), fn
 
     fj_times, tc_times = [], []
     for _ in range(args.repeats):
@@ -135,8 +98,10 @@ def main() -> int:
     print(f"{'':14}{'graphs compiled':>18}{'total seconds':>16}")
     print(f"{'framejit':14}{fj_counts[-1]:>18}{fj:>16.3f}")
     print(f"{'torch.compile':14}{tc_counts[-1]:>18}{tc:>16.3f}")
-    print(f"ratio framejit / torch.compile: {fj / tc:.2f} (target <= 1.0); compiles: "
-          f"{fj_counts[-1]} vs {tc_counts[-1]} (target: no more)")
+    print(
+        f"ratio framejit / torch.compile: {fj / tc:.2f} (target <= 1.0); compiles: "
+        f"{fj_counts[-1]} vs {tc_counts[-1]} (target: no more)"
+    )
     return 0
 
 
