@@ -131,11 +131,7 @@ class OutputGraph:
             self.add_guard(source, GuardKind.DUPLICATE_INPUT, alias.source, "")
             self._by_source[source] = alias
             return alias
-        after = self.placeholders[-1][1] if self.placeholders else None
-        ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
-        with ctx:
-            node = self.graph.placeholder(self._unique_name(source.short_name()))
-        self.created.append(node)
+        node = self._new_placeholder(source)
         if dims:
             sizes = [
                 self.dynamic.make_size(self.shape_env, source, d, n) if d in dims else n
@@ -160,6 +156,15 @@ class OutputGraph:
         self._by_id[id(value)] = vt
         return vt
 
+    def _new_placeholder(self, source: Source) -> torch.fx.Node:
+        """A graph input read from `source`, after the other inputs."""
+        after = self.placeholders[-1][1] if self.placeholders else None
+        ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
+        with ctx:
+            node = self.graph.placeholder(self._unique_name(source.short_name()))
+        self.created.append(node)
+        return node
+
     def int_is_dynamic(self, source: Source, value: int) -> bool:
         return self.dynamic.int_is_dynamic(source, value, self.shape_env)
 
@@ -168,11 +173,7 @@ class OutputGraph:
         existing = self._by_source.get(source)
         if existing is not None:
             return existing
-        after = self.placeholders[-1][1] if self.placeholders else None
-        ctx = self.graph.inserting_after(after) if after else self.graph.inserting_before(None)
-        with ctx:
-            node = self.graph.placeholder(self._unique_name(source.short_name()))
-        self.created.append(node)
+        node = self._new_placeholder(source)
         symint = self.dynamic.make_size(self.shape_env, source, None, value)
         node.meta["val"] = symint
         node.meta["source"] = str(source)
