@@ -195,6 +195,18 @@ def fj_atan2(y, x):
     return tl.where((x == 0) & (y == 0), 0.0 * y, r)
 """,
     ),
+    "fj_bfloat16_rne": (
+        (),
+        """\
+@triton.jit
+def fj_bfloat16_rne(x):
+    # float32 -> bfloat16, rounded to nearest even (written out for the CPU interpreter)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = bits.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+""",
+    ),
     "fj_trunc": (
         (),
         """\
@@ -248,7 +260,7 @@ def literal(value: Any) -> str:
         text = size_text(value)
         return text if value.is_Symbol else f"({text})"
     if isinstance(value, bool):
-        return "1" if value else "0"
+        return "True" if value else "False"
     if isinstance(value, float):
         if math.isnan(value):
             return 'float("nan")'
@@ -256,6 +268,33 @@ def literal(value: Any) -> str:
             return 'float("inf")' if value > 0 else 'float("-inf")'
         return f"({value!r})" if value < 0 else repr(value)
     return f"({value})" if value < 0 else str(value)
+
+
+def _interpreter() -> bool:
+    from framejit.backend.triton.cache import interpreter_active
+
+    try:
+        return interpreter_active()
+    except Exception:  # Triton missing: the source is only printed
+        return False
+
+
+def _fold_convert(expr: Expr) -> Const | None:
+    """A chain of conversions of a constant, as one constant (None: not that)."""
+    if isinstance(expr, Const):
+        return expr
+    if isinstance(expr, Op) and expr.name == "convert":
+        inner = _fold_convert(expr.args[0])
+        if inner is not None:
+            return Const(_converted(inner.value, expr.dtype), expr.dtype)
+    return None
+
+
+def _converted(value: Any, dtype: torch.dtype) -> Any:
+    """A constant as `dtype` holds it (float16 rounding, integer truncation)."""
+    if not isinstance(value, (bool, int, float)):
+        return value
+    return torch.tensor(value).to(dtype).item()
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -286,6 +325,7 @@ class KernelCode:
         self.size_args: list[str] = []
         self.reduction = kernel.kind == "reduction"
         self.xsyms, self.rsyms = kernel.group_syms()
+        self.interpreter = _interpreter()
 
     # -- values -----------------------------------------------------------------------------
 
@@ -325,10 +365,13 @@ class KernelCode:
         if expr.name == "signbit":  # set for -0.0 too, unlike x < 0
             bits = "tl.int64" if expr.args[0].dtype == torch.float64 else "tl.int32"
             return self.emit(f"{args[0]}.to({bits}, bitcast=True) < 0", expr)
+        folded = _fold_convert(expr)
+        if folded is not None:
+            return literal(folded.value)
         if expr.name == "convert":
             if expr.dtype == torch.bool:
                 return self.emit(f"{args[0]} != 0", expr)
-            return self.emit(f"{args[0]}.to({TL_DTYPES[expr.dtype]})", expr)
+            return self.emit(self.cast(args[0], expr.args[0].dtype, expr.dtype), expr)
         template = KERNEL_OPS[expr.name]
         helper = re.match(r"(fj_\w+)\(", template)
         if helper:
@@ -347,6 +390,18 @@ class KernelCode:
             self.scopes.pop()
             self.guards.pop()
         return self.emit(f"tl.where({cond}, {value}, {self.value(other)})", expr)
+
+    def cast(self, value: str, source: torch.dtype, target: torch.dtype) -> str:
+        """`value.to(target)`. Integers reach half precision through float32, and bfloat16 is
+        rounded to nearest-even explicitly under the CPU interpreter: its own conversions
+        there truncate (and mishandle integers)."""
+        if target in (torch.float16, torch.bfloat16) and not source.is_floating_point:
+            value = f"{value}.to(tl.float32)"
+            source = torch.float32
+        if target == torch.bfloat16 and self.interpreter and source == torch.float32:
+            self._use_helper("fj_bfloat16_rne")
+            return f"fj_bfloat16_rne({value})"
+        return f"{value}.to({TL_DTYPES[target]})"
 
     def ix_text(self, ix: Ix) -> str:
         """An index as Triton code: indirect atoms become the values they load."""
@@ -376,14 +431,18 @@ class KernelCode:
         _, stride, dtype = self.layouts[load.buffer]
         ptr = self.in_ptrs.setdefault(load.buffer, f"in_ptr{len(self.in_ptrs)}")
         address = linear(load.index, stride)
-        mask = " & ".join(m for m in [self.mask_for(address), *self.guards] if m)
+        own_mask = self.mask_for(address)
+        mask = " & ".join(m for m in [own_mask, *self.guards] if m)
         if mask:
             other = (
                 ""
                 if dtype == torch.bool
                 else (", other=0.0" if dtype.is_floating_point else ", other=0")
             )
-            text = f"tl.load({ptr} + {self.address(address)}, {mask}{other})"
+            pointer = self.address(address)
+            if not own_mask:  # one address, masked by a guard: a block of that address
+                pointer = f"({pointer} + 0 * {self.guards[-1]})"
+            text = f"tl.load({ptr} + {pointer}, {mask}{other})"
         else:
             text = f"tl.load({ptr} + {self.address(address)})"
         if dtype in (torch.float16, torch.bfloat16):
@@ -418,12 +477,8 @@ class KernelCode:
         if dtype != expr_dtype:
             if dtype == torch.bool:
                 value = f"{value} != 0"
-            elif dtype in (torch.float16, torch.bfloat16) and not expr_dtype.is_floating_point:
-                # integers reach half precision through float32 (the interpreter's direct
-                # conversion to bfloat16 is wrong)
-                value = f"{value}.to(tl.float32).to({TL_DTYPES[dtype]})"
             else:
-                value = f"{value}.to({TL_DTYPES[dtype]})"
+                value = self.cast(value, expr_dtype, dtype)
         mask = self.mask_for(address) or ("mask" if full or not self.reduction else "xmask")
         pointer = self.address(address)
         if address.is_const:

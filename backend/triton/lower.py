@@ -230,6 +230,8 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
             position += 1
             ctx.graph.nodes.append(buf)
             env[node] = ctx.buffer_value(node.name, buf.shape, buf.dtype)
+        elif node.op == "get_attr":
+            env[node] = _constant(ctx, gm, node)
         elif node.op == "call_function" and _is_size_node(node):
             env[node] = _size_node(node, env)
         elif node.op == "call_function":
@@ -248,6 +250,24 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
             ctx.graph.device = str(val.device)
     ctx.graph.arity = position
     return ctx
+
+
+def _constant(ctx: Lowering, gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
+    """A tensor held by the graph module (`_tensor_constant0`): the module keeps it among its
+    CONSTANTS and the kernels read it like an input."""
+    value: Any = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    if not isinstance(value, torch.Tensor):
+        return value
+    name = ctx.new_name()
+    layout = (tuple(value.shape), tuple(value.stride()), value.dtype)
+    ctx.graph.nodes.append(
+        Extern(
+            name, torch.ops.aten.alias.default, (value,), (), (name,), (layout,), True, "constant"
+        )
+    )
+    return ctx.buffer_value(name, value.shape, value.dtype)
 
 
 def _is_size_node(node: torch.fx.Node) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from framejit.backend.triton.ir import (
     Expr,
     Extern,
@@ -237,6 +238,8 @@ def _inline(
             own = _syms(loop_vars(producer.shape))
             kept = [i for i, n in zip(load.index, producer.shape) if n != 1]
             body = subs_index(inlined_bodies[producer.name], dict(zip(own, kept)))
+            if producer.dtype in (torch.float16, torch.bfloat16) and body.dtype != producer.dtype:
+                body = Op("convert", (body,), producer.dtype)  # rounded as eager's result is
             if body.dtype != load.dtype:  # what storing and loading it again would do
                 body = Op("convert", (body,), load.dtype)
             return body

@@ -1,11 +1,14 @@
-"""Random ops with Triton's Philox generator: dropout, rand, randn, bernoulli.
+"""Dropout with Triton's Philox generator.
 
 Each random node gets its own seed (`ctx.new_seed()`: a kernel argument the wrapper draws
 from torch's CPU generator on every call), and element `k` of the node (its row-major
 position) uses Philox counter `k`. So a random value is a pure function of (seed, position):
 recomputing it in several fused consumers (dropout's output and its mask) gives the same
 number, and `torch.manual_seed` makes a run repeatable. The stream is not eager's: the same
-seed gives other numbers than `torch.rand` would, with the same distribution.
+seed gives other numbers than eager's dropout would, with the same distribution.
+
+`rand`, `randn` and `bernoulli` stay externs: a program that seeds torch and draws numbers
+gets exactly eager's numbers (the AOT stage keeps random ops whole for the same reason).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from framejit.backend.triton.ir import (
     linear,
 )
 from framejit.backend.triton.lower import Lowering, TensorValue
-from framejit.backend.triton.ops.table import const, convert, lowering, meta, op, operand
+from framejit.backend.triton.ops.table import const, convert, lowering, meta, op
 
 
 def _uniform(ctx: Lowering, shape: Sequence[int], kind: str = "rand") -> Any:
@@ -69,29 +72,3 @@ def _dropout(ctx: Lowering, node: torch.fx.Node, x: TensorValue, p: float, train
     result = ctx.pointwise(out.shape, out.dtype, body)
     mask = ctx.pointwise(mask_meta.shape, torch.bool, keep)
     return result, mask
-
-
-@lowering("rand", "randn", dtype="given")
-def _rand(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
-    out = meta(node)
-    if not out.dtype.is_floating_point:
-        from framejit.backend.triton.lower import NotLowered
-
-        raise NotLowered(f"{out.dtype} random numbers")
-    sample = _uniform(ctx, out.shape, node.target.overloadpacket.__name__)
-    dt = compute_dtype(out.dtype)
-    return ctx.pointwise(out.shape, out.dtype, lambda index: convert(sample(index), dt))
-
-
-@lowering("bernoulli", dtype="same")
-def _bernoulli(ctx: Lowering, node: torch.fx.Node, x: TensorValue, p: Any = None, **kw: Any):
-    """1 with probability `p` (a float, or `x` itself when no `p` is given), else 0."""
-    out = meta(node)
-    sample = _uniform(ctx, out.shape)
-    dt = compute_dtype(out.dtype)
-
-    def body(index: tuple[Ix, ...]) -> Expr:
-        prob = operand(x, index, out.shape, torch.float32) if p is None else const(p, torch.float32)
-        return convert(op("lt", sample(index), prob, dtype=torch.bool), dt)
-
-    return ctx.pointwise(out.shape, out.dtype, body)

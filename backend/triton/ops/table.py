@@ -70,6 +70,9 @@ EXTERN_OPS = frozenset(
         "index_put",
         "_assert_async",
         "empty_strided",
+        "rand",
+        "randn",
+        "bernoulli",
     ]
 )
 

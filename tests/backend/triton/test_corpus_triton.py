@@ -1,0 +1,48 @@
+"""Every program of the corpus (tests/corpus) again, with each captured graph compiled by the
+Triton backend (the AOT stage, then `compile_graph`; kernels run in Triton's CPU interpreter):
+the same comparison with eager (values, printed output, warnings) and the same graph counts.
+The programs were written for the frontend, so they probe the op set in ways the op tests did
+not plan for."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import sys
+from typing import Any
+
+import pytest
+import torch
+from framejit.backend.aot import aot_compile
+from framejit.backend.triton import compile_graph
+
+import framejit.testing
+
+CORPUS = pathlib.Path(__file__).resolve().parent.parent.parent / "corpus"
+FILES = sorted(p.stem for p in CORPUS.glob("test_corpus_*.py"))
+
+
+class TritonCounter(framejit.testing.CompileCounter):
+    """CompileCounter whose compiled graphs are the Triton backend's."""
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        super().__call__(gm, example_inputs)
+        return aot_compile(gm, example_inputs, compile_graph)
+
+
+def _cases() -> list[Any]:
+    sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
+    params = []
+    for name in FILES:
+        module = importlib.import_module(name)
+        for param in module.corpus.params():
+            params.append(pytest.param(*param.values, id=f"{name[12:]}-{param.id}"))
+    return params
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_corpus_through_triton(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(framejit.testing, "CompileCounter", TritonCounter)
+    monkeypatch.setattr(framejit.config, "raise_internal_errors", True)
+    torch.manual_seed(0)
+    case.run()
