@@ -90,6 +90,8 @@ BREAK_EFFECTS: dict[str, Callable[[Any], tuple[int, int]]] = {
     "IMPORT_NAME": lambda inst: (2, 1),
     "RAISE_VARARGS": lambda inst: (inst.arg, 0),
     "BEFORE_WITH": lambda inst: (1, 2),  # context -> its exit, what __enter__ returned
+    "LOAD_BUILD_CLASS": lambda inst: (0, 1),  # a class statement inside the function
+    "DELETE_GLOBAL": lambda inst: (0, 0),
 }
 # Conditional jumps on a value's truth: both branches pop the condition.
 TRUTH_JUMPS = {

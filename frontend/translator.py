@@ -76,6 +76,15 @@ def decode(code: types.CodeType) -> Decoded:
     return d
 
 
+def _refuse(opname: str, reason: str) -> Any:
+    """The "handler" of an opcode the translator does not capture: it raises Unsupported."""
+
+    def refuse(tx: Any, inst: Any) -> None:
+        raise Unsupported("unsupported_opcode", opname, reason)
+
+    return refuse
+
+
 class Translator(OperatorsMixin, InliningMixin):
     def __init__(
         self,
@@ -129,9 +138,8 @@ class Translator(OperatorsMixin, InliningMixin):
                         f"more than {MAX_STEPS} instructions",
                     )
                 fn = HANDLERS.get(inst.opname)
-                if fn is None:
-                    reason = unsupported.get(inst.opname, "unknown opcode")
-                    raise Unsupported("unsupported_opcode", inst.opname, reason)
+                if fn is None:  # a graph break where the instruction can run for real
+                    fn = _refuse(inst.opname, unsupported.get(inst.opname, "unknown opcode"))
                 if not self.breaks_allowed:
                     self._step(fn, inst)
                     continue

@@ -621,3 +621,43 @@ def test_cells_stay_shared_between_a_closure_and_the_resumed_frame(capsys) -> No
         got, bump = jitted(x)
         same(got, x * 2)
         assert bump() == 3  # the returned closure shares the frame's cell
+
+
+# --- instructions the translator does not capture ---------------------------------------------
+
+_DELETED = 0
+
+
+def test_a_class_statement_is_a_break_not_an_eager_frame() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+
+        class Local:
+            scale = 3
+
+        return y * Local.scale + 1
+
+    explained = framejit.explain(fn, torch.ones(3))
+    assert explained.graph_count == 2 and explained.graph_break_count >= 1
+    assert "LOAD_BUILD_CLASS" in explained.break_reasons[0]
+    jitted = framejit.jit(fn, backend="eager")
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(jitted(x), fn(x))
+
+
+def test_del_of_a_global_runs_for_real_after_the_graph() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        global _DELETED
+        y = x + 1
+        _DELETED = 5
+        del _DELETED
+        return y * 2
+
+    jitted = framejit.jit(fn, backend="eager")
+    for _ in range(2):
+        globals()["_DELETED"] = 0
+        x = torch.randn(3)
+        torch.testing.assert_close(jitted(x), (x + 1) * 2)
+        assert "_DELETED" not in globals()
+    globals()["_DELETED"] = 0

@@ -38,7 +38,9 @@ def handler(
     return register
 
 
-# Opcodes that end translation (the frame then runs eagerly), with the reason.
+# Opcodes the translator does not capture, with the reason. Each is a graph break where the
+# instruction can run for real (breaks.BREAK_EFFECTS knows its stack effect); otherwise the
+# frame runs eagerly.
 _UNSUPPORTED_ALL: dict[str, str] = {
     "BEFORE_ASYNC_WITH": "async code runs eagerly",
     "WITH_EXCEPT_START": "`with` blocks are not captured yet",
