@@ -4,7 +4,7 @@ A named, linear pipeline, each step printable (golden tests compare the text):
 
     lower     (lower.py, op table in ops.py)  aten graph -> LoopGraph (pointwise/reduction/extern)
     schedule  (schedule.py)                   inline pointwise chains, group nodes into kernels
-    codegen   (codegen.py)                    one Python module: Triton kernels + `call` wrapper
+    codegen   (codegen.py, kernels.py)        one Python module: Triton kernels + `call` wrapper
     load      (cache.py)                      written under config.cache_dir, keyed by source
 
 Graphs with symbolic sizes compile to kernels that take the sizes as arguments, one module for

@@ -33,6 +33,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from framejit.backend.triton.sizes import (  # noqa: F401 (re-exported)
+    Size,
+    Unknown,
+    divides,
+    exact_quotient,
+    factor_text,
+    is_static,
+    more_than_one,
+    provably_le,
+    provably_lt,
+    size_divmod,
+    size_text,
+    size_value,
+    smax,
+    smin,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Index arithmetic
@@ -142,8 +158,8 @@ class Ix:
         lo = hi = self.const
         for atom, c in self.terms:
             alo, ahi = _atom_bounds(atom)
-            lo += _min(c * alo, c * ahi)
-            hi += _max(c * alo, c * ahi)
+            lo += smin(c * alo, c * ahi)
+            hi += smax(c * alo, c * ahi)
         return lo, hi
 
     def floordiv(self, d: Size) -> Ix:
@@ -156,15 +172,15 @@ class Ix:
 
     def _floordiv(self, d: Size) -> Ix:
         lo, hi = self.bounds()
-        if _le(0, lo) and _lt(hi, d):
+        if provably_le(0, lo) and provably_lt(hi, d):
             return Ix()
         if self.is_const:
-            return Ix((), _quotient(self.const, d))
-        if not _le(0, lo) or not all(_le(0, c) for _, c in self.terms):
+            return Ix((), exact_quotient(self.const, d))
+        if not provably_le(0, lo) or not all(provably_le(0, c) for _, c in self.terms):
             return Ix.of(FloorDiv(self, d))
-        whole = {a: _quotient(c, d) for a, c in self.terms if _divides(d, c)}
-        const_q, const_r = _divmod(self.const, d)
-        rest = Ix._make({a: c for a, c in self.terms if not _divides(d, c)}, const_r)
+        whole = {a: exact_quotient(c, d) for a, c in self.terms if divides(d, c)}
+        const_q, const_r = size_divmod(self.const, d)
+        rest = Ix._make({a: c for a, c in self.terms if not divides(d, c)}, const_r)
         quotient = Ix._make(whole, const_q)
         if rest.is_const and rest.const == 0:
             return quotient
@@ -177,7 +193,7 @@ class Ix:
             if self.const == 0:
                 return inner.base.floordiv(inner.divisor * d)
         rlo, rhi = rest.bounds()
-        if _le(0, rlo) and _lt(rhi, d):
+        if provably_le(0, rlo) and provably_lt(rhi, d):
             return quotient
         if not whole:
             return Ix.of(FloorDiv(rest, d)) + quotient
@@ -193,17 +209,17 @@ class Ix:
 
     def _mod(self, m: Size) -> Ix:
         lo, hi = self.bounds()
-        if _le(0, lo) and _lt(hi, m):
+        if provably_le(0, lo) and provably_lt(hi, m):
             return self
         if self.is_const:
-            return Ix((), _divmod(self.const, m)[1])
-        if not _le(0, lo) or not all(_le(0, c) for _, c in self.terms):
+            return Ix((), size_divmod(self.const, m)[1])
+        if not provably_le(0, lo) or not all(provably_le(0, c) for _, c in self.terms):
             return Ix.of(Mod(self, m))
         rest = Ix._make(
-            {a: c for a, c in self.terms if not _divides(m, c)}, _divmod(self.const, m)[1]
+            {a: c for a, c in self.terms if not divides(m, c)}, size_divmod(self.const, m)[1]
         )
         rlo, rhi = rest.bounds()
-        if _le(0, rlo) and _lt(rhi, m):
+        if provably_le(0, rlo) and provably_lt(rhi, m):
             return rest
         return Ix.of(Mod(rest, m))
 
@@ -252,7 +268,7 @@ class Ix:
 
     def __str__(self) -> str:
         parts = [
-            str(a) if c == 1 else f"{_factor_text(c)}*{a}"
+            str(a) if c == 1 else f"{factor_text(c)}*{a}"
             for a, c in sorted(self.terms, key=_term_order)
         ]
         if self.const != 0 or not parts:
@@ -274,161 +290,15 @@ def _atom_bounds(atom: Atom) -> tuple[Size, Size]:
     if isinstance(atom, FloorDiv):
         if is_static(lo, hi, atom.divisor):
             return lo // atom.divisor, hi // atom.divisor
-        if not _le(0, lo):
+        if not provably_le(0, lo):
             raise Unknown
         return 0, hi  # n // d <= n for n >= 0, d >= 1
     if is_static(lo, hi, atom.modulus):
         m = atom.modulus
         return (0, min(m - 1, hi)) if lo >= 0 else (-(m - 1), m - 1)
-    if not _le(0, lo):
+    if not provably_le(0, lo):
         raise Unknown
     return 0, atom.modulus - 1
-
-
-# ---------------------------------------------------------------------------------------------
-# Sizes: ints, or sympy expressions of the graph's size symbols (s0, s1, ...; each >= 2, since
-# torch's ShapeEnv specializes sizes 0 and 1)
-
-Size = Any  # int | sympy.Expr
-
-
-class Unknown(Exception):
-    """A comparison of symbolic sizes that sympy cannot decide."""
-
-
-def is_static(*sizes: Any) -> bool:
-    return all(isinstance(n, int) for n in sizes)
-
-
-def size_value(value: Any) -> Size:
-    """An int, or the sympy expression of a SymInt (an int when it is a number)."""
-    if isinstance(value, torch.SymInt):
-        value = value.node.expr
-    if isinstance(value, int):
-        return value
-    import sympy
-
-    value = sympy.sympify(value)
-    return int(value) if value.is_Integer else value
-
-
-def more_than_one(n: Size) -> bool:
-    """Whether a dim of size `n` needs a loop variable (symbolic sizes are at least 2)."""
-    return n > 1 if isinstance(n, int) else True
-
-
-def _sign(e: Any) -> tuple[bool, bool]:
-    """(surely >= 0, surely > 0) for a polynomial in size symbols. Each symbol is at least 2,
-    so with s = t + 2 (t >= 0) nonnegative coefficients in t prove e >= 0 everywhere, and a
-    positive constant term then proves e > 0."""
-    import sympy
-
-    e = sympy.sympify(e)
-    if e.is_number:
-        return bool(e >= 0), bool(e > 0)
-    symbols = sorted(e.free_symbols, key=str)
-    shifted = [sympy.Symbol(f"_t{k}", nonnegative=True) for k in range(len(symbols))]
-    try:
-        poly = sympy.Poly(
-            sympy.expand(e.subs({s: t + 2 for s, t in zip(symbols, shifted)})), *shifted
-        )
-    except sympy.PolynomialError:
-        return False, False
-    coeffs = dict(zip(poly.monoms(), poly.coeffs()))
-    if any(c < 0 for c in coeffs.values()):
-        return False, False
-    return True, coeffs.get((0,) * len(shifted), 0) > 0
-
-
-def _lt(a: Size, b: Size) -> bool:
-    """Whether `a < b` provably (for every value of the symbols)."""
-    if is_static(a, b):
-        return a < b
-    return _sign(b - a)[1]
-
-
-def _le(a: Size, b: Size) -> bool:
-    """Whether `a <= b` provably."""
-    if is_static(a, b):
-        return a <= b
-    return _sign(b - a)[0]
-
-
-def _min(a: Size, b: Size) -> Size:
-    if _le(a, b):
-        return a
-    if _le(b, a):
-        return b
-    raise Unknown
-
-
-def _max(a: Size, b: Size) -> Size:
-    if _le(a, b):
-        return b
-    if _le(b, a):
-        return a
-    raise Unknown
-
-
-def _divides(d: Size, c: Size) -> bool:
-    if is_static(d, c):
-        return c % d == 0
-    import sympy
-
-    return sympy.cancel(sympy.sympify(c) / d).is_integer is True
-
-
-def _quotient(c: Size, d: Size) -> Size:
-    """`c // d`, exact when symbolic (`Unknown` otherwise)."""
-    if is_static(c, d):
-        return c // d
-    if not _divides(d, c):
-        raise Unknown
-    import sympy
-
-    return size_value(sympy.cancel(sympy.sympify(c) / d))
-
-
-def _divmod(c: Size, d: Size) -> tuple[Size, Size]:
-    if is_static(c, d):
-        return c // d, c % d
-    if _divides(d, c):
-        return _quotient(c, d), 0
-    if _le(0, c) and _lt(c, d):
-        return 0, c
-    raise Unknown
-
-
-def size_text(value: Size) -> str:
-    """A size as Python (and Triton) source: `768*s1 + s0`. Only sums, products and whole
-    powers of symbols are written; anything else (floor, Mod, ...) is not supported."""
-    if isinstance(value, int):
-        return str(value)
-    import sympy
-
-    if value.is_Integer:
-        return str(int(value))
-    if value.is_Symbol:
-        return value.name
-    if value.is_Add:
-        text = " + ".join(size_text(a) for a in sorted(value.args, key=str))
-        return text.replace("+ -", "- ")
-    if value.is_Mul:
-        factors = []
-        for f in value.args:
-            t = size_text(f)
-            factors.append(f"({t})" if f.is_Add else t)
-        text = "*".join(factors)
-        return text.replace("-1*", "-")
-    if value.is_Pow and value.exp.is_Integer and int(value.exp) > 0:
-        base = size_text(value.base)
-        return "*".join([f"({base})" if value.base.is_Add else base] * int(value.exp))
-    raise NotImplementedError(f"size expression {value} ({sympy.srepr(value)[:60]})")
-
-
-def _factor_text(c: Size) -> str:
-    text = size_text(c)
-    return f"({text})" if not isinstance(c, int) and c.is_Add else text
 
 
 def _subs_atom(atom: Atom, mapping: dict[Sym, Ix]) -> Ix:

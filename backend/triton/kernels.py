@@ -1,0 +1,735 @@
+"""The Triton source of one scheduled kernel (`KernelCode`), and the tables it writes from.
+
+Written through a small indenting `Writer`:
+
+- `KERNEL_OPS`: how each kernel-level op of the IR is written in Triton; `HELPERS`: the
+  `@triton.jit` helper functions some of them call (`fj_tanh`, `fj_atan`, ...), in core `tl`
+  math only, so the same source runs on a GPU and in Triton's CPU interpreter;
+- `KernelCode(kernel, schedule, layouts).source()`: one `@triton.jit` kernel named for what it
+  does (`fj_pointwise_add_relu_0`, `fj_reduce_softmax_1`), with a header comment listing the
+  nodes fused into it, and tutorial-style names: `in_ptr0`, `out_ptr0`, `pid`, `offsets`,
+  `mask`, `XBLOCK: tl.constexpr`; `.configs()` its candidate launch configs.
+
+Invariants:
+
+- Kernels compute in float32 for float16/bfloat16 data (loads upcast, stores cast back).
+- Every load and store is masked unless its address is a constant; masked-off lanes never reach
+  a reduction (`tl.where(mask, value, identity)`).
+- Static shapes and strides are compile-time constants (the frontend guards them); symbolic
+  sizes are kernel arguments named as the wrapper binds them (`s0`). The source is a pure
+  function of the schedule (and of whether the interpreter runs it), so identical graphs give
+  identical text (and cache hits).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from framejit.backend.triton import autotune
+from framejit.backend.triton.ir import (
+    Const,
+    Expr,
+    IndexValue,
+    Ix,
+    Load,
+    Op,
+    Reduction,
+    ScalarArg,
+    Sym,
+    contiguous_strides,
+    is_static,
+    linear,
+    loop_vars,
+    size_text,
+    strip_parens,
+    subs_index,
+    unflatten,
+)
+from framejit.backend.triton.schedule import Kernel, Schedule
+
+TL_DTYPES = {
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
+}
+
+# Kernel-level ops of the IR: how each is written in Triton.
+KERNEL_OPS = {
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "mod": "{0} % {1}",
+    "floordiv": "{0} // {1}",
+    "neg": "-{0}",
+    "exp": "tl.exp({0})",
+    "log": "tl.log({0})",
+    "sqrt": "tl.sqrt({0})",
+    "rsqrt": "tl.rsqrt({0})",
+    "abs": "tl.abs({0})",
+    "sigmoid": "tl.sigmoid({0})",
+    "erf": "tl.math.erf({0})",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
+    "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})",
+    "trunc": "fj_trunc({0})",
+    "round": "fj_round({0})",
+    "tanh": "fj_tanh({0})",
+    "log1p": "fj_log1p({0})",
+    "expm1": "fj_expm1({0})",
+    "maximum": "tl.maximum({0}, {1})",
+    "minimum": "tl.minimum({0}, {1})",
+    "where": "tl.where({0}, {1}, {2})",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "and": "{0} & {1}",
+    "or": "{0} | {1}",
+    "xor": "{0} ^ {1}",
+    "not": "{0} == 0",
+    "invert": "~{0}",
+    "lshift": "{0} << {1}",
+    "rshift": "{0} >> {1}",
+    "exp2": "tl.exp2({0})",
+    "log2": "tl.log2({0})",
+    "atan": "fj_atan({0})",
+    "atan2": "fj_atan2({0}, {1})",
+    "rand": "tl.rand({0}, {1})",
+    "randn": "tl.randn({0}, {1})",
+}
+
+# Helpers in core `tl` math (libdevice does not run in the interpreter); name -> (deps, source).
+HELPERS = {
+    "fj_expm1": (
+        (),
+        """\
+@triton.jit
+def fj_expm1(x):
+    # exp(x) - 1 without cancellation near 0 (Kahan)
+    u = tl.exp(x)
+    d = u - 1.0
+    return tl.where(u == 1.0, x, tl.where((d == -1.0) | (u == float("inf")), d, d * x / tl.log(u)))
+""",
+    ),
+    "fj_tanh": (
+        ("fj_expm1",),
+        """\
+@triton.jit
+def fj_tanh(x):
+    e = fj_expm1(-2.0 * tl.abs(x))
+    t = -e / (e + 2.0)
+    return tl.where(x < 0, -t, t)
+""",
+    ),
+    "fj_log1p": (
+        (),
+        """\
+@triton.jit
+def fj_log1p(x):
+    # log(1 + x) without cancellation near 0 (Kahan)
+    u = 1.0 + x
+    exact = (u == 1.0) | (u == float("inf"))
+    return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * x / (u - 1.0))
+""",
+    ),
+    "fj_mul": (
+        (),
+        """\
+@triton.jit
+def fj_mul(a, b):
+    # the combine function of a product reduction
+    return a * b
+""",
+    ),
+    "fj_atan": (
+        (),
+        """\
+@triton.jit
+def fj_atan(x):
+    # |x| > 1: pi/2 - atan(1/|x|); t > tan(pi/12): pi/6 + atan((t*sqrt(3) - 1) / (t + sqrt(3)));
+    # then |u| <= tan(pi/12) and the series to u**11 is within float32 rounding.
+    a = tl.abs(x)
+    big = a > 1.0
+    t = tl.where(big, 1.0 / a, a)
+    shift = t > 0.2679491924311227
+    u = tl.where(shift, (t * 1.7320508075688772 - 1.0) / (t + 1.7320508075688772), t)
+    v = u * u
+    p = u * (1.0 + v * (-0.3333333333333333 + v * (0.2 + v * (-0.14285714285714285
+        + v * (0.1111111111111111 + v * -0.09090909090909091)))))
+    r = tl.where(shift, 0.5235987755982988 + p, p)
+    r = tl.where(big, 1.5707963267948966 - r, r)
+    return tl.where(x < 0, -r, r)
+""",
+    ),
+    "fj_atan2": (
+        ("fj_atan",),
+        """\
+@triton.jit
+def fj_atan2(y, x):
+    # the quadrant from the signs; x == 0 gives +-pi/2, and atan2(0, 0) is 0
+    r = fj_atan(y / tl.where(x == 0, 1.0, x))
+    r = tl.where(x < 0, tl.where(y < 0, r - 3.141592653589793, r + 3.141592653589793), r)
+    r = tl.where(x == 0, tl.where(y > 0, 1.5707963267948966, -1.5707963267948966), r)
+    return tl.where((x == 0) & (y == 0), 0.0 * y, r)
+""",
+    ),
+    "fj_bfloat16_rne": (
+        (),
+        """\
+@triton.jit
+def fj_bfloat16_rne(x):
+    # float32 -> bfloat16, rounded to nearest even (written out for the CPU interpreter)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = bits.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+""",
+    ),
+    "fj_trunc": (
+        (),
+        """\
+@triton.jit
+def fj_trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+""",
+    ),
+    "fj_round": (
+        (),
+        """\
+@triton.jit
+def fj_round(x):
+    # round half to even, as torch.round
+    r = tl.floor(x + 0.5)
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+""",
+    ),
+}
+
+
+class Writer:
+    """Lines with indentation; `with w.indent():` nests."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.level = 0
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(("    " * self.level + text) if text else "")
+
+    def extend(self, lines: list[str]) -> None:
+        for text in lines:
+            self.line(text)
+
+    @contextmanager
+    def indent(self) -> Iterator[None]:
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def literal(value: Any) -> str:
+    if not isinstance(value, (bool, int, float)):  # a symbolic size
+        text = size_text(value)
+        return text if value.is_Symbol else f"({text})"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return f"({value!r})" if value < 0 else repr(value)
+    return f"({value})" if value < 0 else str(value)
+
+
+def _interpreter() -> bool:
+    from framejit.backend.triton.cache import interpreter_active
+
+    try:
+        return interpreter_active()
+    except Exception:  # Triton missing: the source is only printed
+        return False
+
+
+def _fold_convert(expr: Expr) -> Const | None:
+    """A chain of conversions of a constant, as one constant (None: not that)."""
+    if isinstance(expr, Const):
+        return expr
+    if isinstance(expr, Op) and expr.name == "convert":
+        inner = _fold_convert(expr.args[0])
+        if inner is not None:
+            return Const(_converted(inner.value, expr.dtype), expr.dtype)
+    return None
+
+
+def _converted(value: Any, dtype: torch.dtype) -> Any:
+    """A constant as `dtype` holds it (float16 rounding, integer truncation)."""
+    if not isinstance(value, (bool, int, float)):
+        return value
+    return torch.tensor(value).to(dtype).item()
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+class KernelCode:
+    """The source and launch of one kernel."""
+
+    def __init__(self, kernel: Kernel, schedule: Schedule, layouts: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self.schedule = schedule
+        self.layouts = layouts
+        self.members = {m.name: m for m in kernel.members}
+        self.in_ptrs: dict[str, str] = {}
+        self.out_ptrs = {name: f"out_ptr{k}" for k, name in enumerate(kernel.stores)}
+        self.body = Writer()
+        self.body.level = 1
+        self.scopes: list[dict[Any, str]] = [{}]
+        self.count = 0
+        self.helpers: set[str] = set()
+        # Runtime scalar arguments (random seeds), and the conditions of the `masked`
+        # expressions being generated (they mask every load made under them).
+        self.scalars: dict[str, ScalarArg] = {}
+        self.guards: list[str] = []
+        # Size symbols of a graph with symbolic sizes; those a kernel uses are its arguments.
+        self.symbols: set[str] = schedule.symbols
+        self.size_args: list[str] = []
+        self.reduction = kernel.kind == "reduction"
+        self.xsyms, self.rsyms = kernel.group_syms()
+        self.interpreter = _interpreter()
+
+    # -- values -----------------------------------------------------------------------------
+
+    def lookup(self, key: Any) -> str | None:
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def emit(self, text: str, key: Any = None) -> str:
+        name = f"tmp{self.count}"
+        self.count += 1
+        self.body.line(f"{name} = {text}")
+        if key is not None:
+            self.scopes[-1][key] = name
+        return name
+
+    def value(self, expr: Expr) -> str:
+        if isinstance(expr, Const):
+            return literal(expr.value)
+        found = self.lookup(expr)
+        if found is not None:
+            return found
+        if isinstance(expr, Load):
+            return self.load(expr)
+        if isinstance(expr, IndexValue):
+            if expr.index.is_const:
+                return literal(expr.index.const)
+            return self.emit(f"({self.ix_text(expr.index)}).to({TL_DTYPES[expr.dtype]})", expr)
+        if isinstance(expr, ScalarArg):
+            self.scalars[expr.name] = expr
+            return expr.name
+        assert isinstance(expr, Op)
+        if expr.name == "masked":
+            return self.masked(expr)
+        args = [self.value(a) for a in expr.args]
+        if expr.name == "signbit":  # set for -0.0 too, unlike x < 0
+            bits = "tl.int64" if expr.args[0].dtype == torch.float64 else "tl.int32"
+            return self.emit(f"{args[0]}.to({bits}, bitcast=True) < 0", expr)
+        folded = _fold_convert(expr)
+        if folded is not None:
+            return literal(folded.value)
+        if expr.name == "convert":
+            if expr.dtype == torch.bool:
+                return self.emit(f"{args[0]} != 0", expr)
+            return self.emit(self.cast(args[0], expr.args[0].dtype, expr.dtype), expr)
+        template = KERNEL_OPS[expr.name]
+        helper = re.match(r"(fj_\w+)\(", template)
+        if helper:
+            self._use_helper(helper.group(1))
+        return self.emit(template.format(*args), expr)
+
+    def masked(self, expr: Op) -> str:
+        """`tl.where(cond, value, other)`, every load of `value` masked by `cond`."""
+        cond_expr, body, other = expr.args
+        cond = self.value(cond_expr)
+        self.guards.append(cond)
+        self.scopes.append({})
+        try:
+            value = self.value(body)
+        finally:
+            self.scopes.pop()
+            self.guards.pop()
+        return self.emit(f"tl.where({cond}, {value}, {self.value(other)})", expr)
+
+    def cast(self, value: str, source: torch.dtype, target: torch.dtype) -> str:
+        """`value.to(target)`. Integers reach half precision through float32, and bfloat16 is
+        rounded to nearest-even explicitly under the CPU interpreter: its own conversions
+        there truncate (and mishandle integers)."""
+        if target in (torch.float16, torch.bfloat16) and not source.is_floating_point:
+            value = f"{value}.to(tl.float32)"
+            source = torch.float32
+        if target == torch.bfloat16 and self.interpreter and source == torch.float32:
+            self._use_helper("fj_bfloat16_rne")
+            return f"fj_bfloat16_rne({value})"
+        return f"{value}.to({TL_DTYPES[target]})"
+
+    def ix_text(self, ix: Ix) -> str:
+        """An index as Triton code: indirect atoms become the values they load."""
+        if ix.indirects():
+            ix = ix.map_indirect(lambda a: Ix.of(Sym(self.value(a.expr), a.size)))
+        return str(ix)
+
+    def _use_helper(self, name: str) -> None:
+        deps, _ = HELPERS[name]
+        for dep in deps:
+            self._use_helper(dep)
+        self.helpers.add(name)
+
+    def member_value(self, name: str) -> str:
+        found = self.lookup(("member", name))
+        if found is not None:
+            return found
+        node = self.members[name]
+        body = subs_index(self.schedule.bodies[name], self.kernel.mapping(node))
+        result = self.value(body)
+        self.scopes[-1][("member", name)] = result
+        return result
+
+    def load(self, load: Load) -> str:
+        if load.buffer in self.members:
+            return self.member_value(load.buffer)
+        _, stride, dtype = self.layouts[load.buffer]
+        ptr = self.in_ptrs.setdefault(load.buffer, f"in_ptr{len(self.in_ptrs)}")
+        address = linear(load.index, stride)
+        own_mask = self.mask_for(address)
+        mask = " & ".join(m for m in [own_mask, *self.guards] if m)
+        if mask:
+            other = (
+                ""
+                if dtype == torch.bool
+                else (", other=0.0" if dtype.is_floating_point else ", other=0")
+            )
+            pointer = self.address(address)
+            if not own_mask:  # one address, masked by a guard: a block of that address
+                pointer = f"({pointer} + 0 * {self.guards[-1]})"
+            text = f"tl.load({ptr} + {pointer}, {mask}{other})"
+        else:
+            text = f"tl.load({ptr} + {self.address(address)})"
+        if dtype in (torch.float16, torch.bfloat16):
+            text += ".to(tl.float32)"
+        return self.emit(text, load)
+
+    def mask_for(self, address: Ix) -> str:
+        syms = {s.name for s in address.syms()}
+        if not self.reduction:
+            return "mask" if syms else ""
+        has_x = any(s.name in syms for s in self.xsyms)
+        has_r = any(s.name in syms for s in self.rsyms)
+        return {(True, True): "mask", (True, False): "xmask", (False, True): "rmask"}.get(
+            (has_x, has_r), ""
+        )
+
+    def address(self, address: Ix) -> str:
+        if not self.reduction:
+            flat = linear(loop_vars(self.kernel.xshape), contiguous_strides(self.kernel.xshape))
+            if address == flat and not address.is_const:
+                return "offsets"
+        text = self.ix_text(address)
+        return f"({text})" if " " in text else text
+
+    # -- kernel -----------------------------------------------------------------------------
+
+    def store(self, name: str, value: str, full: bool) -> None:
+        shape, stride, dtype = self.layouts[name]
+        node = self.members[name]
+        address = linear(loop_vars(shape), stride).subs(self.kernel.mapping(node))
+        expr_dtype = self.schedule.bodies[name].dtype
+        if dtype != expr_dtype:
+            if dtype == torch.bool:
+                value = f"{value} != 0"
+            else:
+                value = self.cast(value, expr_dtype, dtype)
+        mask = self.mask_for(address) or ("mask" if full or not self.reduction else "xmask")
+        pointer = self.address(address)
+        if address.is_const:
+            base = "xoffsets" if self.reduction else "offsets"
+            pointer = f"{pointer} + 0 * {base}"
+        self.body.line(f"tl.store({self.out_ptrs[name]} + {pointer}, {value}, {mask})")
+
+    def reduce(self, node: Reduction, persistent: bool) -> str:
+        body = subs_index(self.schedule.bodies[node.name], self.kernel.mapping(node))
+        if node.reduce_type in ("argmax", "argmin"):
+            return self.arg_reduce(node, body, persistent)
+        is_bool = node.dtype == torch.bool
+        dtype = torch.int32 if is_bool else body.dtype
+        identity = _identity(node.reduce_type, dtype)
+        if node.reduce_type == "prod":
+            self._use_helper("fj_mul")
+        combine = {
+            "sum": "tl.sum({0}, 1)",
+            "max": "tl.max({0}, 1)",
+            "min": "tl.min({0}, 1)",
+            "prod": "tl.reduce({0}, 1, fj_mul)",
+        }[node.reduce_type]
+        suffix = " != 0" if is_bool else ""
+        if persistent:
+            value = self.value(body)
+            if is_bool:
+                value = f"{value}.to(tl.int32)"
+            total = combine.format(f"tl.where(mask, {value}, {identity})")
+            return self.emit(f"{total}[:, None]{suffix}")
+        acc = f"acc{self.count}"
+        self.count += 1
+        self.body.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {TL_DTYPES[dtype]})")
+        with self.loop():
+            value = self.value(body)
+            if is_bool:
+                value = f"{value}.to(tl.int32)"
+            masked = f"tl.where(mask, {value}, {identity})"
+            update = {
+                "sum": f"{acc} + {masked}",
+                "max": f"tl.maximum({acc}, {masked})",
+                "min": f"tl.minimum({acc}, {masked})",
+                "prod": f"{acc} * {masked}",
+            }[node.reduce_type]
+            self.body.line(f"{acc} = {update}")
+        return self.emit(f"{combine.format(acc)}[:, None]{suffix}")
+
+    def arg_reduce(self, node: Reduction, body: Expr, persistent: bool) -> str:
+        """The first index of the largest (argmax) or smallest (argmin) value along the
+        reduction, NaN counting as the extreme, as torch does. Each lane keeps its best
+        (value, index); the lanes are then combined: any NaN wins, else the best value, and
+        among equal values the smallest index."""
+        is_max = node.reduce_type == "argmax"
+        dtype = torch.int32 if body.dtype == torch.bool else body.dtype
+        floating = dtype.is_floating_point
+        worst = _identity("max" if is_max else "min", dtype)
+        better = ">" if is_max else "<"
+        big = "2147483647"
+
+        def value_text() -> str:
+            value = self.value(body)
+            return f"{value}.to(tl.int32)" if body.dtype == torch.bool else value
+
+        if persistent:
+            vals = self.emit(f"tl.where(mask, {value_text()}, {worst})")
+            idxs = self.emit("roffsets + tl.zeros([XBLOCK, RBLOCK], tl.int32)")
+            valid = "mask"
+        else:
+            vals, idxs = f"accv{self.count}", f"acci{self.count}"
+            self.count += 1
+            self.body.line(f"{vals} = tl.full([XBLOCK, RBLOCK], {worst}, {TL_DTYPES[dtype]})")
+            self.body.line(f"{idxs} = tl.full([XBLOCK, RBLOCK], {big}, tl.int32)")
+            with self.loop():
+                value = self.emit(value_text())
+                take = f"({idxs} == {big}) | ({value} {better} {vals})"
+                if floating:
+                    take += f" | (({value} != {value}) & ({vals} == {vals}))"
+                take = self.emit(f"mask & ({take})")
+                self.body.line(f"{vals} = tl.where({take}, {value}, {vals})")
+                self.body.line(f"{idxs} = tl.where({take}, roffsets, {idxs})")
+            valid = self.emit(f"{idxs} != {big}")
+        reduce_best = "tl.max" if is_max else "tl.min"
+        if floating:
+            nan = self.emit(f"({vals} != {vals}) & {valid}")
+            any_nan = self.emit(f"tl.max({nan}.to(tl.int32), 1)[:, None] > 0")
+            plain = self.emit(f"tl.where({nan} | ({valid} == 0), {worst}, {vals})")
+            best = self.emit(f"{reduce_best}({plain}, 1)[:, None]")
+            hit = self.emit(f"{valid} & tl.where({any_nan}, {nan}, {plain} == {best})")
+        else:
+            best = self.emit(f"{reduce_best}(tl.where({valid}, {vals}, {worst}), 1)[:, None]")
+            hit = self.emit(f"{valid} & ({vals} == {best})")
+        return self.emit(f"tl.min(tl.where({hit}, {idxs}, {big}), 1)[:, None].to(tl.int64)")
+
+    @contextmanager
+    def loop(self) -> Iterator[None]:
+        self.body.line("for roffset in range(0, rnumel, RBLOCK):")
+        with self.body.indent():
+            self.body.line("roffsets = roffset + tl.arange(0, RBLOCK)[None, :]")
+            self.body.line("rmask = roffsets < rnumel")
+            self.body.line("mask = xmask & rmask")
+            self.body.extend(_sym_lines(self.kernel.rshape, "roffsets", "r"))
+            self.scopes.append({})
+            try:
+                yield
+            finally:
+                self.scopes.pop()
+
+    def generate(self) -> list[str]:
+        kernel = self.kernel
+        persistent = kernel.persistent
+        full_stores: list[str] = []
+        for node in kernel.members:
+            role = kernel.roles[node.name]
+            if isinstance(node, Reduction):
+                result = self.reduce(node, persistent or not self.reduction)
+                self.scopes[0][("member", node.name)] = result
+                if node.name in kernel.stores:
+                    self.store(node.name, result, full=False)
+            elif node.name in kernel.stores:
+                if role == "full" and not persistent:
+                    full_stores.append(node.name)
+                    continue
+                self.store(node.name, self.member_value(node.name), full=role == "full")
+        if full_stores:
+            with self.loop():
+                for name in full_stores:
+                    self.store(name, self.member_value(name), full=True)
+        return self.body.lines
+
+    def source(self) -> str:
+        body = self.generate()
+        kernel = self.kernel
+        self.size_args = _symbols_in("\n".join(body), self.symbols)
+        w = Writer()
+        if self.scalars:  # seeds change every call: no recompiling for their values
+            w.line(f"@triton.jit(do_not_specialize={list(self.scalars)!r})")
+        else:
+            w.line("@triton.jit")
+        ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values()) + list(self.scalars)
+        ptrs += self.size_args
+        if self.reduction:
+            params = [*ptrs, "xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        else:
+            params = [*ptrs, "xnumel", "XBLOCK: tl.constexpr"]
+        self._signature_line = len(w.lines)
+        w.line(f"def {kernel.name}({', '.join(params)}):")
+        with w.indent():
+            w.line(f"# {kernel.kind} kernel over {_shape_text(kernel)}; fused nodes:")
+            for node in kernel.inlined:
+                w.line(f"#   {self.schedule.graph.node(node.name)}  (inlined)")
+            for node in kernel.members:
+                where = (
+                    f"-> {self.out_ptrs[node.name]}"
+                    if node.name in self.out_ptrs
+                    else "(kept in registers)"
+                )
+                w.line(f"#   {node}  {where}")
+            for buffer, ptr in self.in_ptrs.items():
+                w.line(f"# {ptr}: {buffer}")
+            wide = _needs_int64(kernel, self.layouts, [*self.in_ptrs, *self.out_ptrs])
+            w.line("pid = tl.program_id(0)" + (".to(tl.int64)" if wide else ""))
+            if self.reduction:
+                w.line("xoffsets = pid * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+                w.line("xmask = xoffsets < xnumel")
+                defs = _sym_lines(kernel.xshape, "xoffsets", "i")
+                if kernel.persistent:
+                    w.line("roffsets = tl.arange(0, RBLOCK)[None, :]")
+                    w.line("rmask = roffsets < rnumel")
+                    w.line("mask = xmask & rmask")
+                    defs += _sym_lines(kernel.rshape, "roffsets", "r")
+            else:
+                w.line("offsets = pid * XBLOCK + tl.arange(0, XBLOCK)")
+                w.line("mask = offsets < xnumel")
+                defs = _sym_lines(kernel.xshape, "offsets", "i")
+            text = "\n".join(body)
+            defs = [d for d in defs if re.search(rf"\b{d.split(' =')[0]}\b", text)]
+            w.extend(defs)
+            extra = [n for n in _symbols_in("\n".join(defs), self.symbols) if n not in ptrs]
+            if extra:  # sizes used only to split the flat offset into loop variables
+                self.size_args += extra
+                params[len(ptrs) : len(ptrs)] = extra
+                w.lines[self._signature_line] = f"def {kernel.name}({', '.join(params)}):"
+        w.lines.extend(body)
+        return w.text()
+
+    def numels(self) -> list[int]:
+        """`xnumel` (and `rnumel`): the kernel's arguments after the pointers and scalars."""
+        kernel = self.kernel
+        numels = [_numel(kernel.xshape)]
+        return numels + [_numel(kernel.rshape)] if self.reduction else numels
+
+    def configs(self, wide: bool) -> list[autotune.Config]:
+        """The launch configs to choose among (the first is the default); [] for no launch."""
+        xnumel, *rest = self.numels()
+        if not is_static(xnumel, *rest):  # one config that fits every size
+            if not self.reduction:
+                return [{"XBLOCK": 1024, "num_warps": 4}]
+            if self.kernel.x_major:
+                return [{"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}]
+            if self.kernel.persistent:
+                rblock = 1 << max(rest[0] - 1, 0).bit_length()
+                return [
+                    {
+                        "XBLOCK": max(1, 4096 // rblock),
+                        "RBLOCK": rblock,
+                        "num_warps": 8 if rblock >= 2048 else 4,
+                    }
+                ]
+            return [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4}]
+        if xnumel == 0:
+            return []
+        if not self.reduction:
+            return autotune.configs("pointwise", xnumel, 0, False, wide)
+        kind = "reduction_x_major" if self.kernel.x_major else "reduction"
+        return autotune.configs(kind, xnumel, rest[0], self.kernel.persistent, wide)
+
+
+def _identity(reduce_type: str, dtype: torch.dtype) -> str:
+    if reduce_type == "prod":
+        return "1.0" if dtype.is_floating_point else "1"
+    if reduce_type == "sum":
+        return "0.0" if dtype.is_floating_point else "0"
+    if dtype.is_floating_point:
+        return 'float("-inf")' if reduce_type == "max" else 'float("inf")'
+    info = torch.iinfo(dtype)
+    return literal(info.min if reduce_type == "max" else info.max)
+
+
+def _sym_lines(shape: tuple[int, ...], flat: str, prefix: str) -> list[str]:
+    syms = [s for s in loop_vars(shape, prefix) if not s.is_const]
+    if not syms:
+        return []
+    numel = _numel(shape)
+    position = Ix.of(Sym(flat, max(numel, 1) if is_static(numel) else numel))
+    lines = []
+    for var, index in zip(loop_vars(shape, prefix), unflatten(position, shape)):
+        if var.is_const:
+            continue
+        lines.append(f"{var} = {strip_parens(str(index))}")
+    return lines
+
+
+def _shape_text(kernel: Kernel) -> str:
+    if kernel.kind == "pointwise":
+        return f"{list(kernel.xshape)}"
+    return f"{list(kernel.xshape)} x reduction {list(kernel.rshape)}"
+
+
+def _needs_int64(kernel: Kernel, layouts: dict[str, Any], buffers: list[str]) -> bool:
+    if not is_static(*kernel.xshape, *kernel.rshape):
+        return True  # sizes only known at run time
+    largest = _numel(kernel.xshape) * max(_numel(kernel.rshape), 1)
+    for name in buffers:
+        shape, stride, _ = layouts[name]
+        largest = max(largest, 1 + sum((n - 1) * s for n, s in zip(shape, stride)))
+    return largest >= 2**31
+
+
+def _symbols_in(text: str, symbols: set[str]) -> list[str]:
+    """The size symbols (`s0`) that occur in kernel source `text`."""
+    return sorted(n for n in symbols if re.search(rf"\b{n}\b", text))
