@@ -15,6 +15,7 @@ REASONS: dict[str, str] = {
     "unsupported_opcode": "this bytecode instruction is not captured yet",
     "data_dependent": "the result depends on tensor values; framejit captures only shapes",
     "dynamic_shape_op": "the op's output shape depends on tensor values",
+    "symbolic_sizes": "this op does not support symbolic sizes (dynamic shapes)",
     "unsupported_call": "calls to this function are not captured",
     "unsupported_builtin": "this builtin is not captured with these arguments",
     "side_effect": "mutating Python state seen outside the frame is not captured yet",

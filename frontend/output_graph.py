@@ -228,6 +228,10 @@ class OutputGraph:
         except Unsupported:
             raise
         except Exception as exc:  # the same call would fail eagerly; let eager raise it
+            if "symbolic sizes" in str(exc):  # a kernel without symbolic-shape support
+                raise Unsupported(
+                    "symbolic_sizes", f"{label}", "dynamic=False avoids the break"
+                ) from None
             raise Unsupported(
                 "tensor_op_failed", f"{label}", f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
@@ -330,6 +334,7 @@ class OutputGraph:
     def sym_op(self, op: Any, args: list[VariableTracker]) -> VariableTracker:
         """`op(*args)` on symbolic ints (and constants): a graph node, or a constant when the
         result does not depend on a symbol."""
+        op = _PURE.get(op, op)  # numbers are immutable: `n += 1` is `n + 1`
         values = [a.value if isinstance(a, SymNodeVariable) else a.as_constant() for a in args]
         value = op(*values)
         return self._sym_node(op, tuple(_to_node(a) for a in args), value)
@@ -377,6 +382,22 @@ class OutputGraph:
 
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
+
+
+_PURE = {
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.ifloordiv: operator.floordiv,
+    operator.itruediv: operator.truediv,
+    operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+    operator.iand: operator.and_,
+    operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
 
 
 def _is_structseq(cls: type) -> bool:

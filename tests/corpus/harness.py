@@ -48,6 +48,11 @@ EMPTY = (0, 1)
 # with framejit's own message naming the construct instead of a bare count mismatch.
 FULLGRAPH_WHEN_ONE_GRAPH = True
 
+# `jit(dynamic=...)` for every case. tests/test_dynamic_corpus.py sets True: every size symbolic
+# from the first call; results must still equal eager's, graph and break counts may differ
+# (an op without symbolic-size support is a break there), so they are not checked.
+DYNAMIC: bool | None = None
+
 
 @dataclasses.dataclass
 class Call:
@@ -244,6 +249,13 @@ def _named(fn: Any, arguments: Call) -> dict[str, Any]:
     return named
 
 
+class _Any(tuple):
+    """Any graph count (DYNAMIC runs)."""
+
+
+counter_any = _Any()
+
+
 def check(
     fn: Callable | None,
     make: Callable[[], Any],
@@ -295,7 +307,9 @@ def check(
             FULLGRAPH_WHEN_ONE_GRAPH
             and max(graphs if isinstance(graphs, tuple) else (graphs,)) <= 1
         )
-    compiled_fn = framejit.jit(fn, backend=counter, fullgraph=fullgraph)
+    if DYNAMIC is not None:
+        fullgraph, graphs, breaks = False, counter_any, None
+    compiled_fn = framejit.jit(fn, backend=counter, fullgraph=fullgraph, dynamic=DYNAMIC)
 
     def one_run(f: Callable) -> tuple[Any, Call, dict[str, Any], Any]:
         if setup is not None:
@@ -330,7 +344,7 @@ def check(
             raise AssertionError(where + str(error)) from None
 
     allowed = graphs if isinstance(graphs, tuple) else (graphs,)
-    assert counter.frame_count in allowed, (
+    assert allowed is counter_any or counter.frame_count in allowed, (
         f"framejit compiled {counter.frame_count} graph(s) over two calls; expected "
         + " or ".join(map(str, allowed))
     )

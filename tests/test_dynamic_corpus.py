@@ -1,0 +1,36 @@
+"""Every program of the corpus (tests/corpus) again with `dynamic=True`: every input size is
+symbolic from the first call, so the whole translator runs on symbolic shapes. Results (outputs,
+arguments after the call, printed output, module state) must equal eager's; graph and break
+counts are not checked (an op without symbolic-size support is a graph break here)."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+FILES = sorted(p.stem for p in CORPUS.glob("test_corpus_*.py"))
+
+
+def _cases() -> list[Any]:
+    sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
+    params = []
+    for name in FILES:
+        module = importlib.import_module(name)
+        for param in module.corpus.params():
+            params.append(pytest.param(*param.values, id=f"{name[12:]}-{param.id}"))
+    return params
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_corpus_with_symbolic_sizes(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness
+
+    monkeypatch.setattr(harness, "DYNAMIC", True)
+    torch.manual_seed(0)
+    case.run()
