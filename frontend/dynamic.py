@@ -220,8 +220,11 @@ def dynamic_fake(fake_mode: Any, value: torch.Tensor, sizes: list[Any]) -> torch
     """A FakeTensor like contiguous `value` with (some) symbolic `sizes`."""
     with fake_mode:
         fake = torch.empty(sizes, dtype=value.dtype, device=value.device)
-    if value.requires_grad:
-        fake.requires_grad_(True)
+        if value.requires_grad:
+            fake.requires_grad_(True)
+            if not value.is_leaf:  # in-place ops are refused on leaves that require grad only
+                with torch.enable_grad():
+                    fake = fake.clone()
     return fake
 
 

@@ -138,10 +138,25 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Fake
                     fake = torch.empty_strided(
                         val.shape, val.stride(), dtype=val.dtype, device=val.device
                     )
-                fakes.append(fake.requires_grad_(val.requires_grad))
+                fakes.append(_like_autograd(fake, real))
         return mode, fakes
 
     return make
+
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _like_autograd(fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """`fake` with `real`'s requires_grad, and a non-leaf when `real` is one (autograd refuses
+    in-place ops on leaves that require grad, not on other tensors)."""
+    if not real.requires_grad:
+        return fake
+    fake.requires_grad_(True)
+    if real.is_leaf:
+        return fake
+    with torch.enable_grad():
+        return fake.clone()
 
 
 def _has_symbols(value: Any) -> bool:
@@ -212,7 +227,7 @@ def analyze(
 
     pending_views: list[tuple[int, torch.Tensor]] = []
     for position, (arg, value) in enumerate(zip(out_args, results)):
-        if isinstance(value, torch.SymInt) and isinstance(arg, torch.fx.Node):
+        if isinstance(value, _SYM_TYPES) and isinstance(arg, torch.fx.Node):
             info.outputs.append(OutputSpec("graph", compute(arg, value)))  # a symbolic size
             continue
         if not isinstance(value, torch.Tensor):

@@ -95,10 +95,20 @@ def decomposition_table() -> dict[Any, Any]:
 
 
 def outside_core(gm: torch.fx.GraphModule) -> list[str]:
-    """Names of the ops in `gm` that are not in the core set (empty when the graph is clean)."""
+    """Names of the ops in `gm` that are not in the core set (empty when the graph is clean).
+    Size arithmetic (nodes whose value is a SymInt/SymFloat/SymBool: `aten.sym_size`,
+    `operator.mul`, `torch.sym_float`, ...) is not a tensor op and always allowed."""
     found = (
-        {op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+        {
+            op_name(n.target)
+            for n in gm.graph.nodes
+            if n.op == "call_function" and not _is_size_value(n.meta.get("val"))
+        }
         - CORE_OPS
         - {"operator.getitem"}
     )
     return sorted(found)
+
+
+def _is_size_value(value: object) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))

@@ -54,3 +54,15 @@ def test_corpus_through_aot(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(framejit.testing, "CompileCounter", AotCounter)
     torch.manual_seed(0)
     case.run()
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_corpus_through_aot_with_symbolic_sizes(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same with `dynamic=True`: the AOT stage traces symbolic graphs (results must equal
+    eager's; graph counts are not checked, see tests/test_dynamic_corpus.py)."""
+    import harness
+
+    monkeypatch.setattr(harness, "DYNAMIC", True)
+    monkeypatch.setattr(framejit.testing, "CompileCounter", AotCounter)
+    torch.manual_seed(0)
+    case.run()
