@@ -9,6 +9,7 @@ Triton is importable, `aot_eager` otherwise). Users add their own with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -100,11 +101,12 @@ def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., A
     return aot_eager(gm, example_inputs)
 
 
-def with_cudagraphs(backend: Backend) -> Backend:
+def with_cudagraphs(backend: Backend, max_autotune: bool = False) -> Backend:
     """`backend` whose compiled graphs run through CUDA graph trees (`mode="reduce-overhead"`,
     `cudagraphs/`). For the AOT backends (`aot_eager`, `triton`, `auto`) the trees wrap each aten
     graph the inner compiler returns (inference, forward, backward), so input mutations and
-    autograd stay outside the recordings; any other backend's callable is wrapped whole."""
+    autograd stay outside the recordings; any other backend's callable is wrapped whole.
+    `max_autotune` (`mode="max-autotune"`): Triton kernels get the wider autotune too."""
     if getattr(backend, "_framejit_cudagraphs", False):
         return backend
 
@@ -119,6 +121,8 @@ def with_cudagraphs(backend: Backend) -> Backend:
                 from framejit.backend.triton import compile_graph
 
                 inner = compile_graph
+                if max_autotune:
+                    inner = functools.partial(compile_graph, options={"max_autotune": True})
 
             def graphed_inner(aten: torch.fx.GraphModule, aten_inputs: list[Any]) -> Any:
                 return _cudagraphify(inner(aten, aten_inputs), aten, aten_inputs, _describe(gm))

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from framejit import logs
 from framejit.backend import lookup_backend
 from framejit.backend.registry import with_cudagraphs
 from framejit.config import config
@@ -67,12 +66,8 @@ def jit(
             f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options
         )
     if mode in ("reduce-overhead", "max-autotune"):
-        resolved = with_cudagraphs(resolved)  # compiled graphs run through CUDA graph trees
-    if mode == "max-autotune":
-        logs.artifact(
-            "perf_hints",
-            "mode='max-autotune' uses CUDA graph trees; wider kernel tuning is not built yet",
-        )
+        # compiled graphs run through CUDA graph trees; max-autotune also tunes Triton wider
+        resolved = with_cudagraphs(resolved, max_autotune=mode == "max-autotune")
     settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
     if config.disable or getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False):
         return fn
