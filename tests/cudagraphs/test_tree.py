@@ -255,3 +255,21 @@ def test_dynamic_shapes_record_one_graph_per_size(backend: str) -> None:
             torch.testing.assert_close(fast(x), model(x))
     assert counter.frame_count == 1  # one compiled graph serves every batch size
     assert cpu_manager().nodes == 3  # one recording per distinct size
+
+
+def test_max_autotune_reaches_the_triton_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    import framejit.backend.triton as triton_backend
+
+    seen: list[object] = []
+
+    def recording_compile_graph(gm: torch.fx.GraphModule, inputs: list, options=None) -> object:
+        seen.append(options)
+        return gm.forward
+
+    monkeypatch.setattr(triton_backend, "compile_graph", recording_compile_graph)
+    model = mlp()
+    fast = framejit.jit(model, backend="triton", mode="max-autotune")
+    with torch.no_grad():
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(fast(x), model(x))
+    assert seen == [{"max_autotune": True}]
