@@ -95,6 +95,12 @@ def compile_graph(
     from torch._subclasses.fake_tensor import FakeTensor
 
     devices = {str(v.device) for v in example_inputs if isinstance(v, torch.Tensor)}
+    # a graph without tensor inputs (it makes its tensors from ints) still has a device
+    devices |= {
+        str(n.meta["val"].device)
+        for n in gm.graph.nodes
+        if isinstance(n.meta.get("val"), torch.Tensor)
+    }
     problem = _triton_problem()
     if problem is not None:
         return _fallback(gm, problem)
