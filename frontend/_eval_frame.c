@@ -83,6 +83,24 @@ free_extra(void *p)
     Py_XDECREF((PyObject *)p);
 }
 
+/* The layout of a code object's co_extra block in CPython 3.11 and 3.12 (private to
+   Objects/codeobject.c there; what _PyCode_GetExtra reads): its size, then the slots. */
+typedef struct {
+    Py_ssize_t ce_size;
+    void *ce_extras[1];
+} CodeExtra;
+
+/* get_state without a call, for the hot path (borrowed; NULL when the slot is empty). */
+static inline PyObject *
+peek_state(PyCodeObject *co)
+{
+    CodeExtra *extra = (CodeExtra *)co->co_extra;
+    if (extra == NULL || extra_index < 0 || extra->ce_size <= extra_index) {
+        return NULL;
+    }
+    return (PyObject *)extra->ce_extras[extra_index];
+}
+
 static PyObject *
 get_state(PyObject *code)
 {
@@ -318,6 +336,11 @@ ask_python(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *fn)
 static PyObject *
 framejit_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
+    /* Code marked skip (the common case in whole-script mode) runs at once: two loads. */
+    if (peek_state(frame->f_code) == Py_None) {
+        n_skipped++;
+        return eval_default(tstate, frame, throwflag);
+    }
     if (throwflag || tls_busy || !thread_on() || callback == NULL ||
         frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
         frame->f_locals != NULL || tstate->tracing || tstate->c_tracefunc != NULL ||
