@@ -9,15 +9,29 @@ frame hook - in the original frame). Its body:
 
 Inputs returned unchanged are loaded from their Source, so they keep their identity. Every
 object the body needs (the compiled graph, classes to rebuild) is a constant of the code.
+
+When the compiled graph raises at run time (an error only real values show: an index out of
+range, a failing kernel), the graph call - the first thing the body does, before any Python
+write is replayed - sits in a `try` range (zero cost until something is raised) whose handler
+puts the global state back as it was at entry (a graph may raise inside its own `no_grad` or
+autocast region) and, when the graph writes to none of its inputs (`GraphError.rerun`), runs the
+frame's own code again, uncompiled, with the frame's arguments and returns what it returns
+(`EagerRerun`): the `except`/`finally` of the user's function, and the exception and traceback
+the user sees, are then eager's. A graph that writes to an input may have half-written it, so
+its exception propagates as it is. Exceptions that are not `Exception`s (KeyboardInterrupt)
+always propagate.
 """
 
 from __future__ import annotations
 
+import logging
 import types
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from bytecode import Bytecode, CellVar, FreeVar, Instr, Label
+import torch
+from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, TryBegin, TryEnd
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
@@ -36,6 +50,11 @@ from framejit.frontend.variables.functions import (
 from framejit.frontend.variables.objects import NewObjectVariable, NNModuleVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
+from framejit.guards import GlobalState
+
+from framejit import logs
+
+log = logs.get_logger("frontend")
 
 # Mutable objects made in the frame: rebuilt once per transformed code, then reloaded.
 _BUILT_ONCE = (
@@ -65,6 +84,7 @@ class CodeGen:
         # after the graph shares the frame's real cell (its contents stored there first).
         self.frame_cells: dict[int, str] = {}
         self._cells_stored: set[str] = set()
+        self._tail: list[Any] = []  # code placed after the body (the graph call's handler)
 
     def _emit(self, *instrs: Instr) -> None:
         if self.line_override is not None:
@@ -305,9 +325,69 @@ class CodeGen:
         self._emit(Instr("RETURN_VALUE"))
 
     # --- the whole body --------------------------------------------------------------------------
-    def call_graph(self, compiled: Any, inputs: Sequence[Source]) -> None:
+    def call_graph(
+        self, compiled: Any, inputs: Sequence[Source], on_error: GraphError | None = None
+    ) -> None:
+        """Call the compiled graph with its inputs; `on_error`: what an exception it raises gets
+        (see the module docstring). Must be emitted on an empty stack, before anything else that
+        changes state (the handler's exception-table depth is 0)."""
+        if on_error is None:
+            self.call_const(compiled, lambda: self.load_sources(inputs), len(inputs))
+            self._emit(Instr("STORE_FAST", GRAPH_OUT))
+            return
+        try_begin = TryBegin(Label(), False, 0)
+        self.instructions.append(try_begin)
         self.call_const(compiled, lambda: self.load_sources(inputs), len(inputs))
         self._emit(Instr("STORE_FAST", GRAPH_OUT))
+        self.instructions.append(TryEnd(try_begin))
+        self._tail.extend(self._graph_error_handler(try_begin.target, on_error))
+
+    def _graph_error_handler(self, label: Label, on_error: GraphError) -> list[Any]:
+        """[exc] -> restore the global state; rerun eagerly (an Exception, when allowed) and
+        return its result, or re-raise the exception as it is."""
+        reraise = Label()
+        items: list[Any] = [
+            label,
+            Instr("PUSH_NULL"),
+            Instr("LOAD_CONST", restore_global_state),
+            Instr("LOAD_CONST", on_error.state),
+            *versions.emit_call(1),
+            Instr("POP_TOP"),
+        ]
+        if on_error.rerun is not None:
+            code = self.code
+            from framejit.frontend.breaks import passed_cells
+
+            passed = passed_cells(code)
+            args: list[Instr] = []
+            for name in argnames_of(code):
+                if name in passed:  # a resume function's cell, passed as the cell object
+                    args.append(Instr("LOAD_CLOSURE", CellVar(name)))
+                elif name in code.co_cellvars:
+                    args.append(Instr("LOAD_DEREF", CellVar(name)))
+                else:
+                    args.append(Instr("LOAD_FAST", name))
+            if code.co_freevars:
+                closure = [Instr("LOAD_CLOSURE", FreeVar(n)) for n in code.co_freevars]
+                closure.append(Instr("BUILD_TUPLE", len(code.co_freevars)))
+            else:
+                closure = [Instr("LOAD_CONST", None)]
+            items += [
+                Instr("LOAD_CONST", Exception),
+                Instr("CHECK_EXC_MATCH"),
+                versions.emit_pop_jump_if(False, reraise),
+                Instr("PUSH_NULL"),  # [exc] -> [NULL, rerun, exc]
+                Instr("SWAP", 2),
+                Instr("LOAD_CONST", on_error.rerun),
+                Instr("SWAP", 2),
+                *args,
+                Instr("BUILD_TUPLE", len(args)),
+                *closure,
+                *versions.emit_call(3),
+                Instr("RETURN_VALUE"),
+            ]
+        items += [reraise, Instr("RERAISE", 0)]
+        return items
 
     def return_value(self, vt: VariableTracker) -> None:
         self.reconstruct(vt)
@@ -338,12 +418,12 @@ class CodeGen:
         if code.co_freevars:
             prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
         prologue.append(Instr("RESUME", 0))
-        for inst in self.instructions:
+        for inst in [*self.instructions, *self._tail]:
             # Generated instructions point at the line that made them; an instruction copied from
             # the user's code (a graph break's) keeps its own position, for tracebacks.
             if isinstance(inst, Instr) and (inst.location is None or inst.location.lineno is None):
                 inst.lineno = self.lineno
-        bc.extend(prologue + self.instructions)
+        bc.extend(prologue + self.instructions + self._tail)
         try:
             from framejit.frontend.breaks import to_code
 
@@ -363,3 +443,75 @@ def _total_args(code: types.CodeType) -> int:
 
 def argnames_of(code: types.CodeType) -> tuple[str, ...]:
     return tuple(code.co_varnames[: _total_args(code)])
+
+
+# --- when the compiled graph raises -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphError:
+    """What the transformed code does when its graph call raises: put the global state back to
+    `state` (the state its guards checked at entry), then `rerun` the frame eagerly (None: the
+    graph writes to an input, the exception propagates)."""
+
+    state: GlobalState
+    rerun: EagerRerun | None
+
+
+def restore_global_state(state: GlobalState) -> None:
+    """Grad mode and autocast as `state` has them (a graph that raised inside its own `no_grad`
+    or autocast region left them changed)."""
+    if torch.is_grad_enabled() != state.grad_enabled:
+        torch._C._set_grad_enabled(state.grad_enabled)
+    for device, enabled, dtype in (
+        ("cpu", state.autocast_cpu, state.autocast_cpu_dtype),
+        ("cuda", state.autocast_cuda, state.autocast_cuda_dtype),
+    ):
+        if torch.is_autocast_enabled(device) != enabled:
+            torch.set_autocast_enabled(device, enabled)
+        if enabled and dtype is not None and torch.get_autocast_dtype(device) != dtype:
+            torch.set_autocast_dtype(device, dtype)
+
+
+class EagerRerun:
+    """The frame run again as plain Python: a copy of its code (never compiled: the frame hook
+    skips it and no JitFunction holds it, so the rerun cannot re-enter the entry that failed),
+    called with the frame's arguments in co_varnames order and the frame's closure. Functions it
+    calls are compiled as usual."""
+
+    def __init__(self, fn: types.FunctionType) -> None:
+        code = fn.__code__
+        self.code = code.replace()  # a new code object: its own (empty) hook state
+        from framejit.frontend import hook
+
+        if hook.available():
+            hook.require().set_code_state(self.code, None)  # skip: always run as it is
+        self.globals = fn.__globals__
+        self.npos = code.co_argcount
+        self.kwonly = code.co_varnames[self.npos : self.npos + code.co_kwonlyargcount]
+        self.varargs = bool(code.co_flags & 0x04)
+        self.varkw = bool(code.co_flags & 0x08)
+
+    def __call__(self, error: BaseException, args: tuple[Any, ...], closure: Any) -> Any:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "the compiled graph of %s raised %s: %s; running the frame again eagerly",
+                self.code.co_qualname,
+                type(error).__name__,
+                error,
+            )
+        del error
+        fn = types.FunctionType(self.code, self.globals, self.code.co_name, None, closure)
+        npos = self.npos
+        positional = args[:npos]
+        end = npos + len(self.kwonly)
+        keywords = dict(zip(self.kwonly, args[npos:end]))
+        if self.varargs:
+            positional += args[end]
+            end += 1
+        if self.varkw:
+            keywords.update(args[end])
+        return fn(*positional, **keywords)
+
+    def __repr__(self) -> str:
+        return f"<eager rerun of {self.code.co_qualname}>"

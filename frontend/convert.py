@@ -36,7 +36,7 @@ from framejit.frontend.breaks import (
     resume_offset,
     stack_kind,
 )
-from framejit.frontend.codegen import CodeGen, argnames_of
+from framejit.frontend.codegen import CodeGen, EagerRerun, GraphError, argnames_of
 from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.inlining import _RealCell, real_cell
@@ -248,8 +248,60 @@ def _compile_graph(
             f"backend {backend!r} returned {type(compiled).__name__}, expected a callable"
         )
     cg.output_index = {o.node: i for i, o in enumerate(outputs)}
-    cg.call_graph(compiled, inputs)
+    # If the graph raises at run time, the frame runs again eagerly (codegen.GraphError), unless
+    # the graph writes to an input: a failed run may have half-written it.
+    rerun = None if _writes_inputs(gm) else EagerRerun(output.fn)
+    cg.call_graph(compiled, inputs, GraphError(output.state_at_entry, rerun))
     return [CapturedGraph(gm, [str(s) for s in inputs], output.op_count())]
+
+
+# Methods that may return their input itself but never write to it.
+_RETURNS_SELF_UNWRITTEN = frozenset(
+    {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long"}
+    | {"short", "bool", "cpu", "cuda", "view_as", "expand_as", "reshape_as"}
+)
+
+
+def _writes_inputs(gm: torch.fx.GraphModule) -> bool:
+    """Whether running the graph may write to the memory of one of its inputs (or of a view of
+    one): an op whose result is one of its tensor arguments (in place, `out=`), or an op that
+    returns nothing (setitem), touching an input's storage. Unknown storage counts as written."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._pytree import tree_leaves
+
+    def storage(value: torch.Tensor) -> Any:
+        try:
+            return StorageWeakRef(value.untyped_storage())
+        except Exception:  # no storage (sparse, ...): cannot tell
+            return None
+
+    inputs: set[Any] = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder":
+            if isinstance(value, torch.Tensor):
+                inputs.add(storage(value))
+            continue
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        tensors = [
+            a.meta["val"]
+            for a in tree_leaves((node.args, node.kwargs))
+            if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+        ]
+        if value is None:
+            written = tensors
+        elif name in _RETURNS_SELF_UNWRITTEN:
+            continue
+        else:
+            results = {id(v) for v in tree_leaves(value)}
+            written = [t for t in tensors if id(t) in results]
+        for t in written:
+            s = storage(t)
+            if s is None or s in inputs:
+                return True
+    return False
 
 
 def _entry(
