@@ -11,7 +11,8 @@ Invariants:
 - Timing happens only on a CUDA device. Under Triton's CPU interpreter (tests) the first config
   is taken without running anything twice.
 - Timing runs the kernel several times on the call's own arguments. That is safe because a
-  kernel only writes its output buffers, which are fresh, and reads its inputs.
+  kernel only writes its output buffers, which are fresh, and its index-check rows (the same
+  flags on every run), and reads its inputs.
 - The choice is remembered per (kernel, device) in `<module>.tune.json` next to the generated
   module (written whole, then renamed), so a second process takes it without timing. The module
   file's name hashes its source, which holds the candidate list, so a remembered index always

@@ -10,7 +10,9 @@
    allocates the stored buffers with their strides, launches the kernels (grids computed here,
    or at run time from the symbols), runs the externs, frees intermediates after their last
    use, and returns the graph's outputs. A kernel with nothing to do (a zero-size tensor) is
-   not launched.
+   not launched. When kernels check indices read from memory, `call` zeroes an `errors`
+   buffer (a row per check) before the launches and hands it to `bounds.check_indices` before
+   returning, which raises for an out-of-range index.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import torch
 from framejit.backend.triton import autotune
-from framejit.backend.triton.ir import Extern, ExternArg, InputBuffer, size_text
+from framejit.backend.triton.ir import BoundsCheck, Extern, ExternArg, InputBuffer, size_text
 from framejit.backend.triton.kernels import HELPERS, KernelCode, Writer, _numel, is_static
 from framejit.backend.triton.schedule import Kernel, Schedule, extern_buffers
 
@@ -53,10 +55,12 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
     kernels: list[tuple[Kernel, KernelCode, str]] = []
     helpers: set[str] = set()
     tuned: list[tuple[Kernel, KernelCode, list[autotune.Config]]] = []
+    checks: list[BoundsCheck] = []
     for step in schedule.steps:
         if isinstance(step, Kernel):
-            code = KernelCode(step, schedule, layouts)
+            code = KernelCode(step, schedule, layouts, len(checks))
             source = code.source()
+            checks += code.checks
             helpers |= code.helpers
             kernels.append((step, code, source))
             candidates = code.configs(max_autotune)
@@ -70,6 +74,8 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
     w.line("import triton.language as tl")
     if tuned:
         w.line("from framejit.backend.triton.autotune import Launcher")
+    if checks:
+        w.line("from framejit.backend.triton.bounds import check_indices")
     w.line()
     w.line("aten = torch.ops.aten")
     w.line("empty_strided = torch.empty_strided")
@@ -96,7 +102,7 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
                     w.line(f"{config!r},")
             w.line("], __file__)")
     wrapper = Writer()
-    _wrapper(wrapper, schedule, kernels, layouts, constants, max_autotune)
+    _wrapper(wrapper, schedule, kernels, layouts, constants, max_autotune, checks)
     if "_restride(" in wrapper.text():
         w.line()
         w.line()
@@ -122,6 +128,7 @@ def _wrapper(
     layouts: dict[str, Any],
     constants: list[Any],
     max_autotune: bool,
+    checks: list[BoundsCheck],
 ) -> None:
     graph = schedule.graph
     inputs = sorted(
@@ -172,6 +179,8 @@ def _wrapper(
             # torch.manual_seed makes a run repeatable); the stream itself differs from eager's.
             names = ", ".join(f"seed{k}" for k in range(graph.seeds))
             w.line(f"({names},) = torch.randint(2**31 - 1, ({graph.seeds},)).tolist()")
+        if checks:  # a row per index check: (out of range seen, the index); see bounds.py
+            w.line(f"errors = torch.zeros(({len(checks)}, 2), dtype=torch.int64, device=DEVICE)")
         for index, step in enumerate(schedule.steps):
             if isinstance(step, Kernel):
                 code = codes[id(step)]
@@ -184,6 +193,7 @@ def _wrapper(
                     )
                 candidates = code.configs(max_autotune)
                 args = [_pointer(n, layouts) for n in [*code.in_ptrs, *code.out_ptrs]]
+                args += ["errors"] if code.checks else []
                 args += [*code.scalars, *code.size_args, *map(size_text, code.numels())]
                 if len(candidates) > 1:
                     w.line(f"{step.name}_run({', '.join(args)})")
@@ -211,6 +221,9 @@ def _wrapper(
             dead = [n for n in dead if n.startswith("buf")]
             if dead:
                 w.line(f"del {', '.join(dead)}")
+        if checks:
+            table = [f"({c.op!r}, {c.dim}, {size_text(c.size)}, {c.wrapped})" for c in checks]
+            w.line(f"check_indices(errors, ({', '.join(table)},))")
         outs = [py(o) for o in graph.outputs]
         w.line(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
 

@@ -22,6 +22,9 @@ Invariants:
   atom whose base can be negative is only ever evaluated on masked-off lanes).
 - `masked(cond, value, other)` is the only way a load may go out of range: its loads are
   masked by `cond` (cat, padding, slice_scatter read each source only where it applies).
+- An index read from memory (`Indirect`) is only ever loaded through under
+  `masked(in_bounds(...), ...)`, unless its range is proven (`BoundsCheck`): a bad index
+  never reaches an address, and the kernel reports it for the wrapper to raise.
 - A loop variable of a size-1 dimension never exists: its index is the constant 0.
 - Value expressions carry their compute dtype; float16/bfloat16 values are computed in float32
   (loads upcast, stores cast back), as the kernels do.
@@ -29,7 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -90,7 +93,8 @@ def _operand_text(n: Size) -> str:
 
 @dataclass(frozen=True)
 class Indirect:
-    """An index read from memory: the integer value of `expr`, already in `[0, size)`."""
+    """An index read from memory: the integer value of `expr`, in `[0, size)` on every lane that
+    loads through it (its `BoundsCheck` masks the others off)."""
 
     expr: Expr
     size: int
@@ -436,7 +440,28 @@ class Op:
         return f"{self.name}({', '.join(map(str, self.args))})"
 
 
-Expr = Load | Const | IndexValue | Op | ScalarArg
+@dataclass(frozen=True)
+class BoundsCheck:
+    """`0 <= value < size`, as a bool, for an index read from memory. Where it fails on a live
+    lane the kernel records `value` in the graph's error buffer, and the wrapper raises after
+    the launch, naming `op` (an aten op), `dim` and `size`. `wrapped`: `value` had `size`
+    added where it was negative (`x[idx]`), so a negative `value` was `value - size`."""
+
+    value: Expr
+    size: Size
+    op: str
+    dim: int
+    wrapped: bool = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bool
+
+    def __str__(self) -> str:
+        return f"in_bounds({self.value}, {size_text(self.size)})"
+
+
+Expr = Load | Const | IndexValue | Op | ScalarArg | BoundsCheck
 
 
 def expr_loads(expr: Expr) -> list[Load]:
@@ -448,6 +473,8 @@ def expr_loads(expr: Expr) -> list[Load]:
         return [ld for a in expr.index.indirects() for ld in expr_loads(a.expr)]
     if isinstance(expr, Op):
         return [load for arg in expr.args for load in expr_loads(arg)]
+    if isinstance(expr, BoundsCheck):
+        return expr_loads(expr.value)
     return []
 
 
@@ -458,6 +485,8 @@ def expr_syms(expr: Expr) -> set[Sym]:
         return expr.index.syms()
     if isinstance(expr, Op):
         return {s for arg in expr.args for s in expr_syms(arg)}
+    if isinstance(expr, BoundsCheck):
+        return expr_syms(expr.value)
     return set()
 
 
@@ -466,10 +495,14 @@ def expr_scalars(expr: Expr) -> list[ScalarArg]:
         return [expr]
     if isinstance(expr, Op):
         return [s for arg in expr.args for s in expr_scalars(arg)]
+    if isinstance(expr, BoundsCheck):
+        return expr_scalars(expr.value)
     return []
 
 
 def expr_size(expr: Expr) -> int:
+    if isinstance(expr, BoundsCheck):
+        return 1 + expr_size(expr.value)
     return 1 + sum(expr_size(a) for a in expr.args) if isinstance(expr, Op) else 1
 
 
@@ -488,6 +521,8 @@ def substitute(expr: Expr, replace_load: Any) -> Expr:
         return IndexValue(expr.index.map_indirect(inner), expr.dtype)
     if isinstance(expr, Op):
         return Op(expr.name, tuple(substitute(a, replace_load) for a in expr.args), expr.dtype)
+    if isinstance(expr, BoundsCheck):
+        return replace(expr, value=substitute(expr.value, replace_load))
     return expr
 
 
@@ -499,6 +534,8 @@ def subs_index(expr: Expr, mapping: dict[Sym, Ix]) -> Expr:
         return IndexValue(expr.index.subs(mapping), expr.dtype)
     if isinstance(expr, Op):
         return Op(expr.name, tuple(subs_index(a, mapping) for a in expr.args), expr.dtype)
+    if isinstance(expr, BoundsCheck):
+        return replace(expr, value=subs_index(expr.value, mapping))
     return expr
 
 

@@ -15,6 +15,10 @@ Invariants:
 - Kernels compute in float32 for float16/bfloat16 data (loads upcast, stores cast back).
 - Every load and store is masked unless its address is a constant; masked-off lanes never reach
   a reduction (`tl.where(mask, value, identity)`).
+- A `BoundsCheck` (an index read from memory) is written as `ok = (v >= 0) & (v < n)`; the
+  read it guards is masked by `ok`, and a live lane where it fails stores `1` and `v` into the
+  kernel's `err_ptr` (two int64 per check, numbered across the module from `check_base`):
+  plain stores of the same flag, so no atomics and nothing to pay when every index is good.
 - Static shapes and strides are compile-time constants (the frontend guards them); symbolic
   sizes are kernel arguments named as the wrapper binds them (`s0`). The source is a pure
   function of the schedule (and of whether the interpreter runs it), so identical graphs give
@@ -32,6 +36,7 @@ from typing import Any
 import torch
 from framejit.backend.triton import autotune
 from framejit.backend.triton.ir import (
+    BoundsCheck,
     Const,
     Expr,
     IndexValue,
@@ -42,6 +47,7 @@ from framejit.backend.triton.ir import (
     ScalarArg,
     Sym,
     contiguous_strides,
+    expr_syms,
     is_static,
     linear,
     loop_vars,
@@ -298,7 +304,9 @@ def _numel(shape: tuple[int, ...]) -> int:
 class KernelCode:
     """The source and launch of one kernel."""
 
-    def __init__(self, kernel: Kernel, schedule: Schedule, layouts: dict[str, Any]) -> None:
+    def __init__(
+        self, kernel: Kernel, schedule: Schedule, layouts: dict[str, Any], check_base: int = 0
+    ) -> None:
         self.kernel = kernel
         self.schedule = schedule
         self.layouts = layouts
@@ -320,6 +328,9 @@ class KernelCode:
         self.reduction = kernel.kind == "reduction"
         self.xsyms, self.rsyms = kernel.group_syms()
         self.interpreter = _interpreter()
+        # The index checks this kernel reports (slots `check_base + k` of the error buffer).
+        self.check_base = check_base
+        self.checks: list[BoundsCheck] = []
 
     # -- values -----------------------------------------------------------------------------
 
@@ -352,6 +363,8 @@ class KernelCode:
         if isinstance(expr, ScalarArg):
             self.scalars[expr.name] = expr
             return expr.name
+        if isinstance(expr, BoundsCheck):
+            return self.bounds_check(expr)
         assert isinstance(expr, Op)
         if expr.name == "masked":
             return self.masked(expr)
@@ -384,6 +397,24 @@ class KernelCode:
             self.scopes.pop()
             self.guards.pop()
         return self.emit(f"tl.where({cond}, {value}, {self.value(other)})", expr)
+
+    def bounds_check(self, check: BoundsCheck) -> str:
+        """`0 <= value < size`; where it fails on a live lane (in range of the kernel, under the
+        enclosing `masked` conditions), a flag and the value go to the error buffer."""
+        value = self.value(check.value)
+        live = self.lane_mask({s.name for s in expr_syms(check.value)})
+        if not live:  # the same index on every lane: check it on the kernel's own lanes
+            live = "xmask" if self.reduction else "mask"
+            if _fold_convert(check.value) is not None:  # a constant: made a block
+                base = "xoffsets" if self.reduction else "offsets"
+                value = self.emit(f"tl.zeros_like({base}).to(tl.int64) + {value}")
+        ok = self.emit(f"({value} >= 0) & ({value} < {literal(check.size)})", check)
+        bad = self.emit(" & ".join([live, *self.guards, f"({ok} == 0)"]))
+        slot = 2 * (self.check_base + len(self.checks))
+        self.checks.append(check)
+        self.body.line(f"tl.store(err_ptr + {slot} + 0 * {bad}, 1, {bad})")
+        self.body.line(f"tl.store(err_ptr + {slot + 1} + 0 * {bad}, {value}, {bad})")
+        return ok
 
     def cast(self, value: str, source: torch.dtype, target: torch.dtype) -> str:
         """`value.to(target)`. Integers reach half precision through float32, and bfloat16 is
@@ -444,7 +475,10 @@ class KernelCode:
         return self.emit(text, load)
 
     def mask_for(self, address: Ix) -> str:
-        syms = {s.name for s in address.syms()}
+        return self.lane_mask({s.name for s in address.syms()})
+
+    def lane_mask(self, syms: set[str]) -> str:
+        """The mask of the lanes a value over loop variables `syms` lives on ("": none)."""
         if not self.reduction:
             return "mask" if syms else ""
         has_x = any(s.name in syms for s in self.xsyms)
@@ -610,7 +644,9 @@ class KernelCode:
             w.line(f"@triton.jit(do_not_specialize={list(self.scalars)!r})")
         else:
             w.line("@triton.jit")
-        ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values()) + list(self.scalars)
+        ptrs = list(self.in_ptrs.values()) + list(self.out_ptrs.values())
+        ptrs += ["err_ptr"] if self.checks else []
+        ptrs += list(self.scalars)
         ptrs += self.size_args
         if self.reduction:
             params = [*ptrs, "xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]

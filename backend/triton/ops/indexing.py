@@ -7,18 +7,41 @@ Invariants:
 - Every piece of a piecewise op is read under `masked(cond, ...)`, so no lane ever loads
   outside the piece it belongs to; the pieces are joined with `where`.
 - Indices read from memory are wrapped (`idx + n` for a negative `idx`) where torch allows
-  negative indices (`x[idx]`). Out-of-range indices are not checked: eager raises, a kernel
-  reads whatever is there (as torch's own CUDA kernels do without device asserts).
+  negative indices (`x[idx]`), then checked: the read goes through
+  `masked(in_bounds(idx, n), ...)` (`BoundsCheck`), so an out-of-range index never reaches an
+  address; the kernel records it and the wrapper raises (`bounds.IndexOutOfBounds`). An
+  index whose values are provably in range (`value_range`: an `arange`, an `argmax` over at
+  most `n` elements, a clamp, constants) gets no check and costs nothing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.triton.ir import Expr, IndexValue, Indirect, Ix, compute_dtype
+from framejit.backend.triton.ir import (
+    BoundsCheck,
+    Const,
+    Expr,
+    IndexValue,
+    Indirect,
+    InputBuffer,
+    Ix,
+    Load,
+    LoopGraph,
+    Op,
+    Pointwise,
+    Reduction,
+    Unknown,
+    compute_dtype,
+    is_static,
+    more_than_one,
+    provably_le,
+    provably_lt,
+)
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import (
     all_of,
@@ -150,12 +173,123 @@ def _slice_scatter(
 # Indirect reads: the index comes from memory
 
 
-def _indirect(index: TensorValue, at: Sequence[Ix], size: int, wrap: bool = False) -> Ix:
-    value = convert(index.load(tuple(at)), torch.int64)
-    if wrap:
-        negative = op("lt", value, const(0, torch.int64), dtype=torch.bool)
-        value = op("where", negative, op("add", value, const(size, torch.int64)), value)
-    return Ix.of(Indirect(value, size)) if size > 1 else Ix()
+class _Reads:
+    """The indirect indices of one output element: each index's `Ix`, and the conditions
+    (`BoundsCheck`s) under which the element's read is made."""
+
+    def __init__(self, ctx: Lowering, node: torch.fx.Node) -> None:
+        self.graph = ctx.graph
+        self.op = str(node.target).removesuffix(".default")
+        self.checks: list[Expr] = []
+
+    def index(
+        self, index: TensorValue, at: Sequence[Ix], size: int, dim: int, wrap: bool = False
+    ) -> Ix:
+        value = convert(index.load(tuple(at)), torch.int64)
+        if wrap:
+            negative = op("lt", value, const(0, torch.int64), dtype=torch.bool)
+            value = op("where", negative, op("add", value, const(size, torch.int64)), value)
+        if not _in_range(value_range(value, self.graph), size):
+            self.checks.append(BoundsCheck(value, size, self.op, dim, wrap))
+        # a size-1 dim reads index 0 only: no loop variable, but the value is still checked
+        return Ix.of(Indirect(value, size)) if more_than_one(size) else Ix()
+
+    def load(self, x: TensorValue, source: Sequence[Ix]) -> Expr:
+        """`x[source]`, read only where every index is in range (else 0)."""
+        return masked(all_of(self.checks), x.load(source), 0)
+
+
+def _in_range(bounds: tuple[int, int] | None, size: int) -> bool:
+    if bounds is None:
+        return False
+    try:
+        return provably_le(0, bounds[0]) and provably_lt(bounds[1], size)
+    except Unknown:
+        return False
+
+
+def value_range(expr: Expr, graph: LoopGraph, depth: int = 0) -> tuple[int, int] | None:
+    """Inclusive bounds of an integer expression's values where they are evident from its
+    form (None: unknown). Reads of other buffers follow their bodies (a few levels deep);
+    graph inputs are unknown."""
+    if expr.dtype.is_floating_point or depth > 8:
+        return None
+    if isinstance(expr, Const):
+        return (int(expr.value), int(expr.value))
+    if isinstance(expr, BoundsCheck):
+        return (0, 1)
+    if isinstance(expr, IndexValue):
+        if expr.index.indirects():
+            return None
+        try:
+            lo, hi = expr.index.bounds()
+        except Unknown:
+            return None
+        return (lo, hi) if is_static(lo, hi) else None
+    if isinstance(expr, Load):
+        return _buffer_range(expr.buffer, graph, depth + 1)
+    if isinstance(expr, Op):
+        args = [value_range(a, graph, depth) for a in expr.args]
+        return _op_range(expr, args)
+    return None
+
+
+def _buffer_range(name: str, graph: LoopGraph, depth: int) -> tuple[int, int] | None:
+    try:
+        node = graph.node(name)
+    except KeyError:
+        return None
+    if isinstance(node, InputBuffer):
+        return None
+    if isinstance(node, Pointwise):
+        return value_range(node.body, graph, depth)
+    if isinstance(node, Reduction):
+        if node.reduce_type in ("argmax", "argmin") and is_static(*node.ranges):
+            return (0, max(math.prod(node.ranges) - 1, 0))
+        if node.reduce_type in ("max", "min"):
+            return value_range(node.body, graph, depth)
+    return None
+
+
+def _op_range(expr: Op, args: list[tuple[int, int] | None]) -> tuple[int, int] | None:
+    name = expr.name
+    if expr.dtype == torch.bool and name != "where":
+        return (0, 1)
+    if name == "where":
+        cond, a, b = args
+        if cond == (1, 1):
+            return a
+        if cond == (0, 0):
+            return b
+        return _union(a, b)
+    if name == "masked":
+        return _union(args[1], args[2])
+    if any(a is None for a in args):
+        return None
+    if name == "convert":
+        (lo, hi), info = args[0], torch.iinfo(expr.dtype)
+        src = expr.args[0].dtype
+        fits = info.min <= lo and hi <= info.max
+        return (lo, hi) if fits and not src.is_floating_point else None
+    if name in ("add", "sub", "maximum", "minimum", "neg"):
+        (alo, ahi), (blo, bhi) = args[0], args[-1]
+        return {
+            "add": (alo + blo, ahi + bhi),
+            "sub": (alo - bhi, ahi - blo),
+            "maximum": (max(alo, blo), max(ahi, bhi)),
+            "minimum": (min(alo, blo), min(ahi, bhi)),
+            "neg": (-ahi, -alo),
+        }[name]
+    if name == "mul":
+        products = [a * b for a in args[0] for b in args[1]]
+        return (min(products), max(products))
+    return None
+
+
+def _union(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    if a is None or b is None:
+        return None
+    return (min(a[0], b[0]), max(a[1], b[1]))
 
 
 @lowering("gather", dtype="same")
@@ -165,11 +299,13 @@ def _gather(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim: int, index:
     dim = dim % rank if rank else 0
 
     def body(idx: tuple[Ix, ...]) -> Expr:
-        if not rank:
-            return x.load(())
+        reads = _Reads(ctx, node)
+        if not rank:  # a 0-d source takes index 0 only
+            reads.index(index, idx, 1, 0)
+            return reads.load(x, ())
         source = list(idx)
-        source[dim] = _indirect(index, idx, x.shape[dim])
-        return x.load(source)
+        source[dim] = reads.index(index, idx, x.shape[dim], dim)
+        return reads.load(x, source)
 
     return ctx.pointwise(out.shape, out.dtype, body)
 
@@ -182,9 +318,11 @@ def _index_select(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim: int, 
     dim = dim % len(x.shape)
 
     def body(idx: tuple[Ix, ...]) -> Expr:
+        reads = _Reads(ctx, node)
         source = list(idx)
-        source[dim] = _indirect(index, idx[dim : dim + 1][: len(index.shape)], x.shape[dim])
-        return x.load(source)
+        at = idx[dim : dim + 1][: len(index.shape)]
+        source[dim] = reads.index(index, at, x.shape[dim], dim)
+        return reads.load(x, source)
 
     return ctx.pointwise(out.shape, out.dtype, body)
 
@@ -196,7 +334,9 @@ def _embedding(
     out = meta(node)
 
     def body(idx: tuple[Ix, ...]) -> Expr:
-        return weight.load((_indirect(indices, idx[:-1], weight.shape[0]), idx[-1]))
+        reads = _Reads(ctx, node)
+        row = reads.index(indices, idx[:-1], weight.shape[0], 0)
+        return reads.load(weight, (row, idx[-1]))
 
     return ctx.pointwise(out.shape, out.dtype, body)
 
@@ -222,9 +362,11 @@ def _index(ctx: Lowering, node: torch.fx.Node, x: TensorValue, indices: Sequence
         source: list[Ix] = [Ix()] * rank
         for d in rest:
             source[d] = next(others)
+        reads = _Reads(ctx, node)
         for d, t in zip(positions, tensors):
-            source[d] = _indirect(t, broadcast_index(t, bidx, bshape), x.shape[d], wrap=True)
-        return x.load(source)
+            at = broadcast_index(t, bidx, bshape)
+            source[d] = reads.index(t, at, x.shape[d], d, wrap=True)
+        return reads.load(x, source)
 
     expected = tuple(x.shape[d] for d in rest)
     expected = expected[:first] + bshape + expected[first:]
