@@ -71,6 +71,19 @@ static int installed = 0;
 static _PyFrameEvalFunction previous_eval = NULL;
 static _Thread_local int tls_mode = -1;
 static _Thread_local int tls_busy = 0;
+/* C stack guard. With an evaluator installed, CPython cannot run a Python call inside the
+   caller's C loop: every frame nests one more C call (through here), so a recursion that eager
+   Python runs in constant C stack grows it here, and 3.12 counts each against its C recursion
+   limit. Past DEPTH_LIMIT frames nested through the hook in one thread, the hook steps aside
+   (the default evaluator is installed: deeper frames run uncompiled, inline, as eager) until
+   that thread is back under half of it. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define DEPTH_LIMIT 300
+#else
+#define DEPTH_LIMIT 1500
+#endif
+static _Thread_local int tls_depth = 0;
+static int suspended = 0;
 
 /* Counters for tests and the summary (all under the GIL). */
 static unsigned long long n_intercepted, n_hits, n_callbacks, n_skipped, n_chunk_pops, n_not_top;
@@ -333,8 +346,20 @@ ask_python(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *fn)
     return result;
 }
 
+static PyObject *framejit_eval(PyThreadState *, _PyInterpreterFrame *, int);
+
+static void
+set_suspended(PyThreadState *tstate, int on)
+{
+    suspended = on;
+    if (!on && _PyInterpreterState_GetEvalFrameFunc(tstate->interp) != previous_eval) {
+        return; /* someone else installed an evaluator meanwhile: leave it */
+    }
+    _PyInterpreterState_SetEvalFrameFunc(tstate->interp, on ? previous_eval : framejit_eval);
+}
+
 static PyObject *
-framejit_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+evaluate(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
     /* Code marked skip (the common case in whole-script mode) runs at once: two loads. */
     if (peek_state(frame->f_code) == Py_None) {
@@ -381,6 +406,21 @@ framejit_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
     return result;
 }
 
+static PyObject *
+framejit_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    if (tls_depth >= DEPTH_LIMIT && !suspended) {
+        set_suspended(tstate, 1);
+    }
+    tls_depth++;
+    PyObject *result = evaluate(tstate, frame, throwflag);
+    tls_depth--;
+    if (suspended && installed && tls_depth < DEPTH_LIMIT / 2) {
+        set_suspended(tstate, 0);
+    }
+    return result;
+}
+
 /* ---- installing and removing ---------------------------------------------------------------- */
 
 static int
@@ -403,6 +443,7 @@ update_installed(void)
     else if (!want && installed) {
         _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
         installed = 0;
+        suspended = 0;
     }
     return 0;
 }

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import os
 import pstats
+import subprocess
 import sys
 import threading
 import traceback
@@ -18,6 +20,9 @@ import framejit
 from framejit.testing import CompileCounter
 
 pytestmark = pytest.mark.skipif(not hook.available(), reason=hook.unavailable_reason())
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _state(fn):
@@ -213,12 +218,40 @@ def test_recursion():
 
     with framejit.enabled(backend="eager"):
         assert float(tsum(torch.zeros(()), 30)) == 30.0
-        # 3.12 counts every hooked call against its C recursion limit as well (no inlined
-        # calls while a frame evaluator is installed), so stay well inside both limits.
-        assert depth(300) == 300
+        # Past a depth the hook steps aside (see test_deep_recursion_as_eager_does).
+        assert depth(900) == 900
         with pytest.raises(RecursionError):
             depth(sys.getrecursionlimit() + 10)
         assert depth(10) == 10  # still healthy after the overflow
+
+
+_DEEP = """
+import sys
+import torch
+import framejit
+
+def depth(n):
+    return 0 if n == 0 else 1 + depth(n - 1)
+
+def tsum(x, n):
+    return x if n == 0 else tsum(x, n - 1) + 1
+
+sys.setrecursionlimit(60_000)
+with framejit.enabled(backend="eager"):
+    print(depth(50_000), float(tsum(torch.zeros(()), 3_000)), depth(20))
+"""
+
+
+def test_deep_recursion_as_eager_does() -> None:
+    """Every frame nests a C call while an evaluator is installed: past a depth the hook steps
+    aside, so recursion that eager Python runs (with a raised recursion limit) neither overflows
+    the C stack nor hits 3.12's C recursion limit; it comes back when the recursion unwinds."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", _DEEP], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["50000", "3000.0", "20"]
 
 
 def test_enable_state_is_per_thread():
