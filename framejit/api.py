@@ -27,6 +27,7 @@ from framejit.config import config
 from framejit.frontend.codegen import argnames_of
 from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
+from framejit.frontend.hook import forget_skip_marks
 from framejit.guards import CodeCache, clear_caches
 
 MODES = (None, "default", "reduce-overhead", "max-autotune")
@@ -385,7 +386,9 @@ def reset() -> None:
         cache.eager = False
         cache.eager_reason = ""
         cache.recompile_reasons.clear()
+        cache.shape_history.clear()
     clear_caches()
+    forget_skip_marks()  # code the frame hook marked skip is looked at again
     if "framejit.cudagraphs" in sys.modules:  # free every CUDA graph pool
         sys.modules["framejit.cudagraphs"].reset()
 

@@ -5,7 +5,10 @@
  * "extra" slot (PyUnstable_Code_SetExtra):
  *
  *     NULL        not seen yet: ask Python (the callback) what to do
- *     Py_None     skip: evaluate the frame normally, now and forever (until reset by Python)
+ *     skip_mark   skip: evaluate the frame normally, from now on.  Python says "skip" with None;
+ *                 the hook stores its current skip_mark instead, and `new_skip_epoch()`
+ *                 (framejit.reset()) replaces the mark, so every older mark reads as "not
+ *                 seen" (marks are ints; a CodeCache never is)
  *     any object  a guards.CodeCache: try `entry.guards.check(fn, *frame_args)` for each of
  *                 `cache.entries`; on a hit run the entry, on a miss ask Python again
  *
@@ -64,6 +67,8 @@
 #define NOT_COMPILED (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)
 
 static Py_ssize_t extra_index = -1;
+static PyObject *skip_mark = NULL; /* a fresh int per epoch (see the top of this file) */
+static long long skip_epoch = 0;
 static PyObject *callback = NULL;          /* callback(fn, args) -> (state, entry | None) */
 static int global_on = 0;                  /* whole-script mode: threads with tls_mode -1 */
 static long threads_on = 0;                /* threads with tls_mode == 1 */
@@ -130,6 +135,9 @@ get_state(PyObject *code)
 static int
 set_state(PyObject *code, PyObject *state)
 {
+    if (state == Py_None) {
+        state = skip_mark;
+    }
     Py_XINCREF(state);
     if (CODE_SET_EXTRA(code, extra_index, state) < 0) {
         Py_XDECREF(state);
@@ -362,7 +370,7 @@ static PyObject *
 evaluate(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
     /* Code marked skip (the common case in whole-script mode) runs at once: two loads. */
-    if (peek_state(frame->f_code) == Py_None) {
+    if (peek_state(frame->f_code) == skip_mark) {
         n_skipped++;
         return eval_default(tstate, frame, throwflag);
     }
@@ -377,9 +385,12 @@ evaluate(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
         return eval_default(tstate, frame, throwflag);
     }
     PyObject *state = get_state((PyObject *)co);
-    if (state == Py_None) {
+    if (state == skip_mark) {
         n_skipped++;
         return eval_default(tstate, frame, throwflag);
+    }
+    if (state != NULL && PyLong_CheckExact(state)) {
+        state = NULL; /* a skip mark from before the last reset: not seen */
     }
     n_intercepted++;
     PyObject *fn = FRAME_FUNC(frame);
@@ -524,10 +535,33 @@ py_get_code_state(PyObject *self, PyObject *code)
         return NULL;
     }
     PyObject *state = get_state(code);
-    if (state == NULL) {
-        return Py_NewRef(Py_Ellipsis); /* not seen */
+    if (state == skip_mark) {
+        Py_RETURN_NONE;
+    }
+    if (state == NULL || PyLong_CheckExact(state)) {
+        return Py_NewRef(Py_Ellipsis); /* not seen (or marked before the last reset) */
     }
     return Py_NewRef(state);
+}
+
+static int
+next_skip_mark(void)
+{
+    PyObject *mark = PyLong_FromLongLong(((long long)1 << 40) + skip_epoch++);
+    if (mark == NULL) {
+        return -1;
+    }
+    Py_XSETREF(skip_mark, mark);
+    return 0;
+}
+
+static PyObject *
+py_new_skip_epoch(PyObject *self, PyObject *noargs)
+{
+    if (next_skip_mark() < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -558,6 +592,8 @@ static PyMethodDef methods[] = {
     {"thread_enabled", py_thread_enabled, METH_NOARGS, "is the hook active for this thread now"},
     {"set_code_state", py_set_code_state, METH_VARARGS, "set_code_state(code, None | cache)"},
     {"get_code_state", py_get_code_state, METH_O, "the code's state; Ellipsis when not seen"},
+    {"new_skip_epoch", py_new_skip_epoch, METH_NOARGS,
+     "forget every skip mark (framejit.reset()): marked code is asked about again"},
     {"clear_code_state", py_clear_code_state, METH_O, "forget the code's state"},
     {"stats", py_stats, METH_NOARGS, "counters: intercepted, hits, callbacks, skipped, installed"},
     {NULL, NULL, 0, NULL},
@@ -583,6 +619,9 @@ PyInit__eval_frame(void)
     str_code = PyUnicode_InternFromString("code");
     str_fn = PyUnicode_InternFromString("fn");
     if (!str_entries || !str_guards || !str_check || !str_code || !str_fn) {
+        return NULL;
+    }
+    if (skip_mark == NULL && next_skip_mark() < 0) {
         return NULL;
     }
     return PyModule_Create(&module);

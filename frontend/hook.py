@@ -66,6 +66,12 @@ def unavailable_reason() -> str:
     )
 
 
+def forget_skip_marks() -> None:
+    """Every code marked skip is looked at again on its next call (framejit.reset())."""
+    if _eval_frame is not None:
+        _eval_frame.new_skip_epoch()
+
+
 def require() -> Any:
     """The C module, or RuntimeError saying why it is missing."""
     if _eval_frame is None:

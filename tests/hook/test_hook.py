@@ -146,6 +146,25 @@ def test_skipped_code_costs_no_callback():
     assert after == before
 
 
+def test_reset_forgets_skip_marks():
+    """A function first called without tensors is marked skip; after framejit.reset() it is
+    looked at again, and compiled when it now gets tensors."""
+
+    def scale(a):
+        return a * 2
+
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        assert scale(3) == 6
+        assert _state(scale) is None  # marked skip: no tensor argument
+        assert float(scale(torch.ones(())).sum()) == 2.0  # still skipped: runs uncompiled
+        assert counter.frame_count == 0
+        framejit.reset()
+        assert _state(scale) is ...  # not seen any more
+        torch.testing.assert_close(scale(torch.ones(3)), torch.full((3,), 2.0))
+        assert counter.frame_count == 1
+
+
 def test_generators_and_coroutines_run_uncompiled():
     def gen(x):
         for i in range(3):
