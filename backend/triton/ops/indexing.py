@@ -253,6 +253,10 @@ def _buffer_range(name: str, graph: LoopGraph, depth: int) -> tuple[int, int] | 
 
 def _op_range(expr: Op, args: list[tuple[int, int] | None]) -> tuple[int, int] | None:
     name = expr.name
+    if name in _COMPARISONS and args[0] is not None and args[1] is not None:
+        (alo, ahi), (blo, bhi) = args
+        always, never = _COMPARISONS[name](alo, ahi, blo, bhi)
+        return (1, 1) if always else (0, 0) if never else (0, 1)
     if expr.dtype == torch.bool and name != "where":
         return (0, 1)
     if name == "where":
@@ -284,6 +288,15 @@ def _op_range(expr: Op, args: list[tuple[int, int] | None]) -> tuple[int, int] |
         products = [a * b for a in args[0] for b in args[1]]
         return (min(products), max(products))
     return None
+
+
+# (always true, never true) of a comparison of values in [alo, ahi] and [blo, bhi]
+_COMPARISONS = {
+    "lt": lambda alo, ahi, blo, bhi: (ahi < blo, alo >= bhi),
+    "le": lambda alo, ahi, blo, bhi: (ahi <= blo, alo > bhi),
+    "gt": lambda alo, ahi, blo, bhi: (alo > bhi, ahi <= blo),
+    "ge": lambda alo, ahi, blo, bhi: (alo >= bhi, ahi < blo),
+}
 
 
 def _union(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:

@@ -1,0 +1,158 @@
+"""Out-of-range indices read from memory (gather, `x[idx]`, index_select, embedding) raise a
+clear error through the Triton backend, never a wrong answer: the kernel masks the bad lanes
+and records them, the wrapper raises `IndexOutOfBounds` (an IndexError and a RuntimeError, so
+an `except` for eager's type catches it). Indices proven in range get no check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from framejit.backend import lookup_backend
+from framejit.backend.triton.bounds import IndexOutOfBounds
+from triton_helpers import aten_stages, check, require_interpreter
+
+import framejit
+
+torch.manual_seed(0)
+
+
+def compiled(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
+    """`fn` through the triton backend only (no frontend, whose eager rerun of a failing graph
+    would hide which error the kernels raised)."""
+    require_interpreter()
+    gm = torch.fx.symbolic_trace(fn)
+    run = lookup_backend("triton")(gm, list(args))
+    return lambda *a: run(*a)[0]
+
+
+def eager_error(fn: Callable[..., Any], *args: Any) -> type[BaseException]:
+    try:
+        fn(*args)
+    except (IndexError, RuntimeError) as e:
+        return type(e)
+    raise AssertionError("eager did not raise")
+
+
+X = torch.randn(5, 6)
+
+# name -> (fn, a good index, bad indices (too large, too negative) with the value each reports,
+#          op, dim, size)
+CASES = {
+    "gather": (
+        lambda x, i: torch.gather(x, 1, i) * 2,
+        torch.tensor([[0, 5], [1, 2], [3, 3], [4, 0], [5, 1]]),
+        [(torch.tensor([[0, 5], [1, 6], [3, 3], [4, 0], [5, 1]]), 6), (torch.full((5, 2), -1), -1)],
+        "aten.gather",
+        1,
+        6,
+    ),
+    "index": (
+        lambda x, i: x[i] + 1,
+        torch.tensor([4, -1, -5, 0]),  # negative indices wrap
+        [(torch.tensor([4, 5, 0, 0]), 5), (torch.tensor([0, -6, 1, 2]), -6)],
+        "aten.index.Tensor",
+        0,
+        5,
+    ),
+    "index_cols": (
+        lambda x, i: x[:, i],
+        torch.tensor([5, -6, 2]),
+        [(torch.tensor([0, 6, 1]), 6), (torch.tensor([-7, 0, 1]), -7)],
+        "aten.index.Tensor",
+        1,
+        6,
+    ),
+    "index_select": (
+        lambda x, i: torch.index_select(x, 1, i),
+        torch.tensor([5, 0, 3]),
+        [(torch.tensor([5, 0, 9]), 9), (torch.tensor([5, -1, 3]), -1)],
+        "aten.index_select",
+        1,
+        6,
+    ),
+    "embedding": (
+        lambda w, i: F.embedding(i, w),
+        torch.tensor([[4, 0], [2, 3]]),
+        [(torch.tensor([[4, 0], [5, 3]]), 5), (torch.tensor([[4, -1], [2, 3]]), -1)],
+        "aten.embedding",
+        0,
+        5,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_out_of_range_raises(name: str) -> None:
+    fn, good, bads, op, dim, size = CASES[name]
+    run = compiled(fn, X, good)
+    torch.testing.assert_close(run(X, good), fn(X, good))
+    for bad, value in bads:
+        expected = eager_error(fn, X, bad)
+        message = f"index {value} is out of bounds for dimension {dim} with size {size} ({op}"
+        with pytest.raises(expected) as info:
+            run(X, bad)
+        assert isinstance(info.value, IndexOutOfBounds)
+        assert str(info.value).startswith(message), str(info.value)
+    # the error buffer is per call: a good call after a bad one is right again
+    torch.testing.assert_close(run(X, good), fn(X, good))
+
+
+def test_multi_dim_advanced_indexing() -> None:
+    def fn(x, i, j):
+        return x.view(5, 2, 3)[i, :, j.view(1, 3)] * 3
+
+    i, j = torch.tensor([[4], [-5]]), torch.tensor([2, -3, 0])
+    run = compiled(fn, X, i, j)
+    torch.testing.assert_close(run(X, i, j), fn(X, i, j))
+    with pytest.raises(IndexError, match=r"index 3 is out of bounds for dimension 2 with size 3"):
+        run(X, i, torch.tensor([2, 3, 0]))
+    with pytest.raises(IndexError, match=r"index -6 is out of bounds for dimension 0 with size 5"):
+        run(X, torch.tensor([[4], [-6]]), j)
+
+
+def test_indirect_load_in_the_middle_of_fused_graphs() -> None:
+    def gathered_softmax(x, i):
+        return torch.softmax(torch.gather(x.exp(), 1, i) + 1, dim=-1)
+
+    def embed_norm(w, ids, g):
+        e = F.embedding(ids, w * 2) + 1
+        return F.layer_norm(e, (6,), g) * e.sum(-1, keepdim=True)
+
+    i = torch.randint(0, 6, (5, 4))
+    run = compiled(gathered_softmax, X, i)
+    torch.testing.assert_close(run(X, i), gathered_softmax(X, i))
+    with pytest.raises(RuntimeError, match="aten.gather"):
+        run(X, torch.where(i == i[2, 1], 6, i))
+
+    ids, g = torch.tensor([[0, 4, 2]]), torch.randn(6)
+    run = compiled(embed_norm, X, ids, g)
+    torch.testing.assert_close(run(X, ids, g), embed_norm(X, ids, g))
+    with pytest.raises(IndexError, match="index 7 .* with size 5 .aten.embedding"):
+        run(X, torch.tensor([[0, 7, 2]]), g)
+
+
+def test_through_jit_raises_as_eager() -> None:
+    fn = framejit.jit(lambda x, i: x[i].relu() + x[-1], backend="triton", fullgraph=True)
+    good = torch.tensor([0, -5, 4])
+    check(lambda x, i: x[i].relu() + x[-1], X, good)
+    with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
+        fn(X, torch.tensor([0, 5, 4]))
+
+
+def test_proven_indices_have_no_check() -> None:
+    def fn(w, y):
+        positions = F.embedding(torch.arange(5), w)
+        best = w[y.argmax(1)]  # argmax over 5 elements indexes 5 rows
+        return positions + best + w[torch.clamp(y.argmin(0), max=4)]
+
+    w, y = torch.randn(5, 6), torch.randn(5, 5)
+    found = aten_stages(fn, w, y)
+    assert "in_bounds" not in found.lowered and "err_ptr" not in found.source
+    check(fn, w, y, frontend=False)
+
+    unproven = aten_stages(lambda w, i: w[i], w, torch.tensor([1]))
+    assert "in_bounds" in unproven.lowered and "check_indices(errors" in unproven.source
