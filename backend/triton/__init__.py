@@ -7,6 +7,10 @@ A named, linear pipeline, each step printable (golden tests compare the text):
     codegen   (codegen.py, kernels.py)        one Python module: Triton kernels + `call` wrapper
     load      (cache.py)                      written under config.cache_dir, keyed by source
 
+Indices read from memory (gather, `x[idx]`, index_select, embedding) that are not proven in
+range are checked in the kernels, and `call` raises `bounds.IndexOutOfBounds` for a bad one
+(bounds.py); no kernel ever loads through an out-of-range index.
+
 Graphs with symbolic sizes compile to kernels that take the sizes as arguments, one module for
 every size; what that path does not handle is compiled per distinct size (symbolic.py).
 
