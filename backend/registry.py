@@ -3,8 +3,8 @@
 Built in: `eager` (runs the captured GraphModule as it is), `aot_eager` (the AOT stage, then the
 aten graphs run as Python: `backend/aot/`), `triton` (the AOT stage, then fused Triton kernels:
 `backend/triton/`) and `auto` (the best available for the inputs: `triton` for CUDA tensors when
-Triton is importable, `aot_eager` otherwise). Users add their own with
-`framejit.register_backend`.
+Triton is importable; on CPU `aot_eager` for training graphs and `eager` for inference graphs).
+Users add their own with `framejit.register_backend`.
 """
 
 from __future__ import annotations
@@ -92,13 +92,25 @@ def _wants_triton(example_inputs: list[Any]) -> bool:
     return triton_available()
 
 
+def _training(example_inputs: list[Any]) -> bool:
+    """Grad mode on and an input that requires grad: the graph will be differentiated."""
+    return torch.is_grad_enabled() and any(
+        isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs
+    )
+
+
 @register_backend("auto")
 def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """The best backend available for these inputs: `triton` for CUDA tensors when Triton is
-    usable, otherwise `aot_eager` (always on CPU)."""
+    usable. Otherwise (CPU tensors): `aot_eager` for graphs that will be differentiated (its
+    partition saves less for backward than eager autograd) and `eager` for inference graphs —
+    on a CPU, decomposed aten run op by op is slower than the captured ops (the demo model runs
+    at 0.60x eager through `aot_eager`, 1.17x through `eager`)."""
     if _wants_triton(example_inputs):
         return triton(gm, example_inputs)
-    return aot_eager(gm, example_inputs)
+    if _training(example_inputs):
+        return aot_eager(gm, example_inputs)
+    return eager(gm, example_inputs)
 
 
 def with_cudagraphs(backend: Backend, max_autotune: bool = False) -> Backend:

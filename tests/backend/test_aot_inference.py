@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 
+import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
@@ -189,27 +190,27 @@ def test_aot_graphs_log(capsys):
     assert "[framejit:aot_graphs]" in err and "inference graph" in err and "aten.relu" in err
 
 
-def test_auto_picks_aot_eager_on_cpu():
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_auto_on_cpu_uses_aot_for_training_and_eager_for_inference(training, monkeypatch):
+    import framejit.backend.aot as aot_package
+
     seen = []
-
-    @framejit.jit(backend="auto")
-    def f(x):
-        return torch.cos(x) * 2
-
-    x = torch.randn(5)
-    from framejit.backend.aot import compile as aot_module
-
-    original = aot_module.aot_compile
+    original = aot_package.aot_compile
 
     def spy(*args, **kwargs):
         seen.append(True)
         return original(*args, **kwargs)
 
-    import framejit.backend.aot as aot_package
+    monkeypatch.setattr(aot_package, "aot_compile", spy)
 
-    aot_package.aot_compile = spy
-    try:
-        torch.testing.assert_close(f(x), torch.cos(x) * 2)
-    finally:
-        aot_package.aot_compile = original
-    assert seen
+    @framejit.jit(backend="auto")
+    def f(x):
+        return torch.cos(x) * 2
+
+    x = torch.randn(5, requires_grad=training)
+    out = f(x)
+    torch.testing.assert_close(out, torch.cos(x) * 2)
+    if training:
+        (g,) = torch.autograd.grad(out.sum(), x)
+        torch.testing.assert_close(g, -2 * torch.sin(x))
+    assert bool(seen) is training
