@@ -158,6 +158,13 @@ class OperatorsMixin:
             and b.as_constant() is None
         ):
             return False  # a non-constant value is never None
+        for const, other in ((a, b), (b, a)):  # `obj is True`: an object is not a singleton
+            if (
+                const.is_constant()
+                and not other.is_constant()
+                and any(const.as_constant() is v for v in (True, False, Ellipsis))
+            ):
+                return False
         if hasattr(a, "obj") and hasattr(b, "obj"):
             return a.obj is b.obj
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):

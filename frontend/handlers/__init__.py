@@ -72,11 +72,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "LOAD_FROM_DICT_OR_DEREF": "class bodies",
     "LOAD_FROM_DICT_OR_GLOBALS": "class bodies",
     "LOAD_LOCALS": "class bodies",
-    "MATCH_CLASS": "`match` statements are not captured",
-    "MATCH_KEYS": "`match` statements are not captured",
-    "MATCH_MAPPING": "`match` statements are not captured",
-    "MATCH_SEQUENCE": "`match` statements are not captured",
-    "GET_LEN": "`match` statements are not captured",
     "COPY_DICT_WITHOUT_KEYS": "`match` statements are not captured",
     "INSTRUMENTED_LINE": "monitoring instrumentation",
     "INTERPRETER_EXIT": "interpreter internal",
@@ -103,6 +98,7 @@ def _load_all() -> None:
         contexts,
         jumps,
         load_store,
+        match,
         stack,
     )
 
