@@ -76,6 +76,8 @@ def aot_compile(
     special = [
         n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in _AS_CAPTURED
     ]
+    if special and set(special) == {torch._C._set_grad_enabled} and not _any_requires_grad(gm):
+        gm, special = _without_grad_switches(gm), []
     if special:
         log.info("aot: running the captured graph as it is: it calls %s", special[0].__name__)
         return gm.forward
@@ -93,6 +95,31 @@ def aot_compile(
             exc,
         )
         return gm.forward
+
+
+def _any_requires_grad(gm: torch.fx.GraphModule) -> bool:
+    """Does any tensor of the graph require grad (inputs and every computed value)?"""
+    for n in gm.graph.nodes:
+        value = n.meta.get("val")
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
+            return True
+    return False
+
+
+def _without_grad_switches(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` without its grad-mode switches, for a graph in which no tensor requires
+    grad: there a switch changes no value (the transformed code itself leaves grad mode as
+    the function left it), and without it the graph can go through the stage."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    out = graph.graph_copy(gm.graph, env)
+    graph.output(out)
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled and not n.users:
+            graph.erase_node(n)
+    copy = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    return copy
 
 
 def _compile(

@@ -214,3 +214,37 @@ def test_auto_on_cpu_uses_aot_for_training_and_eager_for_inference(training, mon
         (g,) = torch.autograd.grad(out.sum(), x)
         torch.testing.assert_close(g, -2 * torch.sin(x))
     assert bool(seen) is training
+
+
+def test_grad_mode_switches_without_grad_go_through_the_stage(monkeypatch):
+    """A `with torch.no_grad()` block in a graph where no tensor requires grad changes no value:
+    the stage drops the switch and traces the graph (with grad, it runs as captured)."""
+    import framejit.backend.aot.compile as aot_compile_module
+
+    traced = []
+    original = aot_compile_module._compile
+
+    def spy(*args, **kwargs):
+        traced.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(aot_compile_module, "_compile", spy)
+
+    def fn(x, w):
+        y = x @ w
+        with torch.no_grad():
+            z = y.relu() * 2
+        return z + y
+
+    jitted = framejit.jit(fn, backend="aot_eager")
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x, w), fn(x, w))
+    assert torch.is_grad_enabled() and traced == [True]
+    w = w.requires_grad_()
+    got, want = jitted(x, w), fn(x, w)
+    torch.testing.assert_close(got, want)
+    assert got.requires_grad and traced == [True]  # with grad: as captured
+    (g,) = torch.autograd.grad(got.sum(), w)
+    (h,) = torch.autograd.grad(want.sum(), w)
+    torch.testing.assert_close(g, h)
