@@ -164,9 +164,19 @@ _PROLOGUE = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
 
 
 def _instruction_index(code: types.CodeType, offset: int) -> int:
-    """Index of the instruction at `offset` among the code's `bytecode` Instrs."""
-    real = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
-    return next(k for k, i in enumerate(real) if i.offset == offset)
+    """Index of the instruction at `offset` among the code's `bytecode` Instrs. An offset of an
+    EXTENDED_ARG (a jump target, or the instruction after a break, can be one) names the
+    instruction it prefixes: `bytecode` folds the prefix into that Instr."""
+    index = 0
+    for inst in dis.get_instructions(code):
+        if inst.opname == "EXTENDED_ARG":
+            if inst.offset == offset:
+                return index
+            continue
+        if inst.offset == offset:
+            return index
+        index += 1
+    raise ValueError(f"no instruction at offset {offset} of {code.co_qualname}")
 
 
 def _body(code: types.CodeType, index: int) -> tuple[list[Any], Label, TryBegin | None]:

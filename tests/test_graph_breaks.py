@@ -661,3 +661,26 @@ def test_del_of_a_global_runs_for_real_after_the_graph() -> None:
         torch.testing.assert_close(jitted(x), (x + 1) * 2)
         assert "_DELETED" not in globals()
     globals()["_DELETED"] = 0
+
+
+def long_loop_with_a_print_at_the_end(xs):
+    total = xs[0] * 0
+    for step, x in enumerate(xs):
+        total = total + x.sin() * 2 + x.cos() * 3 + x.tanh() * 4 + x.exp() * 5 + x.abs() * 6
+        total = total + x.sigmoid() * 7 + x.relu() * 8 + x.neg() * 9 + x.square() * 10
+        total = total + x.sin() * 2 + x.cos() * 3 + x.tanh() * 4 + x.exp() * 5 + x.abs() * 6
+        total = total + x.sigmoid() * 7 + x.relu() * 8 + x.neg() * 9 + x.square() * 10
+        if step % 2 == 0:
+            print(f"step={step} shape={list(x.shape)} {tuple(total.shape)}")
+    return total
+
+
+def test_a_break_just_before_an_extended_jump_back(capsys) -> None:
+    # The loop's JUMP_BACKWARD needs an EXTENDED_ARG, so the instruction after the print's
+    # POP_TOP starts at that prefix: the resume function must start there (it once raised
+    # StopIteration while making it).
+    code = long_loop_with_a_print_at_the_end.__code__
+    names = [i.opname for i in dis.get_instructions(code)]
+    assert "EXTENDED_ARG" in names
+    xs = [torch.randn(3) for _ in range(3)]
+    run_both(long_loop_with_a_print_at_the_end, xs, capsys=capsys)
