@@ -46,6 +46,17 @@ def _symbolic_operands(a: VariableTracker, b: VariableTracker) -> bool:
     )
 
 
+def _tracked_tuple(value: VariableTracker, other: VariableTracker) -> VariableTracker:
+    """A constant tuple as a TupleVariable when `other` is a tracked sequence."""
+    if (
+        isinstance(value, ConstantVariable)
+        and type(value.value) is tuple
+        and isinstance(other, BaseSequence)
+    ):
+        return TupleVariable([ConstantVariable(item) for item in value.value])
+    return value
+
+
 class OperatorsMixin:
     # --- operators -------------------------------------------------------------------------------
     def binary_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
@@ -64,6 +75,12 @@ class OperatorsMixin:
             a.mutate(self, "extend", [b], {})  # `lst += other` extends in place
             return a
         plain = (ListVariable, TupleVariable)
+        if op in (operator.add, operator.iadd):
+            # `outs = ()` then `outs += (h,)`: a constant tuple meets a tracked one; a tuple's
+            # `+=` is `+`
+            a, b = _tracked_tuple(a, b), _tracked_tuple(b, a)
+            if isinstance(a, TupleVariable) and isinstance(b, BaseSequence):
+                op = operator.add
         if (
             isinstance(a, BaseSequence)
             and isinstance(b, BaseSequence)

@@ -29,7 +29,13 @@ from framejit.frontend.sources import (
     param_source,
     submodule_source,
 )
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    VariableTracker,
+    all_constant,
+    constant_fold,
+    note_mutation,
+)
 from framejit.frontend.variables.contexts import (
     AUTOCAST_CLASSES,
     GRAD_MODE_CLASSES,
@@ -56,8 +62,16 @@ def _class_attr(cls: type, name: str) -> tuple[type, Any] | None:
     return None
 
 
+# Types whose own `__getattribute__` slot is the generic lookup (instance dict, then class).
+_GENERIC_GETATTRIBUTE = (
+    object.__getattribute__,
+    torch.nn.Module.__getattribute__,
+    types.SimpleNamespace.__getattribute__,
+)
+
+
 def _has_custom_getattribute(cls: type) -> bool:
-    return cls.__getattribute__ not in (object.__getattribute__, torch.nn.Module.__getattribute__)
+    return cls.__getattribute__ not in _GENERIC_GETATTRIBUTE
 
 
 class UserObjectVariable(VariableTracker):
@@ -307,6 +321,12 @@ class ClassVariable(VariableTracker):
         handled = call_builtin_class(tx, cls, args, kwargs)
         if handled is not None:
             return handled
+        if cls in (torch.finfo, torch.iinfo) and args and all_constant(args, kwargs):
+            # `torch.finfo(x.dtype).min`: a pure function of the (guarded) dtype
+            try:
+                return ConstantVariable(constant_fold(cls, args, kwargs))
+            except (TypeError, ValueError) as exc:
+                raise Unsupported("exception", f"torch.{cls.__name__}(...)", str(exc)) from None
         if cls in GRAD_MODE_CLASSES:
             mode = GRAD_MODE_CLASSES[cls]
             if mode is None:
