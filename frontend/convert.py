@@ -39,7 +39,7 @@ from framejit.frontend.breaks import (
 from framejit.frontend.codegen import CodeGen, EagerRerun, GraphError, argnames_of
 from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
-from framejit.frontend.inlining import _RealCell, real_cell
+from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.translator import decode, root_translator
@@ -399,6 +399,8 @@ def _finish_break(
                 cg.emit(Instr("DELETE_FAST", name))
         local_values = [name for name, _ in live]
     callee = _callee_index(gb) if gb.run_instruction else None
+    if callee is not None and runs_as_python(_callee_function(gb.stack[callee])):
+        callee = None  # an optimizer step, autograd: called as it is
     for i, vt in enumerate(gb.stack):
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
 
@@ -461,6 +463,12 @@ def _emit_state_after_graph(output: OutputGraph, cg: CodeGen) -> None:
     if output.grad_at_exit != torch.is_grad_enabled():
         cg.call_const(torch._C._set_grad_enabled, lambda: cg.load_const(output.grad_at_exit), 1)
         cg.emit(Instr("POP_TOP"))
+
+
+def _callee_function(vt: VariableTracker) -> Any:
+    """The plain function a break's callee stands for (None for anything else)."""
+    fn = getattr(vt, "fn", None)
+    return getattr(fn, "fn", fn)
 
 
 def _callee_index(gb: GraphBreak) -> int | None:

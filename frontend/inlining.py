@@ -44,6 +44,22 @@ from framejit.guards import GuardKind
 
 from framejit.config import config
 
+# torch code that runs as Python at a break: neither inlined nor compiled on its own. Optimizer
+# and scheduler steps and autograd's entry points mutate state framejit does not model (`.grad`,
+# optimizer state), and functions torch marks as never to be compiled go through torch/_compile.py
+# (`torch._disable_dynamo`), whose wrapper drives torch's own frame evaluator.
+_PYTHON_ONLY_TORCH = ("torch._compile", "torch._dynamo", "torch.optim", "torch.autograd")
+
+
+def runs_as_python(fn: Any) -> bool:
+    """Is `fn` (a function or bound method) torch code that a break calls as it is?"""
+    fn = getattr(fn, "__func__", fn)
+    module = getattr(fn, "__globals__", {}).get("__name__")
+    if not isinstance(module, str):
+        return False
+    return any(module == m or module.startswith(m + ".") for m in _PYTHON_ONLY_TORCH)
+
+
 _signatures: weakref.WeakKeyDictionary[types.CodeType, tuple[Any, inspect.Signature]] = (
     weakref.WeakKeyDictionary()
 )
@@ -209,6 +225,8 @@ class InliningMixin:
         modeled = MODELED_FUNCTIONS.get(fn)
         if modeled is not None:
             return modeled(self, args, kwargs)
+        if runs_as_python(fn):
+            raise Unsupported("unsupported_call", f"{fn.__qualname__}", "torch code run as Python")
 
         def default(i: int) -> VariableTracker:
             if src is not None:
