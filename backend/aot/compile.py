@@ -76,7 +76,11 @@ def aot_compile(
     special = [
         n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in _AS_CAPTURED
     ]
-    if special and set(special) == {torch._C._set_grad_enabled} and not _any_requires_grad(gm):
+    if (
+        special
+        and set(special) == {torch._C._set_grad_enabled}
+        and not _any_requires_grad(gm, example_inputs)
+    ):
         gm, special = _without_grad_switches(gm), []
     if special:
         log.info("aot: running the captured graph as it is: it calls %s", special[0].__name__)
@@ -97,10 +101,17 @@ def aot_compile(
         return gm.forward
 
 
-def _any_requires_grad(gm: torch.fx.GraphModule) -> bool:
-    """Does any tensor of the graph require grad (inputs and every computed value)?"""
+def _any_requires_grad(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
+    """May a tensor of the graph require grad (an input, or any computed value)? Yes when a
+    value is unknown (a node without the frontend's `meta["val"]`)."""
+    if any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs):
+        return True
     for n in gm.graph.nodes:
-        value = n.meta.get("val")
+        if n.op != "call_function" or n.target is torch._C._set_grad_enabled:
+            continue
+        if "val" not in n.meta:
+            return True
+        value = n.meta["val"]
         values = value if isinstance(value, (tuple, list)) else (value,)
         if any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
             return True
@@ -144,7 +155,9 @@ def _compile(
     positions = {i: k for k, i in enumerate(info.unique)}
     first = {id(example_inputs[i]): positions[i] for i in info.unique}
     spread = [
-        positions.get(i) if isinstance(v, int) else first.get(id(v))
+        positions.get(i)
+        if isinstance(v, int)
+        else first.get(id(v))
         if isinstance(v, torch.Tensor)
         else None
         for i, v in enumerate(example_inputs)
