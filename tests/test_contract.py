@@ -72,3 +72,23 @@ def test_the_check_catches_a_use() -> None:
     assert "torch._dynamo" in found and "torch._inductor" in found
     assert "torch.compile(...)" in found and "torch._C._dynamo.eval_frame" in found
     assert all("'" not in name for name in found)  # the string does not count
+
+
+def test_every_subpackage_is_installed() -> None:
+    """pyproject.toml lists packages one by one (the folders are mapped under `framejit.`): a
+    folder missing there would be left out of a wheel, though an editable install finds it."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    mapped = {name: ROOT / path for name, path in config["package-dir"].items()}
+    assert listed == set(mapped)
+    on_disk = set()
+    for pkg in PACKAGES:
+        for init in (ROOT / pkg).rglob("__init__.py"):
+            folder = init.parent.relative_to(ROOT).parts
+            name = "framejit" if folder[0] == "framejit" else "framejit." + folder[0]
+            on_disk.add(".".join([name, *folder[1:]]))
+    assert on_disk <= listed, f"not in pyproject.toml: {sorted(on_disk - listed)}"
+    for name, path in mapped.items():
+        assert (path / "__init__.py").exists(), name
