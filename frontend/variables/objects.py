@@ -214,6 +214,8 @@ class NNModuleVariable(UserObjectVariable):
                 return ConstantVariable(None)
             return tx.wrap_source(submodule_source(self._need_source(name), name))
         del src
+        if name in (*_TREE_METHODS, "train", "eval") and _plain_tree_method(mod, name):
+            return _ModuleMethodVariable(self, name)
         return super().getattr(tx, name)
 
     def _children(self, tx: Translator) -> list[VariableTracker]:
@@ -254,10 +256,136 @@ class NNModuleVariable(UserObjectVariable):
                 if name == "values":
                     return TupleVariable(values)
                 return TupleVariable([TupleVariable([k, v]) for k, v in zip(keys, values)])
+        if name in _TREE_METHODS and _plain_tree_method(mod, name):
+            return self._tree_method(tx, name, args, kwargs)
+        if name in ("train", "eval") and _plain_tree_method(mod, name):
+            return self._set_training(tx, name, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
+
+    def _tree_method(
+        self, tx: Translator, name: str, args: Args, kwargs: Kwargs
+    ) -> VariableTracker:
+        """`parameters()`, `named_modules()` and the like: the module tree is read while
+        tracing (as `for layer in self.layers` reads it), each item reached through its source."""
+        from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
+
+        if not all_constant(args, kwargs):
+            raise Unsupported("unsupported_call", f"Module.{name} with non-constant arguments")
+        src = self._need_source(name)
+        try:
+            found = list(
+                getattr(self.obj, name)(
+                    *[a.as_constant() for a in args],
+                    **{k: v.as_constant() for k, v in kwargs.items()},
+                )
+            )
+        except (TypeError, ValueError) as exc:
+            raise Unsupported("exception", f"Module.{name}(...)", str(exc)) from None
+        paths = _tree_paths(self.obj, src)
+        items: list[VariableTracker] = []
+        for item in found:
+            named = isinstance(item, tuple)
+            value = item[1] if named else item
+            source = paths.get(id(value))
+            if source is None:
+                raise Unsupported("unsupported_call", f"Module.{name}", "an item outside the tree")
+            vt = tx.wrap_source(source)
+            items.append(TupleVariable([ConstantVariable(item[0]), vt]) if named else vt)
+        return IteratorVariable(items)
+
+    def _set_training(
+        self, tx: Translator, name: str, args: Args, kwargs: Kwargs
+    ) -> VariableTracker:
+        """`model.train(mode)` / `model.eval()`: a write of `training` on every submodule."""
+        if not all_constant(args, kwargs) or (name == "eval" and (args or kwargs)):
+            raise Unsupported("unsupported_call", f"Module.{name} with these arguments")
+        mode = True
+        if name == "train":
+            values = [a.as_constant() for a in [*args, *kwargs.values()]]
+            if len(values) > 1 or set(kwargs) - {"mode"}:
+                raise Unsupported("exception", "Module.train(...)", "TypeError")
+            mode = values[0] if values else True
+            if not isinstance(mode, bool):
+                raise Unsupported("exception", "Module.train(...)", "ValueError")
+        else:
+            mode = False
+        src = self._need_source(name)
+        for module_source in _tree_paths(self.obj, src, modules_only=True).values():
+            module = tx.wrap_source(module_source)
+            if not isinstance(module, NNModuleVariable):
+                raise Unsupported("unsupported_call", f"Module.{name}", "a submodule not tracked")
+            module.setattr(tx, "training", ConstantVariable(mode))
+        return self
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         return tx.call_module(self, args, kwargs)
+
+
+class _ModuleMethodVariable(VariableTracker):
+    """`model.parameters` / `model.train` and the like, bound, before the call."""
+
+    def __init__(self, module: NNModuleVariable, name: str) -> None:
+        self.module = module
+        self.name = name
+        self.source = AttrSource(module.source, name) if module.source is not None else None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return self.module.call_method(tx, self.name, args, kwargs)
+
+
+# Methods of nn.Module that walk the tree of submodules, parameters and buffers.
+_TREE_METHODS = (
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "children",
+    "named_children",
+    "modules",
+    "named_modules",
+)
+
+
+def _plain_tree_method(mod: torch.nn.Module, name: str) -> bool:
+    """`name` is nn.Module's own method, on a tree whose classes do not override it."""
+    for module in mod.modules():
+        found = _class_attr(type(module), name)
+        if found is None or found[0] is not torch.nn.Module:
+            return False
+        if (
+            name in ("train", "eval")
+            and _class_attr(type(module), "train")[0] is not torch.nn.Module
+        ):
+            return False
+    return True
+
+
+def _tree_paths(mod: torch.nn.Module, src: Source, modules_only: bool = False) -> dict[int, Source]:
+    """id -> Source of every submodule (and parameter and buffer) under `mod`, first path wins."""
+    paths: dict[int, Source] = {}
+    stack = [(mod, src)]
+    while stack:
+        module, source = stack.pop(0)
+        if id(module) in paths:
+            continue
+        paths[id(module)] = source
+        if not modules_only:
+            for key, value in module._parameters.items():
+                if value is not None:
+                    paths.setdefault(id(value), param_source(source, key))
+            for key, value in module._buffers.items():
+                if value is not None:
+                    paths.setdefault(id(value), buffer_source(source, key))
+        for key, child in module._modules.items():
+            if child is not None:
+                stack.append((child, submodule_source(source, key)))
+    return paths
 
 
 class ClassVariable(VariableTracker):
