@@ -48,6 +48,7 @@ class OutputSpec:
     `index` means: for "graph"/"graph_view" a position in `GraphInfo.computed` (the values the
     traced graph returns; for "graph_view" the position of the base); for "input"/"input_view"
     a position in the captured graph's inputs; for "repeat" an earlier output's position.
+    `detached`: a view that does not require grad of a base that does (`loss.detach()`).
     """
 
     kind: OutputKind
@@ -56,6 +57,7 @@ class OutputSpec:
     stride: tuple[int, ...] = ()
     offset: int = 0
     value: Any = None
+    detached: bool = False
 
 
 @dataclasses.dataclass
@@ -246,7 +248,10 @@ def analyze(
                 info.fallback = (
                     f"output {position} is a view of input {base_input} as another dtype"
                 )
-            info.outputs.append(OutputSpec("input_view", base_input, *_layout(value)))
+            detached = fakes[base_input].requires_grad and not value.requires_grad
+            info.outputs.append(
+                OutputSpec("input_view", base_input, *_layout(value), detached=detached)
+            )
             continue
         base = value._base
         if base is not None and id(base) in recorder.producer and base.dtype == value.dtype:
@@ -258,7 +263,8 @@ def analyze(
     for position, value in pending_views:
         base = value._base
         index = compute(recorder.producer[id(base)], base)
-        info.outputs[position] = OutputSpec("graph_view", index, *_layout(value))
+        detached = base.requires_grad and not value.requires_grad
+        info.outputs[position] = OutputSpec("graph_view", index, *_layout(value), detached=detached)
     return info
 
 

@@ -34,10 +34,10 @@ def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[A
             out.append(computed[spec.index])
         elif kind == "input":
             out.append(args[spec.index])
-        elif kind == "input_view":
-            out.append(torch.as_strided(args[spec.index], spec.size, spec.stride, spec.offset))
-        elif kind == "graph_view":
-            out.append(torch.as_strided(computed[spec.index], spec.size, spec.stride, spec.offset))
+        elif kind in ("input_view", "graph_view"):
+            base = args[spec.index] if kind == "input_view" else computed[spec.index]
+            view = torch.as_strided(base, spec.size, spec.stride, spec.offset)
+            out.append(view.detach() if spec.detached else view)
         elif kind == "repeat":
             out.append(out[spec.index])
         else:
@@ -93,11 +93,21 @@ class TrainingRunner:
         self.non_differentiable = [
             i for i in range(num_forward_outputs) if i not in differentiable_set
         ]
+        self.detached_outputs = [
+            i
+            for i in self.non_differentiable
+            if i < len(info.computed) and isinstance(info.computed_values[i], torch.Tensor)
+        ]
 
     def __call__(self, *args: Any) -> tuple:
         info = self.info
         results = _CompiledFunction.apply(self, *[args[i] for i in info.unique])
-        computed = results[: len(info.computed)]
+        computed = list(results[: len(info.computed)])
+        for i in self.detached_outputs:
+            # A non-differentiable output the forward graph returns as the same tensor as a
+            # differentiable one (`loss.detach()` next to `loss`): autograd marks both.
+            if computed[i].requires_grad:
+                computed[i] = computed[i].detach()
         _epilogue(info.mutated, args, results[len(info.computed) :])
         return _assemble(info.outputs, args, computed)
 
