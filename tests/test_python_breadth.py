@@ -463,3 +463,69 @@ def test_a_break_inside_an_autocast_block_runs_the_frame_correctly(capsys) -> No
     for _ in range(2):
         same(jitted(x, w), breaks_inside_autocast(x, w))
         assert not torch.is_autocast_enabled("cpu")
+
+
+# --- module trees, training flags, config objects ------------------------------------------------
+
+
+class _Towers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+        self.b = nn.Linear(3, 3)
+        self.b_again = self.b  # one module under two names: listed once, as eager does
+        self.register_buffer("scale", torch.tensor(2.0))
+
+
+def test_module_tree_methods_are_read_while_tracing() -> None:
+    model = _Towers()
+
+    def fn(x):
+        total = sum(p.sum() for p in model.parameters())
+        names = [name for name, _ in model.named_parameters()]
+        shapes = {name: tuple(b.shape) for name, b in model.named_buffers()}
+        kinds = [type(m).__name__ for m in model.modules()]
+        children = [name for name, _ in model.named_children()]
+        return x * total, names, shapes, kinds, children, len(list(model.children()))
+
+    check(fn, torch.randn(3))
+
+
+def test_train_and_eval_are_captured_as_writes_of_training() -> None:
+    model = _Towers().train()
+
+    def fn(x):
+        model.eval()
+        y = model.a(x)  # Dropout reads the written flag: identity here
+        flags = [m.training for m in model.modules()]
+        model.train(True)
+        return y, flags, model.a[1].training
+
+    torch.manual_seed(0)
+    check(fn, torch.randn(4, 3))
+    assert all(m.training for m in model.modules())
+    model.train(False)
+
+    def bad(x):
+        return model.train("yes")  # eager raises ValueError: not captured, raised for real
+
+    with pytest.raises(ValueError):
+        framejit.jit(bad, backend="eager")(torch.randn(2))
+
+
+def test_hf_style_configs_and_output_tuples() -> None:
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(hidden=3, output_hidden_states=True)
+
+    def fn(x):
+        dtype = x.dtype
+        keep = getattr(config, "output_hidden_states", False)
+        missing = getattr(config, "use_cache", None)
+        hidden = () if keep else None
+        for _ in range(2):
+            x = x.masked_fill(x < 0, torch.finfo(dtype).min).clamp(min=-1.0)
+            hidden += (x,)
+        return x, hidden, missing, torch.iinfo(torch.int8).max
+
+    check(fn, torch.randn(2, config.hidden))
