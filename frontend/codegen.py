@@ -47,7 +47,11 @@ from framejit.frontend.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
 )
-from framejit.frontend.variables.objects import NewObjectVariable, NNModuleVariable
+from framejit.frontend.variables.objects import (
+    FreshModuleVariable,
+    NewObjectVariable,
+    NNModuleVariable,
+)
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GlobalState
@@ -62,6 +66,7 @@ _BUILT_ONCE = (
     DictVariable,
     DataclassVariable,
     NewObjectVariable,
+    FreshModuleVariable,
     IteratorVariable,
     NestedFunctionVariable,
 )

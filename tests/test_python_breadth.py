@@ -529,3 +529,23 @@ def test_hf_style_configs_and_output_tuples() -> None:
         return x, hidden, missing, torch.iinfo(torch.int8).max
 
     check(fn, torch.randn(2, config.hidden))
+
+
+def test_a_stateless_torch_module_built_in_the_frame_is_captured() -> None:
+    def fn(logits, labels):
+        loss_fct = nn.CrossEntropyLoss(ignore_index=-1, label_smoothing=0.1)
+        loss = loss_fct(logits, labels)
+        scaled = nn.MSELoss(reduction="sum")(logits, logits * 2)
+        return loss, scaled, loss_fct  # escapes: rebuilt with the same settings
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter, fullgraph=True)
+    x, y = torch.randn(4, 5), torch.tensor([1, -1, 4, 0])
+    for _ in range(2):
+        got, expected = jitted(x, y), fn(x, y)
+        same(got[:2], expected[:2])
+        assert type(got[2]) is nn.CrossEntropyLoss and got[2].label_smoothing == 0.1
+    assert counter.frame_count == 1  # no guard on a new module's identity: no recompiles
+    # a module holding a tensor (a class weight) is not rebuilt: still correct, at a break
+    weighted = lambda x, y: nn.CrossEntropyLoss(weight=torch.ones(5))(x, y.clamp(min=0))  # noqa: E731
+    check(weighted, x, y, graphs=None)

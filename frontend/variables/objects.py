@@ -321,6 +321,60 @@ class NNModuleVariable(UserObjectVariable):
         return tx.call_module(self, args, kwargs)
 
 
+class FreshModuleVariable(NNModuleVariable):
+    """A stateless torch.nn module built in the frame with constant arguments
+    (`loss_fct = nn.CrossEntropyLoss(ignore_index=-100)`): made for real while tracing, its
+    settings are constants of the trace; rebuilt by calling the class again when it escapes."""
+
+    def __init__(self, obj: torch.nn.Module, build: functools.partial) -> None:
+        super().__init__(obj, None)
+        self.build = build
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        d = self.obj.__dict__
+        if name in d and not name.startswith("_"):
+            if not _plain_constant(d[name]):
+                raise Unsupported("unsupported_attr", f"{type(self.obj).__name__}.{name}")
+            return ConstantVariable(d[name])
+        return super().getattr(tx, name)
+
+    def reconstruct(self, cg: Any) -> None:
+        cg.call_const(self.build, lambda: None, 0)
+
+
+def _plain_constant(value: Any) -> bool:
+    if type(value) in (tuple, list):
+        return all(_plain_constant(v) for v in value)
+    return type(value) in (bool, int, float, str, type(None))
+
+
+def fresh_torch_module(cls: type, args: Args, kwargs: Kwargs) -> FreshModuleVariable | None:
+    """`cls(*args)` for a torch.nn module class whose instance holds no tensors and no
+    submodules (losses, activations, pooling): None where that does not hold."""
+    if not (
+        issubclass(cls, torch.nn.Module)
+        and cls.__module__.startswith("torch.nn.modules.")
+        and all_constant(args, kwargs)
+    ):
+        return None
+    build = functools.partial(
+        cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
+    )
+    try:
+        module = build()
+    except Exception as exc:  # eager raises the same: at the break, for real
+        raise Unsupported("exception", f"creating a {cls.__qualname__}", repr(exc)) from None
+    settings = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
+    if (
+        any(p is not None for p in module._parameters.values())
+        or any(b is not None for b in module._buffers.values())
+        or module._modules
+        or not all(_plain_constant(v) for v in settings.values())
+    ):
+        return None
+    return FreshModuleVariable(module, build)
+
+
 class _ModuleMethodVariable(VariableTracker):
     """`model.parameters` / `model.train` and the like, bound, before the call."""
 
@@ -495,6 +549,9 @@ class ClassVariable(VariableTracker):
             elif args or kwargs:
                 raise Unsupported("exception", f"{cls.__qualname__}() takes no arguments")
             return obj
+        fresh = fresh_torch_module(cls, args, kwargs)
+        if fresh is not None:
+            return fresh
         raise Unsupported("unsupported_call", f"creating a {cls.__qualname__} object")
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import Corpus, call, ints, rand
+from harness import Corpus, bools, call, ints, rand
 from torch import nn
 
 corpus = Corpus()
@@ -1121,6 +1121,53 @@ def autocast_bf16_block_inference():
         return logits.float(), h.dtype
 
     return forward
+
+
+class BertStyleClassifier(nn.Module):
+    """The HF head: a loss module built in forward, picked by the problem type."""
+
+    def __init__(self, num_labels=3):
+        super().__init__()
+        self.num_labels = num_labels
+        self.problem_type = None
+        self.dropout = nn.Dropout(0.1)
+        self.classifier = nn.Linear(16, num_labels)
+
+    def forward(self, pooled_output, labels=None, return_dict=True):
+        logits = self.classifier(self.dropout(pooled_output))
+        loss = None
+        if labels is not None:
+            problem_type = self.problem_type
+            if problem_type is None:
+                if self.num_labels == 1:
+                    problem_type = "regression"
+                elif labels.dtype == torch.long or labels.dtype == torch.int:
+                    problem_type = "single_label_classification"
+                else:
+                    problem_type = "multi_label_classification"
+            if problem_type == "regression":
+                loss_fct = nn.MSELoss()
+                loss = loss_fct(logits.squeeze(), labels.squeeze())
+            elif problem_type == "single_label_classification":
+                loss_fct = nn.CrossEntropyLoss()
+                loss = loss_fct(logits.view(-1, self.num_labels), labels.view(-1))
+            else:
+                loss_fct = nn.BCEWithLogitsLoss()
+                loss = loss_fct(logits, labels)
+        if not return_dict:
+            output = (logits,)
+            return ((loss,) + output) if loss is not None else output
+        return {"loss": loss, "logits": logits}
+
+
+@corpus.builder(lambda: call(rand(4, 16), labels=ints(3, 4)), grad_modes=True)
+def hf_head_loss_module_built_in_forward():
+    return BertStyleClassifier().eval()
+
+
+@corpus.builder(lambda: call(rand(4, 16), labels=bools(4, 3).float(), return_dict=False))
+def hf_head_multi_label_bce():
+    return BertStyleClassifier().eval()
 
 
 @pytest.mark.parametrize("case", corpus.params())
