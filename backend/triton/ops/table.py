@@ -73,6 +73,8 @@ EXTERN_OPS = frozenset(
         "rand",
         "randn",
         "bernoulli",
+        "median",  # a selection (sort-like), not a loop over the output
+        "erfinv",  # no core Triton math for it (libdevice does not run in the interpreter)
     ]
 )
 
