@@ -684,3 +684,21 @@ def test_a_break_just_before_an_extended_jump_back(capsys) -> None:
     assert "EXTENDED_ARG" in names
     xs = [torch.randn(3) for _ in range(3)]
     run_both(long_loop_with_a_print_at_the_end, xs, capsys=capsys)
+
+
+def append_items(xs, history):
+    for x in xs:
+        loss = (x * 2).sum()
+        history.append(loss.item())  # `history.append` is on the stack at the break
+    return torch.tensor(history).mean()
+
+
+def test_a_list_method_on_the_stack_at_a_break_stays_captured() -> None:
+    xs = [torch.randn(3) for _ in range(2)]
+    for _ in range(2):
+        eager_history, history = [], []
+        expected = append_items(xs, eager_history)
+        same(framejit.jit(append_items, backend="eager")(xs, history), expected)
+        assert history == eager_history
+    reasons = breaks_of(append_items, xs, [])
+    assert reasons and all("item()" in reason for reason in reasons), reasons

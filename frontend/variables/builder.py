@@ -214,6 +214,12 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if _replayed(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return ReplayedCallVariable(value, source)
+    if t is types.BuiltinMethodType and type(getattr(value, "__self__", None)) in (list, dict):
+        # `losses.append` loaded before a break (`losses.append(loss.item())`) and handed to
+        # the resume function: the method of the tracked container
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, AttrSource(source, "__name__"), GuardKind.CONSTANT_MATCH, value.__name__)
+        return wrap_source(tx, AttrSource(source, "__self__")).getattr(tx, value.__name__)
     if is_torch_callable(value) or is_builtin(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)
