@@ -305,9 +305,9 @@ def llama_attention_decode_step_kv_cat():
     return LlamaAttention(small_config(), layer_idx=0).eval()
 
 
-@corpus.builder(
-    lambda: call(rand(2, 6, 32), attention_mask=rand(2, 1, 5, 6)), graphs=(1, 2), fullgraph=False
-)
+# capture gap: building the ValueError is a break (the `raise` then runs as Python); the check
+# before it could stay in the graph
+@corpus.builder(lambda: call(rand(2, 6, 32), attention_mask=rand(2, 1, 5, 6)), fullgraph=False)
 def llama_attention_bad_mask_raises_like_eager():
     model = LlamaAttention(small_config()).eval()
 
@@ -847,7 +847,7 @@ class TopKRouterMoE(nn.Module):
 
 # capture gap: torch.where(mask) has a data-dependent size, so each expert breaks; a compiler
 # with unbacked sizes would keep the loop in one graph
-@corpus.builder(lambda: (rand(2, 5, 16),), graphs=(5, 6, 9, 10), fullgraph=False)
+@corpus.builder(lambda: (rand(2, 5, 16),), graphs=5, fullgraph=False)
 def moe_mixtral_sparse_block():
     return TopKRouterMoE().eval()
 
