@@ -32,7 +32,7 @@ def small_config(**overrides):
         rms_norm_eps=1e-6,
         rope_theta=10000.0,
         attention_dropout=0.0,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         hidden_act="silu",
     )
     for key, value in overrides.items():
@@ -61,7 +61,7 @@ class LlamaRMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
 
 
-@corpus.builder(lambda: (rand(2, 5, 32),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 5, 32),))
 def rmsnorm_llama():
     return LlamaRMSNorm(32)
 
@@ -84,7 +84,7 @@ class LayerNormNoBias(nn.Module):
         return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
-@corpus.builder(lambda: (rand(3, 16),), grad_modes=True)
+@corpus.builder(lambda: (rand(3, 16),))
 def layernorm_optional_bias():
     return nn.Sequential(LayerNormNoBias(16, bias=False), LayerNormNoBias(16, bias=True))
 
@@ -106,7 +106,7 @@ class LlamaMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-@corpus.builder(lambda: (rand(2, 4, 32),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 4, 32),))
 def swiglu_mlp():
     return LlamaMLP(small_config())
 
@@ -121,7 +121,7 @@ class GEGLU(nn.Module):
         return hidden_states * F.gelu(gate, approximate="tanh")
 
 
-@corpus.builder(lambda: (rand(2, 6, 16),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 6, 16),))
 def geglu_feedforward():
     return nn.Sequential(GEGLU(16, 32), nn.Dropout(0.0), nn.Linear(32, 16))
 
@@ -279,7 +279,7 @@ def _causal_mask(bsz, q_len, kv_len, dtype, past=0):
     return mask[None, None, :, :].expand(bsz, 1, q_len, kv_len)
 
 
-@corpus.builder(lambda: (rand(2, 6, 32),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 6, 32),))
 def llama_attention_plain():
     return LlamaAttention(small_config(), layer_idx=0).eval()
 
@@ -288,7 +288,6 @@ def llama_attention_plain():
     lambda: call(
         rand(2, 6, 32), attention_mask=_causal_mask(2, 6, 6, torch.float32), output_attentions=True
     ),
-    grad_modes=True,
 )
 def llama_attention_mask_and_weights():
     return LlamaAttention(small_config(), layer_idx=0).eval()
@@ -425,7 +424,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size=50, block_size=16, n_layer=2, n_embd=32):
+    def __init__(self, vocab_size=50, block_size=16, n_layer=1, n_embd=32):
         super().__init__()
         self.block_size = block_size
         self.transformer = nn.ModuleDict(
@@ -471,12 +470,12 @@ class GPT(nn.Module):
         return logits, loss
 
 
-@corpus.builder(lambda: (ints(50, 2, 8),), grad_modes=True)
+@corpus.builder(lambda: (ints(50, 2, 8),))
 def nanogpt_inference_last_token():
     return GPT().eval()
 
 
-@corpus.builder(lambda: (ints(50, 2, 8), ints(50, 2, 8)), grad_modes=True)
+@corpus.builder(lambda: (ints(50, 2, 8), ints(50, 2, 8)))
 def nanogpt_with_targets():
     return GPT().eval()
 
@@ -655,7 +654,7 @@ class LlamaModel(nn.Module):
         )
 
 
-@corpus.builder(lambda: call(ints(50, 2, 6)), grad_modes=True)
+@corpus.builder(lambda: call(ints(50, 2, 6)))
 def llama_model_dataclass_output():
     return LlamaModel(small_config()).eval()
 
@@ -704,7 +703,6 @@ class ClassificationHead(nn.Module):
         labels=torch.tensor([1, 0]),
         output_hidden_states=False,
     ),
-    grad_modes=True,
 )
 def sequence_classification_kwargs_passthrough():
     return ClassificationHead(small_config(num_labels=2)).eval()
@@ -776,7 +774,7 @@ class ViTEmbeddings(nn.Module):
         return embeddings
 
 
-@corpus.builder(lambda: (rand(2, 3, 16, 16),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 3, 16, 16),))
 def vit_patch_embeddings():
     return ViTEmbeddings()
 
@@ -883,7 +881,7 @@ class DenseMoE(nn.Module):
         return (out * gates.unsqueeze(-1)).sum(dim=2), aux_loss
 
 
-@corpus.builder(lambda: (rand(2, 3, 16),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 3, 16),))
 def moe_dense_scatter_gates():
     return DenseMoE()
 
@@ -958,7 +956,7 @@ class UNet(nn.Module):
         return self.out(x)
 
 
-@corpus.builder(lambda: (rand(2, 1, 16, 16),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 1, 16, 16),))
 def unet_skip_list():
     return UNet()
 
@@ -977,7 +975,7 @@ class TaskRouter(nn.Module):
         return self.heads[task](torch.relu(self.backbone(x)))
 
 
-@corpus.builder(lambda: call(rand(3, 8), task="topic"), grad_modes=True)
+@corpus.builder(lambda: call(rand(3, 8), task="topic"))
 def moduledict_routing_by_string_key():
     return TaskRouter()
 
@@ -998,7 +996,7 @@ class FeatureStats(nn.Module):
         return h / scale, self._stats(h)
 
 
-@corpus.builder(lambda: (rand(4, 8),), grad_modes=True)
+@corpus.builder(lambda: (rand(4, 8),))
 def no_grad_block_and_decorated_helper():
     return FeatureStats()
 
@@ -1019,7 +1017,7 @@ class ConvSeparable(nn.Module):
         return x.transpose(1, 2)
 
 
-@corpus.builder(lambda: (rand(2, 10, 8),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 10, 8),))
 def causal_depthwise_conv1d():
     return ConvSeparable()
 
@@ -1069,7 +1067,7 @@ class GRUEncoder(nn.Module):
         return self.head(out[:, -1]), h
 
 
-@corpus.builder(lambda: (rand(3, 5, 6),), grad_modes=True)
+@corpus.builder(lambda: (rand(3, 5, 6),))
 def gru_encoder_last_step():
     return GRUEncoder().eval()
 
@@ -1118,7 +1116,7 @@ def shape_checks_fstrings_and_logging(x):
     return y, f"{b}x{t}x{c}"
 
 
-@corpus.builder(lambda: (rand(2, 8, 32),), grad_modes=True)
+@corpus.builder(lambda: (rand(2, 8, 32),))
 def autocast_bf16_block_inference():
     block = Block().eval()
 

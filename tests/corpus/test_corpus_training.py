@@ -29,7 +29,7 @@ def classifier(din=8, dh=16, classes=4, dropout=0.0):
     return nn.Sequential(nn.Linear(din, dh), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dh, classes))
 
 
-def batches(n=3, bs=4, din=8, classes=4):
+def batches(n=2, bs=4, din=8, classes=4):
     return [(rand(bs, din), ints(classes, bs)) for _ in range(n)]
 
 
@@ -58,13 +58,15 @@ class Trainer(nn.Module):
 
 
 # capture gap: loss.backward() and optimizer.step() are breaks (autograd and the optimizer run as
-# Python); forward+loss of each step is one graph
-@corpus.builder(lambda: (batches(),), graphs=5, fullgraph=False)
+# Python); forward+loss of each step is one graph. The value `loss.item()` reads is a guarded
+# constant of the code after it, so that (tensor-free) resume function recompiles for each new
+# loss until config.recompile_limit: treating such a float as an unguarded input would avoid it
+@corpus.builder(lambda: (batches(),), graphs=3, fullgraph=False)
 def sgd_steps_in_forward():
     return Trainer(classifier(), "sgd", lr=0.1, momentum=0.9)
 
 
-@corpus.builder(lambda: (batches(),), graphs=5, fullgraph=False)
+@corpus.builder(lambda: (batches(),), graphs=3, fullgraph=False)
 def adamw_steps_in_forward():
     return Trainer(classifier(), "adamw", lr=1e-2, weight_decay=0.01)
 
