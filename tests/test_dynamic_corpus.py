@@ -5,7 +5,6 @@ counts are not checked (an op without symbolic-size support is a graph break her
 
 from __future__ import annotations
 
-import importlib
 import pathlib
 import sys
 from typing import Any
@@ -14,23 +13,16 @@ import pytest
 import torch
 
 CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
-FILES = sorted(p.stem for p in CORPUS.glob("test_corpus_*.py"))
 
 
-def _cases() -> list[Any]:
-    sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
-    params = []
-    for name in FILES:
-        module = importlib.import_module(name)
-        for param in module.corpus.params():
-            params.append(pytest.param(*param.values, id=f"{name[12:]}-{param.id}"))
-    return params
+sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
+import harness  # noqa: E402
+
+CASES = harness.all_cases()
 
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", CASES)
 def test_corpus_with_symbolic_sizes(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness
-
     monkeypatch.setattr(harness, "DYNAMIC", True)
     torch.manual_seed(0)
     case.run()

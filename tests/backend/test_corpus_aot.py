@@ -9,7 +9,6 @@ op set (`backend/aot/core_ops.py`).
 
 from __future__ import annotations
 
-import importlib
 import pathlib
 import sys
 from typing import Any
@@ -22,7 +21,6 @@ from framejit.backend.aot.core_ops import outside_core
 import framejit.testing
 
 CORPUS = pathlib.Path(__file__).resolve().parent.parent / "corpus"
-FILES = sorted(p.stem for p in CORPUS.glob("test_corpus_*.py"))
 
 
 def core_checked_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
@@ -39,29 +37,23 @@ class AotCounter(framejit.testing.CompileCounter):
         return aot_compile(gm, example_inputs, core_checked_eager)
 
 
-def _cases() -> list[Any]:
-    sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
-    params = []
-    for name in FILES:
-        module = importlib.import_module(name)
-        for param in module.corpus.params():
-            params.append(pytest.param(*param.values, id=f"{name[12:]}-{param.id}"))
-    return params
+sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
+import harness  # noqa: E402
+
+CASES = harness.all_cases()
 
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", CASES)
 def test_corpus_through_aot(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(framejit.testing, "CompileCounter", AotCounter)
     torch.manual_seed(0)
     case.run()
 
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", CASES)
 def test_corpus_through_aot_with_symbolic_sizes(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same with `dynamic=True`: the AOT stage traces symbolic graphs (results must equal
     eager's; graph counts are not checked, see tests/test_dynamic_corpus.py)."""
-    import harness
-
     monkeypatch.setattr(harness, "DYNAMIC", True)
     monkeypatch.setattr(framejit.testing, "CompileCounter", AotCounter)
     torch.manual_seed(0)

@@ -451,3 +451,18 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.cases)
+
+
+def all_cases() -> list[Any]:
+    """Every program of the corpus as pytest params (ids `<file>-<case>`), for the modules that
+    run the whole corpus another way (through aot_eager, through Triton, with symbolic sizes).
+    The corpus folder must be on sys.path: its files import this module as `harness`."""
+    import importlib
+    import pathlib
+
+    params = []
+    for path in sorted(pathlib.Path(__file__).resolve().parent.glob("test_corpus_*.py")):
+        module = importlib.import_module(path.stem)
+        for param in module.corpus.params():
+            params.append(pytest.param(*param.values, id=f"{path.stem[12:]}-{param.id}"))
+    return params

@@ -6,7 +6,6 @@ not plan for."""
 
 from __future__ import annotations
 
-import importlib
 import pathlib
 import sys
 from typing import Any
@@ -19,7 +18,6 @@ from framejit.backend.triton import compile_graph
 import framejit.testing
 
 CORPUS = pathlib.Path(__file__).resolve().parent.parent.parent / "corpus"
-FILES = sorted(p.stem for p in CORPUS.glob("test_corpus_*.py"))
 
 
 class TritonCounter(framejit.testing.CompileCounter):
@@ -30,17 +28,13 @@ class TritonCounter(framejit.testing.CompileCounter):
         return aot_compile(gm, example_inputs, compile_graph)
 
 
-def _cases() -> list[Any]:
-    sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
-    params = []
-    for name in FILES:
-        module = importlib.import_module(name)
-        for param in module.corpus.params():
-            params.append(pytest.param(*param.values, id=f"{name[12:]}-{param.id}"))
-    return params
+sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
+import harness  # noqa: E402
+
+CASES = harness.all_cases()
 
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", CASES)
 def test_corpus_through_triton(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(framejit.testing, "CompileCounter", TritonCounter)
     monkeypatch.setattr(framejit.config, "raise_internal_errors", True)
