@@ -9,7 +9,7 @@ For each: the median time per call of eager, framejit (`backend="auto"`, `mode="
 and torch.compile(mode="reduce-overhead"), the ratios eager/framejit and torch.compile/framejit;
 framejit's replay overhead per call (a call of the jitted function minus a bare
 `CUDAGraph.replay()` of the same work, in microseconds); and peak memory during the timed calls,
-as a ratio to eager. Targets (issue 7): >= 3x eager on mlp_infer, within 10% of torch.compile
+as a ratio to eager. Targets: >= 3x eager on mlp_infer, within 10% of torch.compile
 or ahead, peak memory <= torch.compile's.
 
     python tools/bench/cudagraphs.py [--repeats N] [--json results.json]

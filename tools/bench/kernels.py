@@ -15,7 +15,7 @@ Cases (float32 unless named; large enough to be memory-bound):
 For each case: the bytes a perfect kernel must move (every input read once, every output written
 once) divided by the median time of a call through `framejit.jit(fn, backend="triton")`, as a
 fraction of the copy bandwidth (`dst.copy_(src)` on a 1 GiB tensor, read + write). Eager's
-fraction is printed beside it. Targets (issue 6): pointwise >= 0.85, softmax/layer_norm >= 0.75
+fraction is printed beside it. Targets: pointwise >= 0.85, softmax/layer_norm >= 0.75
 (the same 0.75 for the other reductions, 0.85 for cat).
 
     python tools/bench/kernels.py [--repeats N] [--json results.json]

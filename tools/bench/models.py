@@ -11,7 +11,7 @@ Models (random weights, eval mode, `torch.no_grad()`):
 Each model is timed in one process: the median of `--repeats` calls (CUDA events, after
 warm-up, compile excluded) for eager, framejit and torch.compile, and the outputs of both
 compilers are checked against eager. Printed: medians and the ratios eager/framejit
-(speed-up, > 1 is faster than eager) and framejit/torch.compile (<= 1.10 meets issue 6's target
+(speed-up, > 1 is faster than eager) and framejit/torch.compile (<= 1.10 meets the target
 "within 10% of torch.compile or ahead").
 
     python tools/bench/models.py [--models gpt2,resnet] [--dtype bfloat16] [--repeats 20]
