@@ -72,6 +72,8 @@ class ShapeHistory:
     dynamic: dict[Source, frozenset[int]] = field(default_factory=dict)
     ints: dict[Source, int] = field(default_factory=dict)  # int arguments seen
     dynamic_ints: set[Source] = field(default_factory=set)
+    floats: dict[Source, float] = field(default_factory=dict)  # float arguments seen
+    lazy_floats: set[Source] = field(default_factory=set)
 
 
 def history_of(cache: Any) -> ShapeHistory:
@@ -184,6 +186,19 @@ class DynamicInputs:
             if source not in self.history.dynamic_ints:
                 return False
         return shape_env is not None and value >= 2
+
+    def float_is_lazy(self, source: Source, value: float) -> bool:
+        """Whether float argument `value` is guarded only where the trace uses its value (a
+        `LazyNumberVariable`), not on entry: under automatic dynamic once a recompile sees it
+        change (`loss.item()` handed to a resume function, a running total). A float the code
+        only passes through (returns, stores, prints) then costs no recompile per value."""
+        if self.dynamic is not None or not isinstance(source, LocalSource):
+            return False
+        previous = self.history.floats.get(source)
+        self.history.floats[source] = value
+        if previous is not None and previous != value and previous == previous:
+            self.history.lazy_floats.add(source)
+        return source in self.history.lazy_floats
 
     def make_size(self, shape_env: Any, source: Source, dim: int | None, size: int) -> Any:
         from torch.fx.experimental.symbolic_shapes import DimDynamic

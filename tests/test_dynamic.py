@@ -7,6 +7,7 @@ on symbolic graphs (inference and training)."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import pytest
@@ -437,3 +438,45 @@ def test_int_argument_through_the_aot_stage(training: bool) -> None:
             ):
                 close(a, b)
     assert len(jitted.cache.entries) == 1
+
+
+# --- float arguments ------------------------------------------------------------------------------
+
+
+def test_a_float_passed_through_stops_recompiling() -> None:
+    """`return loss.item()` after a break hands the float to a resume function: once its value
+    has changed, only its type is guarded while the code merely passes it on."""
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    twin = torch.nn.Linear(4, 1)
+    twin.load_state_dict(model.state_dict())
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+
+    def step(m: torch.nn.Module, o: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor):
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        return loss.item()
+
+    jitted = framejit.jit(step, backend="eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(12):
+            x, y = torch.randn(8, 4), torch.randn(8, 1)
+            assert jitted(model, opt, x, y) == step(twin, twin_opt, x, y)
+    assert not [w for w in caught if "recompile_limit" in str(w.message)]
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_a_float_the_graph_uses_is_still_guarded_by_value() -> None:
+    def fn(x: torch.Tensor, scale: float, total: float) -> tuple[torch.Tensor, float]:
+        return x * scale, total + 1.0
+
+    jitted = framejit.jit(fn, backend="eager")
+    x = torch.randn(3)
+    for scale, total in [(2.0, 0.0), (3.0, 1.0), (3.0, 2.0), (0.5, 7.0), (2.0, 8.0)]:
+        got, want = jitted(x, scale, total), fn(x, scale, total)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]

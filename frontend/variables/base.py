@@ -172,6 +172,50 @@ class ConstantVariable(VariableTracker):
 _SYM_OR_SIZE = (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size, tuple)
 
 
+class LazyNumberVariable(VariableTracker):
+    """A float argument guarded only where the trace relies on its value (automatic dynamic,
+    frontend/dynamic.py). Every use goes through `as_constant()`, which installs the value guard
+    (again each time: a graph break's rollback may drop an earlier one; duplicates are merged);
+    passing it through (returning it, storing it) reloads it from its Source, which is right
+    for any value, so that needs no guard."""
+
+    def __init__(self, value: Any, source: Source, guard: Any) -> None:
+        self.value_unguarded = value
+        self.source = source
+        self._guard = guard
+
+    def __repr__(self) -> str:
+        return f"LazyNumber({self.source})"
+
+    def python_type(self) -> type:
+        return type(self.value_unguarded)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        self._guard()
+        return self.value_unguarded
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.as_constant())
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return ConstantVariable(self.as_constant()).getattr(tx, name)
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        return ConstantVariable(self.as_constant()).call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        self.source.emit_load(cg)
+
+
 class ExternalCallableVariable(VariableTracker):
     """A callable that exists outside the frame and never changes (a torch function, a builtin,
     a C function, a logging function): subclasses say what calling it means; it is rebuilt from

@@ -23,6 +23,7 @@ from framejit.frontend.sources import AttrSource, ItemSource, Source
 from framejit.frontend.variables.base import (
     ConstantVariable,
     ExternalCallableVariable,
+    LazyNumberVariable,
     VariableTracker,
 )
 from framejit.frontend.variables.builtins import is_builtin
@@ -123,6 +124,10 @@ def _is_mutable_object(value: Any) -> bool:
     )
 
 
+def _value_guard(value: Any) -> tuple[GuardKind, Any]:
+    return GuardKind.CONSTANT_MATCH, value
+
+
 def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> None:
     tx.output.add_guard(source, kind, expected, tx.location_text())
 
@@ -135,6 +140,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         return tx.output.add_input(source, value, dims)
     if isinstance(value, torch.Tensor):
         raise Unsupported("unsupported_object", f"tensor subclass {t.__qualname__}")
+    if t is float and tx.output.dynamic.float_is_lazy(source, value):
+        _guard(tx, source, GuardKind.TYPE_MATCH, float)
+        return LazyNumberVariable(value, source, lambda: _guard(tx, source, *_value_guard(value)))
     if t is int and tx.output.int_is_dynamic(source, value):  # dynamic shapes: a graph input
         _guard(tx, source, GuardKind.TYPE_MATCH, int)
         return tx.output.add_sym_input(source, value)
