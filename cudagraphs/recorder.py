@@ -73,7 +73,7 @@ class StandInRecorder:
                     static.copy_(value)  # the recorded memory is overwritten in place
 
     def close(self) -> None:
-        pass
+        """Nothing to free: the stand-in holds no pool (its buffers go with their nodes)."""
 
 
 class _RefuseSyncingOps(TorchDispatchMode):

@@ -24,7 +24,9 @@ import torch
 from framejit.backend.triton import autotune
 from framejit.backend.triton.ir import BoundsCheck, Extern, ExternArg, InputBuffer, size_text
 from framejit.backend.triton.kernels import HELPERS, KernelCode, Writer, _numel, is_static
+from framejit.backend.triton.lower import NotLowered
 from framejit.backend.triton.schedule import Kernel, Schedule, extern_buffers
+from framejit.backend.triton.sizes import SymbolicUnsupported
 
 # ---------------------------------------------------------------------------------------------
 # The module
@@ -146,7 +148,7 @@ def _wrapper(
                 text = f"{_op_text(op)}({', '.join([text, *map(py, args)])})"
             return text
         if isinstance(value, torch.fx.Node):
-            raise NotImplementedError(f"an fx node {value} in an extern's arguments")
+            raise NotLowered(f"an fx node {value} in an extern's arguments")
         if _is_size_expr(value):
             return size_text(value)
         if isinstance(value, (list, tuple)):
@@ -277,7 +279,7 @@ def _bind_symbols(w: Writer, graph: Any, inputs: list[InputBuffer], symbols: set
                     bound.add(n.name)
     missing = sorted(symbols - bound)
     if missing:
-        raise NotImplementedError(f"sizes {missing} cannot be read from the inputs")
+        raise SymbolicUnsupported(f"sizes {missing} cannot be read from the inputs")
 
 
 def _pointer(name: str, layouts: dict[str, Any]) -> str:

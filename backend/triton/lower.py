@@ -46,6 +46,7 @@ from framejit.backend.triton.ir import (
     loop_vars,
     size_value,
 )
+from framejit.backend.triton.sizes import SymbolicUnsupported
 
 SUPPORTED_DTYPES = frozenset(
     {
@@ -65,11 +66,6 @@ SUPPORTED_DTYPES = frozenset(
 
 class NotLowered(Exception):
     """Raised by a lowering that does not handle this particular call; the op runs as extern."""
-
-
-class SymbolicUnsupported(Exception):
-    """A graph with symbolic sizes uses something the symbolic path does not handle; the
-    graph is then compiled per distinct size instead (symbolic.py)."""
 
 
 @dataclass(frozen=True)

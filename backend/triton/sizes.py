@@ -17,6 +17,11 @@ import torch
 Size = Any  # int | sympy.Expr
 
 
+class SymbolicUnsupported(Exception):
+    """A graph with symbolic sizes uses something the symbolic path does not handle; the
+    graph is then compiled per distinct size instead (symbolic.py)."""
+
+
 class Unknown(Exception):
     """A comparison of symbolic sizes that sympy cannot decide."""
 
@@ -148,7 +153,7 @@ def size_text(value: Size) -> str:
     if value.is_Pow and value.exp.is_Integer and int(value.exp) > 0:
         base = size_text(value.base)
         return "*".join([f"({base})" if value.base.is_Add else base] * int(value.exp))
-    raise NotImplementedError(f"size expression {value} ({sympy.srepr(value)[:60]})")
+    raise SymbolicUnsupported(f"size expression {value} ({sympy.srepr(value)[:60]})")
 
 
 def factor_text(c: Size) -> str:

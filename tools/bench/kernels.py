@@ -52,7 +52,8 @@ class Result:
         return self.framejit_fraction >= self.target
 
 
-def _time_ms(fn: Callable[[], Any], repeats: int) -> float:
+def cuda_time_ms(fn: Callable[[], Any], repeats: int) -> float:
+    """Median milliseconds of `fn` on the GPU (CUDA events), after three warm-up calls."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -71,7 +72,7 @@ def copy_bandwidth(repeats: int) -> float:
     """Bytes per millisecond of a device-to-device copy (read + write)."""
     src = torch.empty(256 * 1024 * 1024, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    ms = _time_ms(lambda: dst.copy_(src), repeats)
+    ms = cuda_time_ms(lambda: dst.copy_(src), repeats)
     return 2 * src.numel() * src.element_size() / ms
 
 
@@ -121,8 +122,8 @@ def run(repeats: int) -> list[Result]:
             moved += out.numel() * out.element_size()
             compiled = framejit.jit(fn, backend="triton")
             torch.testing.assert_close(compiled(*inputs), out, atol=2e-2, rtol=2e-2)
-            fj = _time_ms(lambda c=compiled, i=inputs: c(*i), repeats)
-            eager = _time_ms(lambda f=fn, i=inputs: f(*i), repeats)
+            fj = cuda_time_ms(lambda c=compiled, i=inputs: c(*i), repeats)
+            eager = cuda_time_ms(lambda f=fn, i=inputs: f(*i), repeats)
         results.append(
             Result(name, moved, fj, eager, moved / fj / copy, moved / eager / copy, target)
         )

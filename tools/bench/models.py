@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -36,6 +37,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import cuda_time_ms  # noqa: E402 - the same CUDA-event timing
 
 # ---------------------------------------------------------------------------------------------
 # Models
@@ -169,24 +173,15 @@ class Result:
 
 
 def _time_ms(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    if device.type == "cuda":
+        return cuda_time_ms(fn, repeats)
     for _ in range(3):
         fn()
-    if device.type != "cuda":
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(times)
-    torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start = time.perf_counter()
         fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
 
