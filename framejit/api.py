@@ -386,7 +386,7 @@ def reset() -> None:
         cache.eager = False
         cache.eager_reason = ""
         cache.recompile_reasons.clear()
-        cache.shape_history.clear()
+        cache.shape_history = None
     clear_caches()
     forget_skip_marks()  # code the frame hook marked skip is looked at again
     if "framejit.cudagraphs" in sys.modules:  # free every CUDA graph pool

@@ -77,12 +77,12 @@ class ShapeHistory:
 
 
 def history_of(cache: Any) -> ShapeHistory:
-    history = cache.shape_history.get("history") if cache is not None else None
-    if history is None:
-        history = ShapeHistory()
-        if cache is not None:
-            cache.shape_history["history"] = history
-    return history
+    """The ShapeHistory kept in a CodeCache (made on first use); a fresh one without a cache."""
+    if cache is None:
+        return ShapeHistory()
+    if cache.shape_history is None:
+        cache.shape_history = ShapeHistory()
+    return cache.shape_history
 
 
 class _Name(str):
@@ -264,19 +264,14 @@ class ShapeCheck:
 def _implied_by_ranges(expr: Any, ranges: dict[Any, Any]) -> bool:
     """True when `expr` holds for every size within the symbols' ranges (which the range
     guards check), so it needs no check of its own."""
+    import sympy
     from torch.utils._sympy.value_ranges import bound_sympy
 
     try:
         bound = bound_sympy(expr, ranges)
     except Exception:  # noqa: BLE001 - an expression the analysis does not handle: keep it
         return False
-    return bool(bound.is_singleton() and bound.lower is sympy_true())
-
-
-def sympy_true() -> Any:
-    import sympy
-
-    return sympy.true
+    return bool(bound.is_singleton() and bound.lower is sympy.true)
 
 
 def shape_guard_checks(

@@ -44,10 +44,11 @@ from framejit.guards import GuardKind
 
 from framejit.config import config
 
-# torch code that runs as Python at a break: neither inlined nor compiled on its own. Optimizer
-# and scheduler steps and autograd's entry points mutate state framejit does not model (`.grad`,
-# optimizer state), and functions torch marks as never to be compiled go through torch/_compile.py
-# (`torch._disable_dynamo`), whose wrapper drives torch's own frame evaluator.
+# Modules whose functions framejit refuses to trace (matched by name; framejit imports and calls
+# nothing from them): a call into them runs as Python at a break, and is not compiled on its own.
+# Optimizer and scheduler steps and autograd's entry points mutate state framejit does not model
+# (`.grad`, optimizer state); functions torch marks as never to be compiled are wrapped by code
+# in torch/_compile.py and torch's compiler package, which drives torch's own frame evaluator.
 _PYTHON_ONLY_TORCH = ("torch._compile", "torch._dynamo", "torch.optim", "torch.autograd")
 
 

@@ -38,7 +38,7 @@ class CodeCache:
     recompile_reasons: list[str] = field(default_factory=list)
     # What the frontend remembers across compiles of this code (sizes seen per input, for
     # automatic dynamic shapes: frontend/dynamic.py); opaque to the guards.
-    shape_history: dict[str, Any] = field(default_factory=dict)
+    shape_history: Any = None
 
     def lookup(self, fn: Any, args: tuple[Any, ...]) -> CacheEntry | None:
         entries = self.entries
@@ -100,5 +100,5 @@ def clear_caches() -> None:
         cache.eager = False
         cache.eager_reason = ""
         cache.recompile_reasons.clear()
-        cache.shape_history.clear()
+        cache.shape_history = None
     _caches.clear()
