@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import operator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -49,6 +50,7 @@ from framejit.frontend.variables.symbolic import (
 )
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GlobalState, Guard, GuardKind
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -215,9 +217,19 @@ class OutputGraph:
         fake_args = [_to_fake(a) for a in args]
         fake_kwargs = {k: _to_fake(v) for k, v in kwargs.items()}
         label = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        # With symbolic sizes, matmul runs through its Python decomposition, which keeps sizes
+        # symbolic: torch 2.11's C++ matmul specializes them (or calls numel() on them). Only
+        # there: the Python decompositions of other composite ops differ in small ways (eval
+        # dropout returns a new tensor instead of its input).
+        python_dispatch = (
+            enable_python_dispatcher()
+            if self.dynamic.symbols and _is_matmul(kind, target)
+            else nullcontext()
+        )
         try:
-            with self.fake_mode:
+            with self.fake_mode, python_dispatch:
                 if kind == "call_method":
+                    _check_in_place_dtype(fake_args, fake_kwargs, target)
                     result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
                     result = target(*fake_args, **fake_kwargs)
@@ -418,6 +430,44 @@ def _is_plain_constant(value: Any) -> bool:
     return isinstance(
         value, (bool, int, float, complex, str, type(None), torch.dtype, torch.device, torch.Size)
     )
+
+
+_MATMUL_FUNCTIONS = (torch.matmul, operator.matmul, torch.nn.functional.linear, torch.inner)
+_MATMUL_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
+
+
+def _is_matmul(kind: str, target: Any) -> bool:
+    if kind == "call_method":
+        return target in _MATMUL_METHODS
+    return any(target is f for f in _MATMUL_FUNCTIONS)
+
+
+def _check_in_place_dtype(args: list[Any], kwargs: dict[str, Any], name: str) -> None:
+    """Raise as eager does for an in-place method whose result an integer or bool tensor cannot
+    hold (`x.logit_()`, `x.ldexp_(y)` on a long tensor): some fake kernels do not check it.
+    The out-of-place method's result dtype, when there is one, is what eager would cast."""
+    self = args[0] if args else None
+    if (
+        not isinstance(self, torch.Tensor)
+        or self.dtype.is_floating_point
+        or self.dtype.is_complex
+        or not name.endswith("_")
+        or name.startswith("_")
+    ):
+        return
+    method = getattr(self, name[:-1], None)
+    if not callable(method) or name[:-1] in _NOT_OUT_OF_PLACE:
+        return
+    try:
+        out = method(*args[1:], **kwargs)
+    except Exception:  # noqa: BLE001 - no out-of-place form for these arguments: no check
+        return
+    if isinstance(out, torch.Tensor) and not torch.can_cast(out.dtype, self.dtype):
+        raise RuntimeError(f"result type {out.dtype} can't be cast to {self.dtype} in {name}")
+
+
+# in-place methods whose name without "_" is another method (or one with side effects)
+_NOT_OUT_OF_PLACE = frozenset({"resize", "set", "type", "requires_grad", "share_memory", "data"})
 
 
 def _to_fake(vt: VariableTracker) -> Any:
