@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Iterator
@@ -270,6 +271,18 @@ def literal(value: Any) -> str:
     return f"({value})" if value < 0 else str(value)
 
 
+def _literal_number(text: str) -> bool | int | float | None:
+    """The number a `literal()` text spells (None: the text is an expression)."""
+    special = {'float("nan")': math.nan, 'float("inf")': math.inf, 'float("-inf")': -math.inf}
+    if text in special:
+        return special[text]
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, (bool, int, float)) else None
+
+
 def _interpreter() -> bool:
     from framejit.backend.triton.cache import interpreter_active
 
@@ -405,9 +418,10 @@ class KernelCode:
         live = self.lane_mask({s.name for s in expr_syms(check.value)})
         if not live:  # the same index on every lane: check it on the kernel's own lanes
             live = "xmask" if self.reduction else "mask"
-            if _fold_convert(check.value) is not None:  # a constant: made a block
-                base = "xoffsets" if self.reduction else "offsets"
-                value = self.emit(f"tl.zeros_like({base}).to(tl.int64) + {value}")
+            # made a block (a constant, or a scalar load): Triton's interpreter gives a
+            # scalar bool & a block of bools a dtype no mask accepts
+            base = "xoffsets" if self.reduction else "offsets"
+            value = self.emit(f"tl.zeros_like({base}).to(tl.int64) + {value}")
         ok = self.emit(f"({value} >= 0) & ({value} < {literal(check.size)})", check)
         bad = self.emit(" & ".join([live, *self.guards, f"({ok} == 0)"]))
         slot = 2 * (self.check_base + len(self.checks))
@@ -417,10 +431,16 @@ class KernelCode:
         return ok
 
     def cast(self, value: str, source: torch.dtype, target: torch.dtype) -> str:
-        """`value.to(target)`. Integers reach half precision through float32, and bfloat16 is
+        """`value.to(target)`. Integers and float64 reach half precision through float32 (as
+        eager converts: c10's Half and BFloat16 are made from a float), and bfloat16 is
         rounded to nearest-even explicitly under the CPU interpreter: its own conversions
-        there truncate (and mishandle integers)."""
-        if target in (torch.float16, torch.bfloat16) and not source.is_floating_point:
+        there truncate (and mishandle integers and float64)."""
+        number = _literal_number(value)
+        if number is not None:  # a Python number has no .to(): convert it here
+            return literal(_converted(number, target))
+        if target in (torch.float16, torch.bfloat16) and (
+            not source.is_floating_point or source == torch.float64
+        ):
             value = f"{value}.to(tl.float32)"
             source = torch.float32
         if target == torch.bfloat16 and self.interpreter and source == torch.float32:
@@ -468,6 +488,11 @@ class KernelCode:
             if not own_mask:  # one address, masked by a guard: a block of that address
                 pointer = f"({pointer} + 0 * {self.guards[-1]})"
             text = f"tl.load({ptr} + {pointer}, {mask}{other})"
+        elif self.interpreter:
+            # one address for every lane, loaded as a block: Triton's interpreter mishandles
+            # scalars in bool ops with blocks (a scalar `x != 0` & a block is an error there)
+            base = "xoffsets" if self.reduction else "offsets"
+            text = f"tl.load({ptr} + {self.address(address)} + 0 * {base})"
         else:
             text = f"tl.load({ptr} + {self.address(address)})"
         if dtype in (torch.float16, torch.bfloat16):

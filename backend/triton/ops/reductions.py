@@ -322,6 +322,10 @@ def _layer_norm(
     return result, mean_out, rstd
 
 
+def _same(value: Expr) -> Expr:
+    return value
+
+
 def _kept_view(value: TensorValue, dims: list[int], rank: int) -> TensorValue:
     """A keepdim-shaped reduction result seen without its reduced dims."""
     shape = [n for k, n in enumerate(value.shape) if k not in dims]
@@ -389,8 +393,11 @@ def _batch_norm(ctx: Lowering, node: torch.fx.Node, x: TensorValue, weight, bias
             for m in outs[1:3]
         ]
         saved = tuple(empty)
-    else:
-        saved = (mean, rstd)
+    else:  # saved statistics in the dtype the op gives (the input's, for low precision on CPU)
+        saved = tuple(
+            v if v.dtype == m.dtype else elementwise(ctx, list(v.shape), m.dtype, [v], _same, dt)
+            for v, m in zip((mean, rstd), outs[1:3])
+        )
     if node.target.overloadpacket is not aten._native_batch_norm_legit_functional:
         return (result, *saved)
     if not training:
