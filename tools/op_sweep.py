@@ -1,0 +1,336 @@
+"""Run torch's OpInfo samples through framejit and compare with eager, op by op.
+
+framejit's own op tests use shapes and dtypes we chose; this sweep uses the sample inputs torch
+ships with its operator database (`torch.testing._internal.common_methods_invocations.op_db`,
+needs the `expecttest` package), so it finds what our tests did not think of. For each op and
+dtype it runs up to `--samples` samples through `framejit.jit(backend=...)` (graph breaks
+allowed) and sorts the outcome:
+
+    ok         values, dtypes and shapes equal eager's (tolerances by dtype)
+    ok-aten    the same, but no Triton kernel ran (the graph fell back to aten calls)
+    same-error eager raised, and framejit raised the same exception type
+    MISMATCH   a different value, dtype or shape: a wrong answer, the worst outcome
+    ERROR      framejit raised where eager did not (or another exception type)
+    TIMEOUT    over --timeout seconds (the Triton interpreter is slow on big samples)
+
+Random ops are compared by shape and dtype only. On the CPU the Triton kernels run in Triton's
+interpreter (set TRITON_INTERPRET=1, this script does it when numpy is present).
+
+    python tools/op_sweep.py                         # every op, float32, backend triton
+    python tools/op_sweep.py --ops add,softmax --dtypes float32,float16,int64
+    python tools/op_sweep.py --backend aot_eager --report /tmp/sweep.txt
+    python tools/op_sweep.py --mode grad            # gradients too (the AOT stage's backward)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import Counter
+from typing import Any
+
+if importlib.util.find_spec("numpy") is not None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+
+import framejit  # noqa: E402
+
+RANDOM = {
+    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal",
+    "normal.in_place", "normal.number_mean", "rand_like", "randint", "randint_like", "randn",
+    "randn_like", "uniform", "nn.functional.dropout", "nn.functional.dropout2d",
+    "nn.functional.dropout3d", "nn.functional.alpha_dropout", "nn.functional.rrelu",
+    "nn.functional.feature_alpha_dropout.with_train", "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d", "empty", "empty_like", "empty_strided",
+    "empty_permuted", "new_empty", "new_empty_strided", "pca_lowrank", "svd_lowrank",
+    "nn.functional.multi_head_attention_forward",
+}  # fmt: skip
+# outputs that are defined only up to sign/order, or not values at all
+SKIP_PREFIXES = ("linalg.", "fft.", "jiterator_", "sparse.", "special.", "signal.", "_refs.")
+SKIP = {"item", "equal", "allclose", "H", "T", "mH", "mT", "hash_tensor", "nonzero_static"}
+
+DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
+}  # fmt: skip
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise Timeout()
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (tuple, list)):
+        out: list[Any] = []
+        for v in value:
+            out.extend(_flat(v))
+        return out
+    if hasattr(value, "_fields"):  # a named tuple of results (max.dim, ...)
+        return _flat(tuple(value))
+    return [value]
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"atol": 2e-2, "rtol": 2e-2}
+    return {"atol": 1e-4, "rtol": 1.3e-5 * 10}
+
+
+def compare(expected: Any, got: Any, values: bool) -> str | None:
+    """None when equal; else what differs."""
+    fe, fg = _flat(expected), _flat(got)
+    if len(fe) != len(fg):
+        return f"{len(fg)} outputs, eager gives {len(fe)}"
+    for k, (e, g) in enumerate(zip(fe, fg)):
+        if isinstance(e, torch.Tensor) != isinstance(g, torch.Tensor):
+            return f"output {k}: {type(g).__name__}, eager gives {type(e).__name__}"
+        if isinstance(e, torch.Tensor) and e.layout != torch.strided:
+            e = e.to_dense()
+        if isinstance(g, torch.Tensor) and g.layout != torch.strided:
+            g = g.to_dense()
+        if not isinstance(e, torch.Tensor):
+            if values and e != g and not (e != e and g != g):
+                return f"output {k}: {g!r}, eager gives {e!r}"
+            continue
+        if e.dtype != g.dtype or e.shape != g.shape:
+            return f"output {k}: {g.dtype}{list(g.shape)}, eager gives {e.dtype}{list(e.shape)}"
+        if not values or e.is_complex():
+            continue
+        if e.dtype.is_floating_point:
+            try:
+                torch.testing.assert_close(g, e, equal_nan=True, **tolerance(e.dtype))
+            except AssertionError as err:
+                return f"output {k}: " + str(err).splitlines()[0] + " " + _worst(e, g)
+        elif not torch.equal(g, e):
+            return f"output {k}: values differ ({int((g != e).sum())} elements)"
+    return None
+
+
+def _worst(e: torch.Tensor, g: torch.Tensor) -> str:
+    d = (e.double() - g.double()).abs().nan_to_num(float("inf"))
+    i = int(d.flatten().argmax())
+    return f"(worst at flat {i}: {g.flatten()[i].item()!r} vs {e.flatten()[i].item()!r})"
+
+
+def _low_precision(value: Any) -> bool:
+    return any(
+        isinstance(v, torch.Tensor) and v.dtype in (torch.float16, torch.bfloat16)
+        for v in _flat(value)
+    )
+
+
+def _to64(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.double() if value.dtype in (torch.float16, torch.bfloat16) else value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to64(v) for v in value)
+    return value
+
+
+def _no_worse(expected: Any, got: Any, reference: Any) -> bool:
+    """framejit's largest error against the float64 reference is within twice eager's (plus
+    one rounding step of the output dtype)."""
+    for e, g, r in zip(_flat(expected), _flat(got), _flat(reference)):
+        if not isinstance(e, torch.Tensor) or not e.dtype.is_floating_point:
+            continue
+        r = r.double()
+        err_e = (e.double() - r).abs().nan_to_num(0.0)
+        err_g = (g.double() - r).abs().nan_to_num(0.0)
+        if (g.isnan() != e.isnan()).any():
+            return False
+        ulp = torch.finfo(e.dtype).eps * r.abs().clamp_min(1.0)
+        if (err_g > 2 * err_e + ulp).any():
+            return False
+    return True
+
+
+def _clone(v: Any, grad: bool = False) -> Any:
+    if isinstance(v, torch.Tensor):
+        c = v.detach().clone()
+        return c.requires_grad_(v.requires_grad) if grad else c
+    if isinstance(v, (list, tuple)):
+        return type(v)(_clone(x, grad) for x in v)
+    return v
+
+
+def _leaves(value: Any) -> list[torch.Tensor]:
+    return [v for v in _flat(value) if isinstance(v, torch.Tensor) and v.requires_grad]
+
+
+def _grads(outputs: Any, inputs: list[torch.Tensor], seed: int) -> list[Any]:
+    """d(sum of outputs * fixed random weights)/d inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    outs = [o for o in _flat(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not outs or not inputs:
+        return []
+    loss = sum((o * torch.rand(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outs)
+    return list(torch.autograd.grad(loss, inputs, allow_unused=True))
+
+
+def run_one(op: Any, sample: Any, backend: str, mode: str = "forward") -> tuple[str, str]:
+    if mode == "noncontig":
+        sample = sample.noncontiguous()
+    args = tuple(sample.args)
+    kwargs = dict(sample.kwargs)
+    target = op.op if mode != "inplace" else op.inplace_variant
+    if target is None:
+        return "skip", ""
+    grad = mode == "grad"
+
+    def program(inp: Any, *rest: Any) -> Any:
+        return target(inp, *rest, **kwargs)
+
+    framejit.reset()
+    loads = _loads()
+    eager_inputs = _clone((sample.input, *args), grad)
+    fj_inputs = _clone((sample.input, *args), grad)
+    eager_exc = None
+    context = torch.enable_grad if grad else torch.no_grad
+    try:
+        with context():
+            expected = program(*eager_inputs)
+            if grad:
+                expected = (expected, _grads(expected, _leaves(eager_inputs), 0))
+    except Exception as exc:  # noqa: BLE001 - eager's own error is the reference
+        eager_exc = exc
+    try:
+        with context():
+            got = framejit.jit(program, backend=backend)(*fj_inputs)
+            if grad:
+                got = (got, _grads(got, _leaves(fj_inputs), 0))
+    except Timeout:
+        raise
+    except Exception as exc:  # noqa: BLE001 - sorted below
+        if eager_exc is not None and type(exc) is type(eager_exc):
+            return "same-error", ""
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = next((f"{f.filename}:{f.lineno}" for f in reversed(tb) if "framejit" in f.filename
+                      or "/work/" in f.filename), "")  # fmt: skip
+        return "ERROR", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} [{where}]"
+    if eager_exc is not None:
+        return "ERROR", f"eager raised {type(eager_exc).__name__}, framejit did not"
+    why = compare(expected, got, values=op.name not in RANDOM)
+    if why is not None and "not close" in why and _low_precision(expected):
+        # fused kernels compute in float32 and round once; eager rounds after every op.
+        # Judge both against a float64 run: framejit may not be much further from it.
+        try:
+            with torch.no_grad():
+                reference = program(*_to64((sample.input, *args)))
+        except Exception:  # noqa: BLE001 - no float64 kernel for this op
+            reference = None
+        if reference is not None and _no_worse(expected, got, reference):
+            why = None
+    if why is None:
+        # inputs written in place must match too
+        why = compare(eager_inputs, fj_inputs, values=op.name not in RANDOM)
+        if why is not None:
+            why = "inputs after the call: " + why
+    if why is not None:
+        return "MISMATCH", why
+    return ("ok", "") if _loads() > loads or backend != "triton" else ("ok-aten", "")
+
+
+def _loads() -> int:
+    """Triton modules compiled or loaded so far (0 for other backends)."""
+    try:
+        from framejit.backend.triton import cache
+    except ImportError:
+        return 0
+    return sum(cache.STATS.values())
+
+
+def op_name(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def samples_for(op: Any, dtype: torch.dtype, mode: str, count: int) -> list[Any]:
+    """The first `count` samples of `op` for `dtype` on the CPU, the same every run ([] when
+    the op does not support that dtype or mode)."""
+    if dtype not in op.supported_dtypes("cpu"):
+        return []
+    if mode == "grad" and not op.supports_autograd:
+        return []
+    if mode == "inplace" and op.inplace_variant is None:
+        return []
+    torch.manual_seed(0)
+    grad = mode == "grad" and dtype.is_floating_point
+    return list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:count]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--backend", default="triton")
+    parser.add_argument("--timeout", type=int, default=90)
+    parser.add_argument(
+        "--mode",
+        default="forward",
+        choices=["forward", "inplace", "grad", "noncontig"],
+        help="forward: the op under no_grad; inplace: its in-place variant (x.add_); grad: "
+        "outputs and gradients of the inputs; noncontig: non-contiguous copies of the samples",
+    )
+    parser.add_argument("--start", default="", help="skip ops before this name")
+    parser.add_argument("--report", default="", help="also write the non-ok lines here")
+    a = parser.parse_args()
+
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    wanted = set(filter(None, a.ops.split(",")))
+    dtypes = [DTYPES[d] for d in a.dtypes.split(",")]
+    signal.signal(signal.SIGALRM, _alarm)
+    counts: Counter[str] = Counter()
+    bad_lines: list[str] = []
+    started = not a.start
+    t0 = time.perf_counter()
+    for op in op_db:
+        name = op_name(op)
+        if not started:
+            started = name == a.start
+            if not started:
+                continue
+        if wanted and name not in wanted and op.name not in wanted:
+            continue
+        if not wanted and (name in SKIP or name.startswith(SKIP_PREFIXES)):
+            continue
+        for dtype in dtypes:
+            try:
+                samples = samples_for(op, dtype, a.mode, a.samples)
+            except Exception as exc:  # noqa: BLE001 - a sample generator that needs more
+                print(f"{name} {dtype}: no samples ({type(exc).__name__})", flush=True)
+                continue
+            for i, sample in enumerate(samples):
+                signal.alarm(a.timeout)
+                try:
+                    outcome, why = run_one(op, sample, a.backend, a.mode)
+                except Timeout:
+                    outcome, why = "TIMEOUT", f"over {a.timeout}s"
+                finally:
+                    signal.alarm(0)
+                counts[outcome] += 1
+                if outcome not in ("ok", "ok-aten", "same-error", "skip"):
+                    line = f"{outcome} {name} {str(dtype)[6:]} sample {i}: {why}"
+                    bad_lines.append(line)
+                    print(line, flush=True)
+        print(f"-- {name} done ({time.perf_counter() - t0:.0f}s)", flush=True)
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    print(f"== {summary} in {time.perf_counter() - t0:.0f}s")
+    if a.report:
+        with open(a.report, "w") as f:
+            f.write("\n".join(bad_lines + [summary]) + "\n")
+    return 1 if counts["MISMATCH"] or counts["ERROR"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
