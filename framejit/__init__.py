@@ -30,6 +30,7 @@ from framejit.api import (
     ExplainOutput,
     JitFunction,
     JitModule,
+    check_index_errors,
     disable,
     explain,
     jit,
@@ -37,6 +38,7 @@ from framejit.api import (
     reset,
 )
 from framejit.backend import list_backends, register_backend
+from framejit.backend.triton.bounds import IndexOutOfBounds
 from framejit.frontend.dynamic import mark_dynamic
 from framejit.frontend.errors import FullGraphError
 from framejit.logs import set_logs
@@ -47,8 +49,10 @@ __version__ = "0.1.0"
 __all__ = [
     "ExplainOutput",
     "FullGraphError",
+    "IndexOutOfBounds",
     "JitFunction",
     "JitModule",
+    "check_index_errors",
     "config",
     "disable",
     "enabled",

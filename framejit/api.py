@@ -403,6 +403,15 @@ def mark_step_begin() -> None:
     cudagraphs.mark_step_begin()
 
 
+def check_index_errors() -> None:
+    """Raise `IndexOutOfBounds` if a Triton kernel of an earlier call read an index out of
+    range and its check was deferred (on CUDA by default, `config.index_checks`): a later
+    call of the same graph raises too, this raises now (it waits for the device)."""
+    from framejit.backend.triton import bounds
+
+    bounds.check_index_errors()
+
+
 @dataclass
 class ExplainOutput:
     graph_count: int

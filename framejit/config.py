@@ -45,6 +45,13 @@ class Config:
     # The Triton backend times a wider list of launch configs per kernel (FRAMEJIT_MAX_AUTOTUNE=1;
     # mode="max-autotune" turns it on too).
     max_autotune: bool = field(default_factory=lambda: _flag("FRAMEJIT_MAX_AUTOTUNE"))
+    # When the Triton backend's run-time index checks report a bad index read from memory:
+    # "sync" (the call that read it raises; a device synchronization per call on a GPU),
+    # "deferred" (a later call raises, or framejit.check_index_errors(); the host never waits),
+    # "auto" (deferred on CUDA, sync on the CPU). FRAMEJIT_INDEX_CHECKS sets it.
+    index_checks: str = field(
+        default_factory=lambda: os.environ.get("FRAMEJIT_INDEX_CHECKS", "auto").strip() or "auto"
+    )
     # Entries kept per code object before framejit stops compiling it and runs it eagerly.
     recompile_limit: int = 8
     # Graph breaks in a row (a loop whose body breaks makes one per iteration) before the rest

@@ -498,6 +498,10 @@ class EagerRerun:
         self.varkw = bool(code.co_flags & 0x08)
 
     def __call__(self, error: BaseException, args: tuple[Any, ...], closure: Any) -> Any:
+        if getattr(error, "framejit_rerun", True) is False:
+            # about an earlier call (a deferred index check): running this one again eagerly
+            # would lose it
+            raise error
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "the compiled graph of %s raised %s: %s; running the frame again eagerly",

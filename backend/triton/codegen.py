@@ -10,9 +10,10 @@
    allocates the stored buffers with their strides, launches the kernels (grids computed here,
    or at run time from the symbols), runs the externs, frees intermediates after their last
    use, and returns the graph's outputs. A kernel with nothing to do (a zero-size tensor) is
-   not launched. When kernels check indices read from memory, `call` zeroes an `errors`
-   buffer (a row per check) before the launches and hands it to `bounds.check_indices` before
-   returning, which raises for an out-of-range index.
+   not launched. When kernels check indices read from memory, `call` takes an `errors`
+   buffer (a row per check) from the module's `bounds.IndexChecks` before the launches and
+   hands it back after them, which raises for an out-of-range index (now, or at a later call
+   when the check is deferred; see bounds.py).
 """
 
 from __future__ import annotations
@@ -77,12 +78,14 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
     if tuned:
         w.line("from framejit.backend.triton.autotune import Launcher")
     if checks:
-        w.line("from framejit.backend.triton.bounds import check_indices")
+        w.line("from framejit.backend.triton.bounds import IndexChecks")
     w.line()
     w.line("aten = torch.ops.aten")
     w.line("empty_strided = torch.empty_strided")
     w.line(f"DEVICE = torch.device({graph.device!r})")
     w.line("CONSTANTS: list = []")
+    if checks:
+        w.line(f"INDEX_CHECKS = IndexChecks(DEVICE, {len(checks)})")
     for name in HELPERS:
         if name in helpers:
             w.line()
@@ -182,7 +185,7 @@ def _wrapper(
             names = ", ".join(f"seed{k}" for k in range(graph.seeds))
             w.line(f"({names},) = torch.randint(2**31 - 1, ({graph.seeds},)).tolist()")
         if checks:  # a row per index check: (out of range seen, the index); see bounds.py
-            w.line(f"errors = torch.zeros(({len(checks)}, 2), dtype=torch.int64, device=DEVICE)")
+            w.line("errors = INDEX_CHECKS.begin()")
         for index, step in enumerate(schedule.steps):
             if isinstance(step, Kernel):
                 code = codes[id(step)]
@@ -225,7 +228,7 @@ def _wrapper(
                 w.line(f"del {', '.join(dead)}")
         if checks:
             table = [f"({c.op!r}, {c.dim}, {size_text(c.size)}, {c.wrapped})" for c in checks]
-            w.line(f"check_indices(errors, ({', '.join(table)},))")
+            w.line(f"INDEX_CHECKS.end(errors, ({', '.join(table)},))")
         outs = [py(o) for o in graph.outputs]
         w.line(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
 

@@ -155,4 +155,51 @@ def test_proven_indices_have_no_check() -> None:
     check(fn, w, y, frontend=False)
 
     unproven = aten_stages(lambda w, i: w[i], w, torch.tensor([1]))
-    assert "in_bounds" in unproven.lowered and "check_indices(errors" in unproven.source
+    assert "in_bounds" in unproven.lowered and "INDEX_CHECKS.end(errors" in unproven.source
+
+
+def test_deferred_checks_raise_at_a_later_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.index_checks="deferred" (CUDA's default, forced here on the CPU): the call that
+    reads a bad index returns, the next call of the graph (or check_index_errors) raises, once;
+    the calls after that run normally."""
+    monkeypatch.setattr(framejit.config, "index_checks", "deferred")
+    w = torch.randn(5, 3)
+    run = compiled(lambda w, i: F.embedding(i, w) * 2, w, torch.tensor([1, 2]))
+    good, bad = torch.tensor([4, 0]), torch.tensor([1, 7])
+    torch.testing.assert_close(run(w, good), F.embedding(good, w) * 2)
+    out = run(w, bad)  # no error yet: the bad lane read nothing
+    assert out.shape == (2, 3) and torch.equal(out[0], w[1] * 2)
+    with pytest.raises(IndexOutOfBounds, match="index 7 is out of bounds for dimension 0"):
+        run(w, good)
+    torch.testing.assert_close(run(w, good), F.embedding(good, w) * 2)  # raised once
+    run(w, bad)
+    with pytest.raises(IndexOutOfBounds, match="index 7"):
+        framejit.check_index_errors()
+    framejit.check_index_errors()  # nothing pending any more
+    torch.testing.assert_close(run(w, good), F.embedding(good, w) * 2)
+
+
+def test_sync_checks_raise_in_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(framejit.config, "index_checks", "sync")
+    w = torch.randn(5, 3)
+    run = compiled(lambda w, i: F.embedding(i, w) * 2, w, torch.tensor([1, 2]))
+    with pytest.raises(IndexOutOfBounds, match="index -1"):
+        run(w, torch.tensor([-1, 0]))
+    framejit.check_index_errors()  # nothing deferred
+
+
+def test_deferred_error_is_not_hidden_by_the_eager_rerun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the frontend, a graph that raises reruns the frame eagerly; an error about an
+    earlier call must reach the user instead."""
+    require_interpreter()
+    monkeypatch.setattr(framejit.config, "index_checks", "deferred")
+    w = torch.randn(5, 3)
+
+    def fn(w: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return F.embedding(i, w) + 1
+
+    jitted = framejit.jit(fn, backend="triton")
+    torch.testing.assert_close(jitted(w, torch.tensor([0, 1])), fn(w, torch.tensor([0, 1])))
+    jitted(w, torch.tensor([9, 1]))
+    with pytest.raises(IndexOutOfBounds, match="index 9 .*earlier call"):
+        jitted(w, torch.tensor([0, 1]))
