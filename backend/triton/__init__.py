@@ -61,6 +61,32 @@ def _triton_problem() -> str | None:
     return None
 
 
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's CPU interpreter cannot run our kernels here (None: it can)."""
+    try:
+        import numpy
+        import triton
+        import triton.runtime.interpreter  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - a broken install fails in many ways
+        return f"Triton's interpreter cannot be imported ({type(e).__name__}: {e})"
+    # Triton < 3.7's interpreter turns a loop bound given at run time into a Python int with
+    # int() of a one-element array, which NumPy 2.4 made an error: every reduction loop fails.
+    if _version(triton.__version__) < (3, 7) and _version(numpy.__version__) >= (2, 4):
+        return (
+            f"Triton {triton.__version__}'s CPU interpreter cannot run loops under NumPy "
+            f"{numpy.__version__} (it needs numpy<2.4, or Triton >= 3.7)"
+        )
+    return None
+
+
 def _run(gm: torch.fx.GraphModule, max_autotune: bool = False) -> Any:
     from framejit.backend.triton.codegen import codegen
     from framejit.backend.triton.lower import lower
@@ -111,17 +137,16 @@ def compile_graph(
     if any(d == "cpu" for d in devices):
         if not cache.interpreter_active():
             return _fallback(gm, "CPU tensors need TRITON_INTERPRET=1 (Triton's CPU interpreter)")
-        try:
-            import triton.runtime.interpreter  # noqa: F401
-        except Exception as e:
-            return _fallback(gm, f"Triton's interpreter cannot be imported ({e})")
+        problem = interpreter_problem()
+        if problem is not None:
+            return _fallback(gm, problem)
     if is_symbolic(gm):
         try:  # kernels that take the sizes as arguments: one module for every size
             lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
         except Exception as e:  # anything the symbolic path does not handle
             reason = f"{type(e).__name__}: {e}"
         else:
-            return _load(lowering, scheduled, source, constants)
+            return _load(gm, lowering, scheduled, source, constants)
         hint = f"symbolic sizes: compiled per distinct size at call time ({reason})"
         logs.artifact("perf_hints", f"triton: {hint}")
         specializing = Specializing(
@@ -137,10 +162,12 @@ def compile_graph(
         lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
     except NotLowered as e:
         return _fallback(gm, str(e))
-    return _load(lowering, scheduled, source, constants)
+    return _load(gm, lowering, scheduled, source, constants)
 
 
-def _load(lowering: Any, scheduled: Any, source: str, constants: list[Any]) -> Callable[..., Any]:
+def _load(
+    gm: torch.fx.GraphModule, lowering: Any, scheduled: Any, source: str, constants: list[Any]
+) -> Callable[..., Any]:
     from framejit.backend.triton import cache
 
     log.debug("triton: loop IR\n%s", lowering.graph)
@@ -149,18 +176,64 @@ def _load(lowering: Any, scheduled: Any, source: str, constants: list[Any]) -> C
         logs.artifact("perf_hints", f"triton: {hint}")
     logs.artifact("output_code", lambda: source, language="python")
     module = cache.load(source, constants, cache.device_tag(lowering.graph.device))
-    if lowering.graph.device == "cpu":
-        return _quiet(module.call)
-    return module.call
+    call = _quiet(module.call) if lowering.graph.device == "cpu" else module.call
+    return FirstCall(call, gm)
+
+
+class FirstCall:
+    """The generated `call`, whose first run may still fail for framejit's own reasons: Triton
+    compiles each kernel at its first launch (and its interpreter runs it then), so an error
+    there (a Triton version that rejects what we generated, say) surfaces at the first call.
+    Then the aten graph runs instead, for that call and every later one, and a `perf_hints`
+    line says why. The graph is functional (inputs are written after it returns), so running
+    it again is safe. An error the aten graph raises too is the program's own: it propagates,
+    and the kernels are tried again next call. `IndexOutOfBounds` always propagates."""
+
+    __slots__ = ("run", "call", "gm")
+
+    def __init__(self, call: Callable[..., Any], gm: torch.fx.GraphModule) -> None:
+        self.call = call
+        self.gm = gm
+        self.run = self._first
+
+    def __call__(self, *args: Any) -> Any:
+        return self.run(*args)
+
+    def _first(self, *args: Any) -> Any:
+        from framejit.backend.triton.bounds import IndexOutOfBounds
+
+        try:
+            result = self.call(*args)
+        except IndexOutOfBounds:
+            raise
+        except Exception as error:  # noqa: BLE001 - any failure of the kernels: try aten
+            result = self.gm.forward(*args)  # raises if the error is the program's own
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+            logs.artifact(
+                "perf_hints",
+                f"triton: the kernels failed at their first run ({reason}); "
+                "the aten graph runs instead",
+            )
+            log.warning("framejit: Triton kernels failed (%s); running the aten graph", reason)
+            self.run = self.gm.forward
+            return result
+        self.run = self.call
+        return result
 
 
 def _quiet(call: Callable[..., Any]) -> Callable[..., Any]:
     """Triton's interpreter computes masked-off lanes with numpy too (a log of the 0.0 a masked
-    load returns): silence numpy's floating-point warnings, which eager would not give."""
+    load returns): silence numpy's floating-point warnings, which eager would not give, and the
+    deprecation warning older interpreters trigger in numpy (int() of a one-element array)."""
+    import warnings
+
     import numpy
 
     def run(*args: Any) -> Any:
-        with numpy.errstate(all="ignore"):
+        with numpy.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", "Conversion of an array with ndim > 0", DeprecationWarning
+            )
             return call(*args)
 
     return run
@@ -172,4 +245,11 @@ def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
     return gm.forward
 
 
-__all__ = ["Stages", "compile_graph", "stages", "triton_available", "wants_max_autotune"]
+__all__ = [
+    "Stages",
+    "compile_graph",
+    "interpreter_problem",
+    "stages",
+    "triton_available",
+    "wants_max_autotune",
+]

@@ -18,11 +18,13 @@ import framejit
 
 
 def require_interpreter() -> None:
-    """Skip unless Triton's CPU interpreter can run here (it needs numpy)."""
-    try:
-        import triton.runtime.interpreter  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"Triton's interpreter is not usable: {e}")
+    """Skip unless Triton's CPU interpreter can run here (it needs numpy; see
+    `interpreter_problem` for a version pair that cannot)."""
+    from framejit.backend.triton import interpreter_problem
+
+    problem = interpreter_problem()
+    if problem is not None:
+        pytest.skip(problem)
 
 
 def _loads() -> int:
