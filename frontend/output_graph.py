@@ -232,6 +232,9 @@ class OutputGraph:
                     _check_in_place_dtype(fake_args, fake_kwargs, target)
                     result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
+                    if getattr(target, "__objclass__", None) in _TENSOR_CLASSES:
+                        # a method called through its class (torch.Tensor.logit_(x))
+                        _check_in_place_dtype(fake_args, fake_kwargs, target.__name__)
                     result = target(*fake_args, **fake_kwargs)
         except DynamicOutputShapeException:
             raise Unsupported("dynamic_shape_op", f"{label}") from None
@@ -432,6 +435,7 @@ def _is_plain_constant(value: Any) -> bool:
     )
 
 
+_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 _MATMUL_FUNCTIONS = (torch.matmul, operator.matmul, torch.nn.functional.linear, torch.inner)
 _MATMUL_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
 

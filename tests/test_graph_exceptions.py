@@ -382,3 +382,31 @@ def test_the_hook_does_not_reenter_the_failing_entry() -> None:
     for g in got:
         same(g, plain(x))
     assert backend.calls == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, y: x.logit_() + 1,
+        lambda x, y: x.ldexp_(y) * 2,
+        lambda x, y: torch.Tensor.logit_(x) + 1,
+        lambda x, y: x.mul_(0.5),
+    ],
+    ids=["logit_", "ldexp_", "Tensor.logit_", "mul_"],
+)
+def test_in_place_result_an_integer_tensor_cannot_hold(backend: str, call) -> None:
+    """Eager refuses to write a float result into a long tensor; so does framejit (fake kernels
+    of some of these ops do not check, so the frontend checks the out-of-place dtype)."""
+    for dtype in (torch.int64, torch.bool):
+        x, y = torch.tensor([1, 2]).to(dtype), torch.tensor([1, 2])
+        with pytest.raises(RuntimeError) as eager:
+            call(x.clone(), y)
+        with pytest.raises(RuntimeError) as got:
+            framejit.jit(call, backend=backend)(x.clone(), y)
+        assert str(got.value) == str(eager.value)
+    x = torch.tensor([0.25, 0.5])  # a float tensor holds the result: captured as usual
+    counter = CompileCounter()
+    got = framejit.jit(call, backend=counter)(x.clone(), torch.tensor([1, 2]))
+    same(got, call(x.clone(), torch.tensor([1, 2])))
+    assert counter.frame_count == 1
