@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import os
 import signal
 import sys
@@ -264,6 +265,8 @@ def samples_for(op: Any, dtype: torch.dtype, mode: str, count: int) -> list[Any]
         return []
     torch.manual_seed(0)
     grad = mode == "grad" and dtype.is_floating_point
+    if mode == "reference":
+        return list(itertools.islice(op.reference_inputs("cpu", dtype), count))
     return list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:count]
 
 
@@ -277,9 +280,16 @@ def main() -> int:
     parser.add_argument(
         "--mode",
         default="forward",
-        choices=["forward", "inplace", "grad", "noncontig"],
+        choices=["forward", "inplace", "grad", "noncontig", "reference"],
         help="forward: the op under no_grad; inplace: its in-place variant (x.add_); grad: "
-        "outputs and gradients of the inputs; noncontig: non-contiguous copies of the samples",
+        "outputs and gradients of the inputs; noncontig: non-contiguous copies of the samples; "
+        "reference: OpInfo's reference inputs (larger, extremal values)",
+    )
+    parser.add_argument(
+        "--ptx",
+        default="",
+        help="also compile every kernel launched for this GPU target with Triton's compiler, "
+        "e.g. cuda:90 (tools/ptx_check.py; no GPU needed)",
     )
     parser.add_argument("--start", default="", help="skip ops before this name")
     parser.add_argument("--report", default="", help="also write the non-ok lines here")
@@ -287,6 +297,15 @@ def main() -> int:
 
     from torch.testing._internal.common_methods_invocations import op_db
 
+    ptx = None
+    if a.ptx:
+        spec = importlib.util.spec_from_file_location(
+            "framejit_ptx_check", os.path.join(os.path.dirname(__file__), "ptx_check.py")
+        )
+        assert spec is not None and spec.loader is not None
+        ptx = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ptx)
+        ptx.install()
     wanted = set(filter(None, a.ops.split(",")))
     dtypes = [DTYPES[d] for d in a.dtypes.split(",")]
     signal.signal(signal.SIGALRM, _alarm)
@@ -326,6 +345,11 @@ def main() -> int:
         print(f"-- {name} done ({time.perf_counter() - t0:.0f}s)", flush=True)
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(f"== {summary} in {time.perf_counter() - t0:.0f}s")
+    if ptx is not None:
+        if ptx.compile_recorded(a.ptx):
+            counts["ERROR"] += 1
+        print(ptx.summary())
+        bad_lines.append(ptx.summary())
     if a.report:
         with open(a.report, "w") as f:
             f.write("\n".join(bad_lines + [summary]) + "\n")

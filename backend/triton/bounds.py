@@ -95,7 +95,9 @@ class IndexChecks:
 
     def begin(self) -> torch.Tensor:
         """The buffer this call's kernels write; raises for an earlier call's bad index."""
-        if not self.deferred():
+        if not self.deferred() or _capturing(self.device):
+            # under CUDA graph capture: a buffer of the recording's own, never read (no event
+            # query, no pinned allocation: a capture forbids both)
             return torch.zeros((self.rows, 2), dtype=torch.int64, device=self.device)
         if self.errors is None:
             self.errors = torch.zeros((self.rows, 2), dtype=torch.int64, device=self.device)
@@ -106,7 +108,7 @@ class IndexChecks:
         return self.errors
 
     def end(self, errors: torch.Tensor, table: tuple[Check, ...]) -> None:
-        if errors.is_cuda and torch.cuda.is_current_stream_capturing():
+        if _capturing(errors.device):
             return
         if not self.deferred() or errors is not self.errors:
             check_indices(errors, table)
@@ -139,6 +141,10 @@ class IndexChecks:
                 error = out_of_bounds(check, value, later=True)
                 error.framejit_rerun = False  # type: ignore[attr-defined]
                 raise error
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class _Done:

@@ -4,6 +4,10 @@
 installed: the interpreter needs it, and without it `import triton` itself fails under the
 variable; the tests that run kernels then skip); generated modules go to a per-session cache
 folder; tests marked `cuda` skip without a CUDA device.
+
+`FRAMEJIT_PTX_CHECK=1` (or `cuda:80`, ...) also compiles every kernel the tests launch for a GPU
+(default sm_90) with Triton's real compiler, no GPU needed (tools/ptx_check.py); a kernel that
+fails to compile fails the session.
 """
 
 from __future__ import annotations
@@ -34,3 +38,22 @@ def triton_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def skip_without_cuda(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("cuda") and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+
+
+_PTX = os.environ.get("FRAMEJIT_PTX_CHECK", "")
+if _PTX and _PTX != "0":
+    import importlib.util as _util
+    import pathlib as _pathlib
+
+    _path = _pathlib.Path(__file__).resolve().parents[3] / "tools" / "ptx_check.py"
+    _spec = _util.spec_from_file_location("framejit_ptx_check", _path)
+    assert _spec is not None and _spec.loader is not None
+    ptx_check = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(ptx_check)
+    ptx_check.install()
+
+    def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+        failed = ptx_check.compile_recorded("cuda:90" if _PTX == "1" else _PTX)
+        print("\n" + ptx_check.summary())
+        if failed and session.exitstatus == 0:
+            session.exitstatus = 1
