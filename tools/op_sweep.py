@@ -188,13 +188,21 @@ def run_one(
         sample = sample.noncontiguous()
     args = tuple(sample.args)
     kwargs = dict(sample.kwargs)
-    target = op.op if mode != "inplace" else op.inplace_variant
+    target = {"inplace": op.inplace_variant, "method": op.method_variant}.get(mode, op.op)
     if target is None:
         return "skip", ""
     grad = mode == "grad"
+    name = getattr(target, "__name__", "")
 
-    def program(inp: Any, *rest: Any) -> Any:
-        return target(inp, *rest, **kwargs)
+    if mode == "method" and name:
+
+        def program(inp: Any, *rest: Any) -> Any:
+            return getattr(inp, name)(*rest, **kwargs)  # x.op(...): the frontend's method path
+
+    else:
+
+        def program(inp: Any, *rest: Any) -> Any:
+            return target(inp, *rest, **kwargs)
 
     framejit.reset()
     loads = _loads()
@@ -270,6 +278,8 @@ def samples_for(op: Any, dtype: torch.dtype, mode: str, count: int) -> list[Any]
         return []
     if mode == "inplace" and op.inplace_variant is None:
         return []
+    if mode == "method" and op.method_variant is None:
+        return []
     torch.manual_seed(0)
     grad = mode == "grad" and dtype.is_floating_point
     if mode == "reference":
@@ -287,10 +297,10 @@ def main() -> int:
     parser.add_argument(
         "--mode",
         default="forward",
-        choices=["forward", "inplace", "grad", "noncontig", "reference"],
+        choices=["forward", "inplace", "grad", "noncontig", "reference", "method"],
         help="forward: the op under no_grad; inplace: its in-place variant (x.add_); grad: "
         "outputs and gradients of the inputs; noncontig: non-contiguous copies of the samples; "
-        "reference: OpInfo's reference inputs (larger, extremal values)",
+        "reference: OpInfo's reference inputs (larger, extremal values); method: x.op(...)",
     )
     parser.add_argument(
         "--ptx",

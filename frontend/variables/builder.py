@@ -46,6 +46,8 @@ from framejit.frontend.variables.objects import (
     PythonModuleVariable,
     UserObjectVariable,
 )
+from framejit.frontend.variables.symbolic import SymNodeVariable
+from framejit.frontend.variables.tensor import TensorVariable
 from framejit.frontend.variables.torch_rules import is_torch_callable
 from framejit.guards import GuardKind, TensorMeta
 
@@ -201,6 +203,11 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if isinstance(value, torch.nn.Module):
         _guard(tx, source, GuardKind.MODULE_MATCH, (value, value.training))
         return NNModuleVariable(value, source)
+    if t is types.FunctionType and is_torch_callable(value):
+        # a torch function reached through a global alias, a closure or an attribute
+        # (`act = F.layer_norm`): the same graph op as `F.layer_norm` itself, not inlined
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return wrap_value(tx, value, source)
     if t is types.FunctionType:
         # Same code is enough: closure contents and defaults are read (and guarded) lazily.
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
@@ -231,6 +238,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if is_torch_callable(value) or is_builtin(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)
+    if any(value is f for f in _HAS_TORCH_FUNCTION):
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return HasTorchFunctionVariable(value, source)
     if isinstance(value, _C_CALLABLES):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return OpaqueCallableVariable(value, source)
@@ -244,6 +254,37 @@ _C_CALLABLES = (
     types.WrapperDescriptorType,
     types.MethodDescriptorType,
 )
+
+
+# torch's `__torch_function__` dispatch checks, at the top of most torch.nn.functional code
+_HAS_TORCH_FUNCTION = (
+    torch._C._has_torch_function,
+    torch._C._has_torch_function_unary,
+    torch._C._has_torch_function_variadic,
+)
+
+
+class HasTorchFunctionVariable(ExternalCallableVariable):
+    """`has_torch_function(...)`: False when every argument is a plain tensor (the only kind
+    the translator traces: subclasses are refused when they are wrapped), a constant or a
+    sequence of those; anything else may define `__torch_function__`: a graph break."""
+
+    label = "HasTorchFunction"
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        def plain(v: VariableTracker) -> bool:
+            if isinstance(v, (TensorVariable, ConstantVariable, SymNodeVariable)):
+                return True
+            if isinstance(v, (TupleVariable, ListVariable)):
+                return all(plain(i) for i in v.unpack(tx))
+            return False
+
+        if kwargs or not all(plain(a) for a in args):
+            name = getattr(self.fn, "__name__", "has_torch_function")
+            raise Unsupported("unsupported_call", f"{name}()", "an argument may not be a tensor")
+        return ConstantVariable(False)
 
 
 class OpaqueCallableVariable(ExternalCallableVariable):
@@ -289,6 +330,8 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         return BuiltinVariable(value, source)
     if t is types.FunctionType:
         return UserFunctionVariable(value, source)
+    if any(value is f for f in _HAS_TORCH_FUNCTION):
+        return HasTorchFunctionVariable(value, source)
     if isinstance(value, _C_CALLABLES):
         return OpaqueCallableVariable(value, source)
     if t in (tuple, list) and all(type(v) in CONSTANT_TYPES for v in value):

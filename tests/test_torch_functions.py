@@ -1,0 +1,108 @@
+"""torch functions reached in every way a program reaches them, and torch's own
+`__torch_function__` checks: none of them may cost a graph break, and results match eager.
+
+`F.layer_norm` is a Python function; reached through a global alias, a closure or a module
+attribute it is still one graph op (not inlined into torch's code). `has_torch_function(...)`
+(at the top of most of torch.nn.functional and in nn.MultiheadAttention) folds to False for
+plain tensors; an argument that is not a tensor (it may define `__torch_function__`) breaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from framejit.testing import CompileCounter
+
+ALIAS = F.layer_norm
+
+
+def _closure() -> Any:
+    norm = F.layer_norm
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return norm(x, (4,)) * 2
+
+    return fn
+
+
+def _global_alias(x: torch.Tensor) -> torch.Tensor:
+    return ALIAS(x, (4,)) + 1
+
+
+class Holder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = F.silu
+        self.norm = F.layer_norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(x), (4,))
+
+
+def _has_torch_function(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if torch.overrides.has_torch_function((x, y)):
+        return x - y
+    if torch.overrides.has_torch_function_unary(x):
+        return x * y
+    return x + y
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(
+    "make", [_closure, lambda: _global_alias, Holder, lambda: _has_torch_function]
+)
+def test_no_break_and_eager_results(backend: str, make: Any) -> None:
+    fn = make()
+    x = torch.randn(3, 4)
+    args = (x, torch.randn(3, 4)) if fn is _has_torch_function else (x,)
+    jitted = framejit.jit(fn, backend=backend)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(*args), fn(*args))
+    framejit.reset()
+    counter = CompileCounter()
+    framejit.jit(fn, backend=counter)(*args)
+    assert counter.frame_count == 1
+    assert framejit.explain(fn, *args).graph_break_count == 0
+
+
+class Traced:
+    """Not a tensor, but it takes part in torch's dispatch."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return "dispatched"
+
+
+def test_an_object_with_torch_function_breaks_and_dispatches() -> None:
+    def fn(x: torch.Tensor, other: Any) -> Any:
+        y = x * 2
+        if torch.overrides.has_torch_function((x, other)):
+            return y, "has"
+        return y, "plain"
+
+    x, other = torch.randn(3), Traced(torch.randn(3))
+    got = framejit.jit(fn, backend="eager")(x, other)
+    want = fn(x, other)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1] == "has"
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_transformer_encoder_layer_is_one_graph(batch_first: bool) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=batch_first)
+    x = torch.randn(2, 5, 8)
+    for training in (False, True):
+        layer.train(training)
+        framejit.reset()
+        explained = framejit.explain(layer, x)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0
+        torch.testing.assert_close(framejit.jit(layer, backend="aot_eager")(x), layer(x))
