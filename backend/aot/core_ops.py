@@ -13,7 +13,9 @@ Invariants:
 
 - `decomposition_table()` is built once and cached; it never decomposes random ops
   (`native_dropout`, `rand`, `bernoulli`): the stage keeps them whole so they consume the
-  random generator the way eager does, and the partitioner never recomputes them.
+  random generator the way eager does, and the partitioner never recomputes them. Nor does it
+  decompose an op whose decomposition disagrees with the op's own autograd formula
+  (`_KEPT_WHOLE`): the joint graph is traced with the decompositions applied below autograd.
 - Names are `aten.<overload packet>`; overloads of a packet are all in the set.
 """
 
@@ -53,6 +55,11 @@ _CORE_OP_NAMES = (
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "copysign", "cosh", "erfc",
     "erfinv", "exp2", "expm1", "fmax", "fmin", "hypot", "isinf", "log10", "log2", "sinh", "tan",
     "median", "native_group_norm", "var_mean",
+    "binary_cross_entropy", "binary_cross_entropy_backward",
+    # attention kernels of CUDA (torch's, run as externs; no decomposition exists for them)
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
 )
 # fmt: on
 
@@ -93,9 +100,24 @@ def op_name(target: Any) -> str:
 def decomposition_table() -> dict[Any, Any]:
     table = dict(core_aten_decompositions())
     for op in list(table):
-        if op_name(op) in RANDOM_OPS:
+        if op_name(op) in RANDOM_OPS or op_name(op) in _KEPT_WHOLE:
             del table[op]
     return table
+
+
+# Ops the core table decomposes that the stage keeps whole. The CPU flash attention's
+# decomposition (meant for inference export) returns the attention matrix where the op returns
+# its logsumexp; autograd's formula for the op reads that output, so a training graph traced
+# through the decomposition got wrong gradients for q, k and v.
+# binary_cross_entropy's decomposition drops the op's check that the input lies in [0, 1]
+# (eager raises; the decomposition returned NaN).
+_KEPT_WHOLE = frozenset(
+    {
+        "aten._scaled_dot_product_flash_attention_for_cpu",
+        "aten.binary_cross_entropy",
+        "aten.binary_cross_entropy_backward",
+    }
+)
 
 
 def outside_core(gm: torch.fx.GraphModule) -> list[str]:
