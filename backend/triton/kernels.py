@@ -97,8 +97,9 @@ KERNEL_OPS = {
     "tanh": "fj_tanh({0})",
     "log1p": "fj_log1p({0})",
     "expm1": "fj_expm1({0})",
-    "maximum": "tl.maximum({0}, {1})",
-    "minimum": "tl.minimum({0}, {1})",
+    # NaN wins, as in torch (Triton's default returns the other operand)
+    "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "where": "tl.where({0}, {1}, {2})",
     "eq": "{0} == {1}",
     "ne": "{0} != {1}",
@@ -193,6 +194,13 @@ def fj_atan2(y, x):
     r = fj_atan(y / tl.where(x == 0, 1.0, x))
     r = tl.where(x < 0, tl.where(y < 0, r - 3.141592653589793, r + 3.141592653589793), r)
     r = tl.where(x == 0, tl.where(y > 0, 1.5707963267948966, -1.5707963267948966), r)
+    # both infinite: the diagonal of the quadrant
+    r = tl.where((x == float("inf")) & ((y == float("inf")) | (y == -float("inf"))),
+                 tl.where(y > 0, 0.7853981633974483, -0.7853981633974483), r)
+    r = tl.where((x == -float("inf")) & ((y == float("inf")) | (y == -float("inf"))),
+                 tl.where(y > 0, 2.356194490192345, -2.356194490192345), r)
+    # a zero y keeps its sign for x > 0, and atan2(+-0, +-0) is +-0 or +-pi
+    r = tl.where((y == 0) & (x > 0), y, r)
     return tl.where((x == 0) & (y == 0), 0.0 * y, r)
 """,
     ),
@@ -206,6 +214,22 @@ def fj_bfloat16_rne(x):
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     rounded = bits.to(tl.float32, bitcast=True)
     return tl.where(x != x, x, rounded).to(tl.bfloat16)
+""",
+    ),
+    "fj_max_nan": (
+        (),
+        """\
+@triton.jit
+def fj_max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+""",
+    ),
+    "fj_min_nan": (
+        (),
+        """\
+@triton.jit
+def fj_min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 """,
     ),
     "fj_trunc": (
@@ -554,6 +578,11 @@ class KernelCode:
             "min": "tl.min({0}, 1)",
             "prod": "tl.reduce({0}, 1, fj_mul)",
         }[node.reduce_type]
+        if node.reduce_type in ("max", "min") and dtype.is_floating_point:
+            # a NaN anywhere makes the result NaN, as in torch (tl.max skips NaNs)
+            helper = f"fj_{node.reduce_type}_nan"
+            self._use_helper(helper)
+            combine = f"tl.reduce({{0}}, 1, {helper})"
         suffix = " != 0" if is_bool else ""
         if persistent:
             value = self.value(body)
@@ -569,10 +598,11 @@ class KernelCode:
             if is_bool:
                 value = f"{value}.to(tl.int32)"
             masked = f"tl.where(mask, {value}, {identity})"
+            nan = ", propagate_nan=tl.PropagateNan.ALL"
             update = {
                 "sum": f"{acc} + {masked}",
-                "max": f"tl.maximum({acc}, {masked})",
-                "min": f"tl.minimum({acc}, {masked})",
+                "max": f"tl.maximum({acc}, {masked}{nan})",
+                "min": f"tl.minimum({acc}, {masked}{nan})",
                 "prod": f"{acc} * {masked}",
             }[node.reduce_type]
             self.body.line(f"{acc} = {update}")

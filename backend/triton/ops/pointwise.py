@@ -162,10 +162,11 @@ def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: A
     if not out.dtype.is_floating_point:
         divide = _binary("floordiv") if rounding_mode == "trunc" else _int_floordiv
         return elementwise(ctx, out.shape, out.dtype, [a, b], divide)
-    rounding = "trunc" if rounding_mode == "trunc" else "floor"
-    return elementwise(
-        ctx, out.shape, out.dtype, [a, b], lambda x, y: op(rounding, op("truediv", x, y))
-    )
+    if rounding_mode == "trunc":
+        return elementwise(
+            ctx, out.shape, out.dtype, [a, b], lambda x, y: op("trunc", op("truediv", x, y))
+        )
+    return elementwise(ctx, out.shape, out.dtype, [a, b], _float_floordiv)
 
 
 @lowering("fmod", "remainder", dtype="promote")
@@ -175,12 +176,48 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     if not out.dtype.is_floating_point:
         remainder = _int_remainder if floor else _binary("mod")
         return elementwise(ctx, out.shape, out.dtype, [a, b], remainder)
-    rounding = "floor" if floor else "trunc"
+    body = _float_remainder if floor else _float_fmod
+    return elementwise(ctx, out.shape, out.dtype, [a, b], body)
 
-    def fn(x: Expr, y: Expr) -> Expr:
-        return op("sub", x, op("mul", op(rounding, op("truediv", x, y)), y))
 
-    return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
+def _is(name: str, x: Expr, y: Expr) -> Expr:
+    return op(name, x, y, dtype=torch.bool)
+
+
+def _float_fmod(x: Expr, y: Expr) -> Expr:
+    """C's fmod: x - trunc(x / y) * y with the sign of x (also for a zero result), x itself
+    for a finite x over an infinite y, NaN for an infinite x or a zero y."""
+    r = op("sub", x, op("mul", op("trunc", op("truediv", x, y)), y))
+    zero = const(0, x.dtype)
+    r = op("where", _is("eq", r, zero), op("mul", x, zero), r)  # 0 with x's sign
+    finite_x = _is("lt", op("abs", x), const(math.inf, x.dtype))
+    infinite_y = _is("eq", op("abs", y), const(math.inf, y.dtype))
+    return op("where", op("and", finite_x, infinite_y, dtype=torch.bool), x, r)
+
+
+def _float_remainder(x: Expr, y: Expr) -> Expr:
+    """torch.remainder as eager computes it: fmod, moved by y when the signs differ."""
+    r = _float_fmod(x, y)
+    zero = const(0, x.dtype)
+    moved = op("and", _is("ne", r, zero), _is("ne", _is("lt", y, zero), _is("lt", r, zero)))
+    return op("where", moved, op("add", r, y), r)
+
+
+def _float_floordiv(x: Expr, y: Expr) -> Expr:
+    """Floor division as eager computes it (from fmod, so an infinite x gives NaN, and the
+    quotient is rounded to the nearest whole number first): x / y for a zero y."""
+    zero = const(0, x.dtype)
+    mod = _float_fmod(x, y)
+    div = op("truediv", op("sub", x, mod), y)
+    shift = op("and", _is("ne", mod, zero), _is("ne", _is("lt", y, zero), _is("lt", mod, zero)))
+    div = op("where", shift, op("sub", div, const(1, x.dtype)), div)
+    floored = op("floor", div)
+    up = _is("gt", op("sub", div, floored), const(0.5, x.dtype))
+    floored = op("where", up, op("add", floored, const(1, x.dtype)), floored)
+    quotient = op("truediv", x, y)
+    signed_zero = op("mul", quotient, zero)  # 0 with the quotient's sign (it is finite here)
+    result = op("where", _is("ne", div, zero), floored, signed_zero)
+    return op("where", _is("eq", y, zero), quotient, result)
 
 
 def _opposite_signs(x: Expr, y: Expr) -> Expr:

@@ -90,9 +90,21 @@ def _isnan(x: Expr) -> Expr:
     return op("ne", x, x, dtype=torch.bool)
 
 
+def _hypot(x: Expr, y: Expr) -> Expr:
+    """sqrt(x² + y²) without overflow (scaled by the larger magnitude), and infinite when
+    either is, even with a NaN (C's hypot, which eager follows)."""
+    a, b = op("abs", x), op("abs", y)
+    big, small = op("maximum", a, b), op("minimum", a, b)
+    q = op("truediv", small, op("where", op("eq", big, _c(x, 0), dtype=torch.bool), _c(x, 1), big))
+    r = op("mul", big, op("sqrt", op("add", _c(x, 1), op("mul", q, q))))
+    inf = _c(x, math.inf)
+    either = op("or", op("eq", a, inf, dtype=torch.bool), op("eq", b, inf, dtype=torch.bool))
+    return op("where", either, inf, r)
+
+
 BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "atan2": lambda y, x: op("atan2", y, x),
-    "hypot": lambda x, y: op("sqrt", op("add", op("mul", x, x), op("mul", y, y))),
+    "hypot": lambda x, y: _hypot(x, y),
     "copysign": lambda x, y: op(
         "where", op("signbit", y, dtype=torch.bool), op("neg", op("abs", x)), op("abs", x)
     ),

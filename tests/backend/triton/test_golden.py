@@ -47,7 +47,7 @@ def fj_pointwise_add_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.const
     tmp0 = tl.load(in_ptr0 + offsets, mask, other=0.0)
     tmp1 = tl.load(in_ptr1 + i1, mask, other=0.0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.maximum(tmp2, 0.0)
+    tmp3 = tl.maximum(tmp2, 0.0, propagate_nan=tl.PropagateNan.ALL)
     tl.store(out_ptr0 + offsets, tmp3, mask)
 
 
@@ -108,5 +108,6 @@ def test_kernel_names() -> None:
     names = [
         line.split("(")[0][4:] for line in found.source.splitlines() if line.startswith("def fj_")
     ]
-    assert names == ["fj_reduce_add_gelu_layer_norm_softmax_0"], names
+    helpers = ["fj_max_nan"]  # the NaN-propagating max of the softmax's row reduction
+    assert names == [*helpers, "fj_reduce_add_gelu_layer_norm_softmax_0"], names
     assert "aten.mm.default(arg0_1, arg1_1)" in found.source
