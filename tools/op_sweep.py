@@ -121,9 +121,14 @@ def compare(expected: Any, got: Any, values: bool) -> str | None:
 
 
 def _worst(e: torch.Tensor, g: torch.Tensor) -> str:
-    d = (e.double() - g.double()).abs().nan_to_num(float("inf"))
-    i = int(d.flatten().argmax())
-    return f"(worst at flat {i}: {g.flatten()[i].item()!r} vs {e.flatten()[i].item()!r})"
+    ed, gd = e.double().flatten(), g.double().flatten()
+    nan_differs = ed.isnan() != gd.isnan()
+    if nan_differs.any():
+        i = int(nan_differs.nonzero()[0])
+    else:
+        both = ed.isnan() | (ed == gd)
+        i = int(((ed - gd).abs().masked_fill(both, 0)).argmax())
+    return f"(worst at flat {i}: {gd[i].item()!r} vs {ed[i].item()!r})"
 
 
 def _low_precision(value: Any) -> bool:
@@ -158,6 +163,18 @@ def _no_worse(expected: Any, got: Any, reference: Any) -> bool:
     return True
 
 
+def _extremal(t: Any) -> Any:
+    """A float tensor with NaN, inf and -inf written at a few positions."""
+    if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.numel() < 2:
+        return t
+    t = t.detach().clone()
+    flat = t.view(-1) if t.is_contiguous() else t.reshape(-1)
+    for position, value in zip((0, 3, 5), (float("nan"), float("inf"), float("-inf"))):
+        if position < flat.numel():
+            flat[position] = value
+    return flat.view(t.shape) if t.is_contiguous() else flat.reshape(t.shape)
+
+
 def _clone(v: Any, grad: bool = False) -> Any:
     if isinstance(v, torch.Tensor):
         c = v.detach().clone()
@@ -186,6 +203,8 @@ def run_one(
 ) -> tuple[str, str]:
     if mode == "noncontig":
         sample = sample.noncontiguous()
+    if mode == "extremal":
+        sample = sample.transform(_extremal)
     args = tuple(sample.args)
     kwargs = dict(sample.kwargs)
     target = {"inplace": op.inplace_variant, "method": op.method_variant}.get(mode, op.op)
@@ -297,10 +316,11 @@ def main() -> int:
     parser.add_argument(
         "--mode",
         default="forward",
-        choices=["forward", "inplace", "grad", "noncontig", "reference", "method"],
+        choices=["forward", "inplace", "grad", "noncontig", "reference", "method", "extremal"],
         help="forward: the op under no_grad; inplace: its in-place variant (x.add_); grad: "
         "outputs and gradients of the inputs; noncontig: non-contiguous copies of the samples; "
-        "reference: OpInfo's reference inputs (larger, extremal values); method: x.op(...)",
+        "reference: OpInfo's reference inputs (larger, extremal values); method: x.op(...); "
+        "extremal: NaN, inf and -inf written into the float inputs",
     )
     parser.add_argument(
         "--ptx",
