@@ -83,10 +83,33 @@ def jit(
     call = type(fn).__dict__.get("__call__") if callable(fn) else None
     if callable(fn) and isinstance(call, types.FunctionType):
         return types.MethodType(_jit_function(call, settings), fn)
+    wrapper = _op_function(fn)
+    if wrapper is not None:
+        return _jit_function(wrapper, settings)
     raise TypeError(
-        f"framejit.jit expects a Python function, lambda, bound method or torch.nn.Module; "
+        f"framejit.jit expects a Python function, lambda, bound method, torch.nn.Module or a "
+        f"torch builtin (torch.sin); "
         f"got {type(fn).__name__} {fn!r:.60}"
     )
+
+
+_BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType)
+
+
+def _op_function(fn: Any) -> types.FunctionType | None:
+    """torch.sin, torch.ops.aten.add...: no bytecode of their own, so they are compiled as the
+    one op of a Python function that calls them (None: `fn` is not such a callable)."""
+    if not isinstance(
+        fn, (*_BUILTIN_CALLABLES, torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+    ):
+        return None
+    target = fn
+
+    def call_op(*args: Any, **kwargs: Any) -> Any:
+        return target(*args, **kwargs)
+
+    call_op.__name__ = call_op.__qualname__ = str(getattr(fn, "__name__", "op"))
+    return call_op
 
 
 @dataclass(frozen=True)
@@ -453,6 +476,8 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
         target, self_obj = fn.__func__, fn.__self__
     elif isinstance(fn, types.FunctionType):
         target, self_obj = fn, None
+    elif _op_function(fn) is not None:
+        target, self_obj = _op_function(fn), None
     else:
         raise TypeError(
             f"framejit.explain expects a function, method or nn.Module, got {type(fn).__name__}"

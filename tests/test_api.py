@@ -316,14 +316,25 @@ def test_jit_module_attribute_set_through_the_wrapper() -> None:
 # --- option checking --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [3, "text", torch.sin, torch.nn.functional])
+@pytest.mark.parametrize("bad", [3, "text", torch.nn.functional, object()])
 def test_jit_rejects_what_it_cannot_compile(bad: Any) -> None:
-    expected = r"function, lambda, bound method or torch\.nn\.Module"
+    expected = r"function, lambda, bound method, torch\.nn\.Module or a torch builtin"
     with pytest.raises(TypeError, match=expected) as info:
         framejit.jit(bad)
     assert type(bad).__name__ in str(info.value)
     with pytest.raises(TypeError, match=expected):
         framejit.jit(backend="eager")(bad)
+
+
+@pytest.mark.parametrize("op", [torch.sin, torch.atan2, torch.nn.functional.relu])
+def test_jit_of_a_torch_builtin_is_its_one_op(op: Any) -> None:
+    """torch.sin has no bytecode: framejit compiles a function that calls it, as one graph."""
+    args = (torch.randn(5),) if op is not torch.atan2 else (torch.randn(5), torch.randn(5))
+    jitted = framejit.jit(op, backend="aot_eager")
+    for _ in range(2):
+        assert_same(jitted(*args), op(*args))
+    explained = framejit.explain(op, *args)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
 
 
 def test_unknown_backend_lists_the_registered_ones() -> None:
