@@ -57,6 +57,9 @@ def run_one(info: Any, sample: Any, backend: str, training: bool) -> tuple[str, 
     torch.manual_seed(0)
     module = info.module_cls(*sample.constructor_input.args, **sample.constructor_input.kwargs)
     module.train(training)
+    first = sample.forward_input.args[0] if sample.forward_input.args else None
+    if isinstance(first, torch.Tensor) and first.dtype.is_floating_point:
+        module.to(first.dtype)  # as torch's own module tests: parameters in the input's dtype
     twin = copy.deepcopy(module)
     third = copy.deepcopy(module)  # for explain(), which runs the module once more
     args, kwargs = _args(sample)

@@ -249,6 +249,8 @@ def run_one(
         tb = traceback.extract_tb(exc.__traceback__)
         where = next((f"{f.filename}:{f.lineno}" for f in reversed(tb) if "framejit" in f.filename
                       or "/work/" in f.filename), "")  # fmt: skip
+        if os.environ.get("SWEEP_TRACE"):
+            traceback.print_exc()
         return "ERROR", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]} [{where}]"
     if eager_exc is not None:
         return "ERROR", f"eager raised {type(eager_exc).__name__}, framejit did not"

@@ -234,7 +234,16 @@ def _wrapper(
 
 
 def _is_size_expr(value: Any) -> bool:
-    return type(value).__module__.startswith("sympy")
+    """A sympy expression: sympy's own classes, and torch's (Min, FloorDiv, ... in
+    torch.utils._sympy), which are sympy Basics from another module."""
+    module = type(value).__module__
+    if module.startswith("sympy"):
+        return True
+    if not module.startswith("torch.utils._sympy"):
+        return False
+    import sympy
+
+    return isinstance(value, sympy.Basic)
 
 
 def _tuple_text(values: tuple[Any, ...]) -> str:

@@ -116,3 +116,22 @@ def test_unsupported_size_expression_compiles_per_size(caplog: pytest.LogCapture
 def test_static_graph_is_not_symbolic() -> None:
     gm = make_fx(_fn)(torch.randn(2, 3, 6), torch.randn(6), torch.randn(6))
     assert not is_symbolic(gm)
+
+
+def test_saved_size_that_is_a_min_of_symbols() -> None:
+    """diagonal_scatter's backward needs the diagonal's length, min(rows, cols): a size the
+    ShapeEnv writes with torch's own sympy Min class. It must be computed per call (the forward
+    once returned the expression itself, and the backward failed)."""
+    require_interpreter()
+
+    def program(inp: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        return torch.diagonal_scatter(inp, *rest)
+
+    jitted = framejit.jit(program, backend="triton", dynamic=True)
+    for n in (10, 7):
+        x, src = torch.randn(n, n, requires_grad=True), torch.randn(n, requires_grad=True)
+        weight = torch.rand(n, n)
+        got = torch.autograd.grad((jitted(x, src) * weight).sum(), [x, src])
+        want = torch.autograd.grad((program(x, src) * weight).sum(), [x, src])
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
