@@ -52,7 +52,9 @@ def _grads(module: torch.nn.Module, outputs: Any, inputs: tuple) -> list[Any]:
     return sweep._grads(outputs, leaves, 0)
 
 
-def run_one(info: Any, sample: Any, backend: str, training: bool) -> tuple[str, str, str]:
+def run_one(
+    info: Any, sample: Any, backend: str, training: bool, dynamic: bool | None = None
+) -> tuple[str, str, str]:
     """(outcome, why, first break reason)"""
     torch.manual_seed(0)
     module = info.module_cls(*sample.constructor_input.args, **sample.constructor_input.kwargs)
@@ -78,7 +80,7 @@ def run_one(info: Any, sample: Any, backend: str, training: bool) -> tuple[str, 
     except Exception as exc:  # noqa: BLE001 - eager's own error is the reference
         eager_exc = exc
     try:
-        jitted = framejit.jit(twin, backend=backend)
+        jitted = framejit.jit(twin, backend=backend, dynamic=dynamic)
         torch.manual_seed(1)
         got = jitted(*fj_args, **kwargs)
         if training:
@@ -108,6 +110,7 @@ def main() -> int:
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dynamic", action="store_true", help="compile with dynamic=True")
     a = parser.parse_args()
 
     from torch.testing._internal.common_modules import module_db
@@ -131,7 +134,7 @@ def main() -> int:
                 print(f"{name}: no samples ({type(exc).__name__})", flush=True)
                 continue
             for i, sample in enumerate(samples):
-                outcome, why, reason = run_one(info, sample, a.backend, training)
+                outcome, why, reason = run_one(info, sample, a.backend, training, a.dynamic or None)
                 counts[outcome] += 1
                 if reason and name not in breaks:
                     breaks[name] = reason
