@@ -20,6 +20,13 @@ import framejit
 torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def sync_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests expect the call that reads a bad index to raise (the CPU default), whatever
+    FRAMEJIT_INDEX_CHECKS says; the deferred tests set their own mode."""
+    monkeypatch.setattr(framejit.config, "index_checks", "sync")
+
+
 def compiled(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
     """`fn` through the triton backend only (no frontend, whose eager rerun of a failing graph
     would hide which error the kernels raised)."""
