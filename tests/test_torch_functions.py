@@ -106,3 +106,36 @@ def test_transformer_encoder_layer_is_one_graph(batch_first: bool) -> None:
         explained = framejit.explain(layer, x)
         assert explained.graph_count == 1 and explained.graph_break_count == 0
         torch.testing.assert_close(framejit.jit(layer, backend="aot_eager")(x), layer(x))
+
+
+@torch.library.custom_op("framejit_test::scale_add", mutates_args=())
+def scale_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x * alpha + y
+
+
+@scale_add.register_fake
+def _scale_add_fake(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, y: torch.ops.aten.add(x, y) * 2,
+        lambda x, y: torch.ops.aten.add.Tensor(x, y, alpha=3),
+        lambda x, y: torch.ops.aten._safe_softmax.default(x, 1) + y,
+        lambda x, y: torch.ops.framejit_test.scale_add(x, y, 0.5).relu(),
+        lambda x, y: scale_add(x, y, 2.0) + 1,
+    ],
+    ids=["packet", "overload", "aten-only-op", "custom-op", "custom-op-function"],
+)
+def test_torch_ops_and_custom_ops_are_graph_ops(backend: str, fn: Any) -> None:
+    """torch.ops.<namespace>.<op>[.<overload>] is one graph node, torch.library custom ops
+    included (their fake implementation gives the output's metadata)."""
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    jitted = framejit.jit(fn, backend=backend)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x, y), fn(x, y))
+    explained = framejit.explain(fn, x, y)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0

@@ -61,7 +61,8 @@ SKIP = {"item", "equal", "allclose", "H", "T", "mH", "mT", "hash_tensor", "nonze
 
 DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
+    "int64": torch.int64, "int32": torch.int32, "bool": torch.bool, "uint8": torch.uint8,
+    "int8": torch.int8, "float64": torch.float64, "complex64": torch.complex64,
 }  # fmt: skip
 
 

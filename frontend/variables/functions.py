@@ -215,6 +215,10 @@ class TorchFunctionVariable(ExternalCallableVariable):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.fn, name))
+        if isinstance(self.fn, torch._ops.OpOverloadPacket) and name in self.fn.overloads():
+            # torch.ops.aten.add.Tensor: an overload is a fixed attribute of its packet
+            source = AttrSource(self.source, name) if self.source is not None else None
+            return TorchFunctionVariable(getattr(self.fn, name), source)
         raise Unsupported("unsupported_attr", f"{self.fn}.{name}")
 
 

@@ -92,6 +92,8 @@ def is_graph_function(fn: Any) -> bool:
         return False
     if isinstance(fn, type):
         return False
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True  # torch.ops.aten.add, torch.ops.mylib.op.default (custom ops too)
     owner = getattr(fn, "__objclass__", None)
     if owner in (torch._C.TensorBase, torch.Tensor):
         return True
