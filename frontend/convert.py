@@ -472,7 +472,19 @@ def _callee_function(vt: VariableTracker) -> Any:
 
 
 def _callee_index(gb: GraphBreak) -> int | None:
-    """Stack index of the callable a breaking CALL invokes (it is then compiled on its own)."""
+    """Stack index of the callable a breaking CALL or CALL_FUNCTION_EX invokes (it is then
+    compiled on its own): `fn(*args, **kwargs)` in a wrapper hands `fn` over too."""
+    if gb.inst.opname == "CALL_FUNCTION_EX":
+        from framejit.frontend.variables.functions import (
+            UserFunctionVariable,
+            UserMethodVariable,
+        )
+
+        index = len(gb.stack) - 2 - (gb.inst.arg & 1)  # below the args tuple (and kwargs)
+        # plain functions and methods only: a module called as `module(*args)` is framejit's
+        # own whole-module call (api.py's _call_module), which must not be wrapped again
+        ok = index >= 0 and isinstance(gb.stack[index], (UserFunctionVariable, UserMethodVariable))
+        return index if ok else None
     if gb.inst.opname != "CALL":
         return None
     first = len(gb.stack) - gb.inst.arg - 2

@@ -8,6 +8,7 @@ eager, and asserts how many graphs were compiled and how many breaks `explain` r
 from __future__ import annotations
 
 import dis
+from typing import Any
 
 import pytest
 import torch
@@ -702,3 +703,23 @@ def test_a_list_method_on_the_stack_at_a_break_stays_captured() -> None:
         assert history == eager_history
     reasons = breaks_of(append_items, xs, [])
     assert reasons and all("item()" in reason for reason in reasons), reasons
+
+
+def test_callee_of_a_star_args_call_is_compiled_at_a_break() -> None:
+    """A wrapper `return fn(*args, **kwargs)` (decorators) whose callee breaks: the call runs at
+    the break and the callee is compiled on its own, as for a plain call."""
+
+    def inner(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        y = x.sin() * scale
+        print("inside", end="")
+        return y.cos()
+
+    def wrapper(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return inner(*args, **kwargs)
+
+    x = torch.randn(3)
+    counter = CompileCounter()
+    jitted = framejit.jit(wrapper, backend=counter)
+    for scale in (1.0, 1.0):
+        torch.testing.assert_close(jitted(x, scale=scale), wrapper(x, scale=scale))
+    assert counter.frame_count == 2  # inner, before and after its print
