@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import operator
+import warnings
 from contextlib import nullcontext
 from typing import Any
 
@@ -463,7 +464,9 @@ def _check_in_place_dtype(args: list[Any], kwargs: dict[str, Any], name: str) ->
     if not callable(method) or name[:-1] in _NOT_OUT_OF_PLACE:
         return
     try:
-        out = method(*args[1:], **kwargs)
+        with warnings.catch_warnings():  # the probe must not warn where eager would not
+            warnings.simplefilter("ignore")
+            out = method(*args[1:], **kwargs)
     except Exception:  # noqa: BLE001 - no out-of-place form for these arguments: no check
         return
     if isinstance(out, torch.Tensor) and not torch.can_cast(out.dtype, self.dtype):
@@ -471,7 +474,9 @@ def _check_in_place_dtype(args: list[Any], kwargs: dict[str, Any], name: str) ->
 
 
 # in-place methods whose name without "_" is another method (or one with side effects)
-_NOT_OUT_OF_PLACE = frozenset({"resize", "set", "type", "requires_grad", "share_memory", "data"})
+_NOT_OUT_OF_PLACE = frozenset(
+    {"resize", "resize_as", "set", "type", "requires_grad", "share_memory", "data"}
+)
 
 
 def _to_fake(vt: VariableTracker) -> Any:
