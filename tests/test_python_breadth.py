@@ -549,3 +549,22 @@ def test_a_stateless_torch_module_built_in_the_frame_is_captured() -> None:
     # a module holding a tensor (a class weight) is not rebuilt: still correct, at a break
     weighted = lambda x, y: nn.CrossEntropyLoss(weight=torch.ones(5))(x, y.clamp(min=0))  # noqa: E731
     check(weighted, x, y, graphs=None)
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_recurrent_module_on_unbatched_input(cls, batch_first: bool, with_state: bool) -> None:
+    """A 2-D input (one sequence, no batch) runs as eager does: a batch of one, squeezed out
+    again, in one graph."""
+    torch.manual_seed(0)
+    module = cls(4, 5, num_layers=2, batch_first=batch_first, bidirectional=True)
+    args: tuple = (torch.randn(6, 4),)
+    if with_state:
+        h = torch.randn(4, 5)
+        args = (args[0], (h, torch.randn(4, 5)) if cls is torch.nn.LSTM else h)
+    jitted = framejit.jit(module, backend="aot_eager")
+    for _ in range(2):
+        torch.testing.assert_close(jitted(*args), module(*args))
+    explained = framejit.explain(module, *args)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0

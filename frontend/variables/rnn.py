@@ -2,9 +2,10 @@
 `torch.rnn_tanh`, `torch.rnn_relu`) instead of inlining their Python forward, which keeps
 weak references and cuDNN bookkeeping the translator cannot follow.
 
-Supported: batched input (3-D), with or without an initial state, no projections (`proj_size`
-0), no PackedSequence. The module's configuration is read through guarded attribute reads, its
-weights are graph inputs read from `_parameters` like any parameter.
+Supported: batched (3-D) and unbatched (2-D) input, with or without an initial state, no
+projections (`proj_size` 0), no PackedSequence. The module's configuration is read through
+guarded attribute reads, its weights are graph inputs read from `_parameters` like any
+parameter.
 """
 
 from __future__ import annotations
@@ -41,11 +42,25 @@ def call_rnn(
         raise Unsupported("unsupported_call", "LSTM with proj_size")
     x = args[0] if args else kwargs.get("input")
     hx = args[1] if len(args) > 1 else kwargs.get("hx", ConstantVariable(None))
-    if not isinstance(x, TensorVariable) or x.fake.dim() != 3:
-        raise Unsupported("unsupported_call", f"{type(mod).__name__} on a non-3-D input")
+    if not isinstance(x, TensorVariable) or x.fake.dim() not in (2, 3):
+        raise Unsupported("unsupported_call", f"{type(mod).__name__} on a non-2/3-D input")
     num_layers = _const(tx, module, "num_layers")
     bidirectional = _const(tx, module, "bidirectional")
     batch_first = _const(tx, module, "batch_first")
+    unbatched = x.fake.dim() == 2  # as eager: a batch of one, squeezed out again
+    batch_dim = 0 if batch_first else 1
+
+    def method(name: str, value: VariableTracker, dim: int) -> VariableTracker:
+        return tx.output.call_op("call_method", name, [value, ConstantVariable(dim)], {})
+
+    if unbatched:
+        x = method("unsqueeze", x, batch_dim)
+        if not (hx.is_constant() and hx.as_constant() is None):
+            if isinstance(mod, torch.nn.LSTM):
+                hx = TupleVariable([method("unsqueeze", h, 1) for h in hx.unpack(tx)])
+            else:
+                hx = method("unsqueeze", hx, 1)
+    assert isinstance(x, TensorVariable)
     hidden = _const(tx, module, "hidden_size")
     bias = _const(tx, module, "bias")
     dropout = float(_const(tx, module, "dropout"))
@@ -73,6 +88,12 @@ def call_rnn(
             state = TupleVariable(hx.unpack(tx))
         out = tx.output.call_op("call_function", torch.lstm, [x, state, weights, *flags], {})
         output, h, c = out.unpack(tx)
+        if unbatched:
+            output, h, c = (
+                method("squeeze", output, batch_dim),
+                method("squeeze", h, 1),
+                method("squeeze", c, 1),
+            )
         return TupleVariable([output, TupleVariable([h, c])])
     if isinstance(mod, torch.nn.GRU):
         op = torch.gru
@@ -81,4 +102,6 @@ def call_rnn(
     state = zeros() if hx.is_constant() and hx.as_constant() is None else hx
     out = tx.output.call_op("call_function", op, [x, state, weights, *flags], {})
     output, h = out.unpack(tx)
+    if unbatched:
+        output, h = method("squeeze", output, batch_dim), method("squeeze", h, 1)
     return TupleVariable([output, h])
