@@ -44,21 +44,31 @@ from framejit.guards import GuardKind
 
 from framejit.config import config
 
-# Modules whose functions framejit refuses to trace (matched by name; framejit imports and calls
-# nothing from them): a call into them runs as Python at a break, and is not compiled on its own.
-# Optimizer and scheduler steps and autograd's entry points mutate state framejit does not model
-# (`.grad`, optimizer state); functions torch marks as never to be compiled are wrapped by code
-# in torch/_compile.py and torch's compiler package, which drives torch's own frame evaluator.
-_PYTHON_ONLY_TORCH = ("torch._compile", "torch._dynamo", "torch.optim", "torch.autograd")
+# torch code framejit refuses to trace: a call into it runs as Python at a break, and is not
+# compiled on its own. Optimizer and scheduler steps and autograd's entry points mutate state
+# framejit does not model (`.grad`, optimizer state). Functions torch marks as never to be
+# compiled carry its marker attributes (on the wrapper, or, for the lazily built wrappers
+# torch uses internally, on the wrapped function once it ran); they are recognised by those
+# markers and by what they wrap (`__wrapped__`), never by importing anything.
+_PYTHON_ONLY_TORCH = ("torch.optim", "torch.autograd")
+_DO_NOT_COMPILE_MARKERS = ("_torchdynamo_disable", "__dynamo_disable")
 
 
 def runs_as_python(fn: Any) -> bool:
     """Is `fn` (a function or bound method) torch code that a break calls as it is?"""
     fn = getattr(fn, "__func__", fn)
-    module = getattr(fn, "__globals__", {}).get("__name__")
-    if not isinstance(module, str):
-        return False
-    return any(module == m or module.startswith(m + ".") for m in _PYTHON_ONLY_TORCH)
+    for _ in range(8):  # the function, then what it wraps (functools.wraps), a few levels
+        if any(getattr(fn, marker, None) for marker in _DO_NOT_COMPILE_MARKERS):
+            return True
+        module = getattr(fn, "__globals__", {}).get("__name__")
+        if isinstance(module, str) and any(
+            module == m or module.startswith(m + ".") for m in _PYTHON_ONLY_TORCH
+        ):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
 
 
 _signatures: weakref.WeakKeyDictionary[types.CodeType, tuple[Any, inspect.Signature]] = (

@@ -67,7 +67,7 @@ DTYPES = {
 
 
 class Timeout(Exception):
-    pass
+    """A sample ran past --timeout seconds."""
 
 
 def _alarm(signum: int, frame: Any) -> None:

@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from framejit import config
+
 
 class IndexOutOfBounds(IndexError, RuntimeError):
     """An index read from memory was out of range in a generated kernel."""
@@ -88,8 +90,6 @@ class IndexChecks:
         self.table: tuple[Check, ...] = ()  # the check table of the call that queued it
 
     def deferred(self) -> bool:
-        from framejit import config
-
         mode = config.index_checks
         return mode == "deferred" or (mode == "auto" and self.device.type == "cuda")
 
@@ -154,7 +154,7 @@ class _Done:
         return True
 
     def synchronize(self) -> None:
-        pass
+        """Nothing to wait for."""
 
 
 def check_index_errors() -> None:
