@@ -399,8 +399,8 @@ def _finish_break(
                 cg.emit(Instr("DELETE_FAST", name))
         local_values = [name for name, _ in live]
     callee = _callee_index(gb) if gb.run_instruction else None
-    if callee is not None and runs_as_python(_callee_function(gb.stack[callee])):
-        callee = None  # an optimizer step, autograd: called as it is
+    if callee is not None and _called_as_it_is(_callee_function(gb.stack[callee])):
+        callee = None  # an optimizer step, autograd, torch's own code: called as it is
     for i, vt in enumerate(gb.stack):
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
 
@@ -463,6 +463,17 @@ def _emit_state_after_graph(output: OutputGraph, cg: CodeGen) -> None:
     if output.grad_at_exit != torch.is_grad_enabled():
         cg.call_const(torch._C._set_grad_enabled, lambda: cg.load_const(output.grad_at_exit), 1)
         cg.emit(Instr("POP_TOP"))
+
+
+def _called_as_it_is(fn: Any) -> bool:
+    """A break's callee that is not compiled on its own: what the frame hook would never
+    compile either (torch, the standard library, tool packages) and torch's Python-only code."""
+    from framejit.frontend.hook import skipped_by_rule
+
+    if runs_as_python(fn):
+        return True
+    plain = getattr(fn, "__func__", fn)
+    return isinstance(plain, types.FunctionType) and bool(skipped_by_rule(plain))
 
 
 def _callee_function(vt: VariableTracker) -> Any:

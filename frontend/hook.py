@@ -9,8 +9,10 @@ now (`None` = run the frame as it is).
 Invariants:
 - Never change a program's result: anything unexpected here skips the code (and is logged);
   only `config.raise_internal_errors` lets an internal error reach the user's call.
-- Cheap rules first, once per code: files of framejit, torch, the standard library and
-  site-packages; functions marked with `framejit.disable`; code made by framejit itself
+- Cheap rules first, once per code: files of framejit, torch and the standard library, and
+  tool packages (`_SKIP_MODULES`: numpy, pytest, ...); model libraries in site-packages
+  (transformers, timm, torchvision) are compiled like user code; functions marked with
+  `framejit.disable`; code made by framejit itself
   (transformed code of any cache entry); a first call whose arguments hold no tensor or module.
   A frame traced with no graph and no graph break does no tensor work: skipped once, free after.
 - The C hook switches itself off for this thread while `on_frame` runs, so the compiler's own
@@ -82,50 +84,100 @@ def require() -> Any:
 # --- skip rules -------------------------------------------------------------------------------
 
 
+def _prefixes_of(paths: set[str]) -> tuple[str, ...]:
+    real = {os.path.realpath(r) for r in paths if r}
+    return tuple(sorted({r.rstrip(os.sep) + os.sep for r in paths | real if r}))
+
+
 def _skip_prefixes() -> tuple[str, ...]:
+    """Folders of torch and framejit (wherever they are installed)."""
     roots = {os.path.dirname(os.path.abspath(torch.__file__))}
     # framejit's own folders; in a source checkout the subpackages sit beside framejit/, and the
     # checkout's root (tests/, tools/, users' scripts) must stay hookable.
-    for name in ("framejit", "framejit.frontend", "framejit.guards", "framejit.backend"):
+    for name in (
+        "framejit",
+        "framejit.frontend",
+        "framejit.guards",
+        "framejit.backend",
+        "framejit.cudagraphs",
+    ):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "__file__", None):
             roots.add(os.path.dirname(os.path.abspath(mod.__file__)))
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+    return _prefixes_of(roots)
+
+
+def _stdlib_prefixes() -> tuple[str, ...]:
+    roots: set[str] = set()
+    for key in ("stdlib", "platstdlib"):
+        with contextlib.suppress(KeyError):
+            roots.add(sysconfig.get_path(key))
+    return _prefixes_of(roots)
+
+
+def _site_prefixes() -> tuple[str, ...]:
+    """site-packages folders (they sit inside the standard library's folder on most installs)."""
+    roots: set[str] = set()
+    for key in ("purelib", "platlib"):
         with contextlib.suppress(KeyError):
             roots.add(sysconfig.get_path(key))
     with contextlib.suppress(AttributeError):
         roots.update(site.getsitepackages())
     with contextlib.suppress(AttributeError):
         roots.add(site.getusersitepackages())
-    for mod in ("framejit.cudagraphs", "triton", "numpy", "bytecode", "rich"):
-        loaded = sys.modules.get(mod)
-        if loaded is not None and getattr(loaded, "__file__", None):
-            roots.add(os.path.dirname(os.path.abspath(loaded.__file__)))
-    real = {os.path.realpath(r) for r in roots if r}
-    return tuple(sorted({r.rstrip(os.sep) + os.sep for r in roots | real if r}))
+    return _prefixes_of(roots)
 
 
 _SKIP_NAMES = ("<frozen ", "<eval_with_key>", "<framejit")
-_SKIP_MODULES = ("framejit", "torch", "triton")
+# Top-level packages never compiled: framejit and torch themselves, the compiler's own
+# dependencies, and tools that handle tensors without doing model work (test runners,
+# progress bars, numerics libraries that torch calls into).
+_SKIP_MODULES = frozenset(
+    {
+        "framejit",
+        "torch",
+        "functorch",
+        "torchgen",
+        "triton",
+        "numpy",
+        "bytecode",
+        "rich",
+        "sympy",
+        "mpmath",
+        "_pytest",
+        "pytest",
+        "pluggy",
+        "hypothesis",
+        "expecttest",
+        "IPython",
+        "tqdm",
+        "safetensors",
+    }
+)
 _prefixes: tuple[str, ...] | None = None
+_stdlib: tuple[str, ...] = ()
+_site: tuple[str, ...] = ()
 
 
 def skipped_by_rule(fn: types.FunctionType) -> str:
     """Why `fn`'s code is never compiled by the hook ("" if it may be)."""
-    global _prefixes
+    global _prefixes, _stdlib, _site
     code = fn.__code__
     filename = code.co_filename
     if filename.startswith(_SKIP_NAMES):
         return "generated or frozen code"
     if _prefixes is None:
-        _prefixes = _skip_prefixes()
-    if os.path.isabs(filename) and filename.startswith(_prefixes):
-        return "framejit, torch, standard library or site-packages"
+        _prefixes, _stdlib, _site = _skip_prefixes(), _stdlib_prefixes(), _site_prefixes()
+    if os.path.isabs(filename):
+        if filename.startswith(_prefixes):
+            return "framejit or torch"
+        if filename.startswith(_stdlib) and not filename.startswith(_site):
+            return "standard library"
     module = fn.__globals__.get("__name__")
     if not isinstance(module, str):
         return "exec'd code without a module"
     if module.split(".", 1)[0] in _SKIP_MODULES:
-        return "framejit or torch code"
+        return f"framejit, torch or a tool package ({module.split('.', 1)[0]})"
     if getattr(fn, "_framejit_disabled", False):
         return "framejit.disable"
     if _is_transformed(code):

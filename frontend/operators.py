@@ -186,6 +186,9 @@ class OperatorsMixin:
             return a.obj is b.obj
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return False
+        fa, fb = _function_of(a), _function_of(b)
+        if fa is not None and fb is not None:  # `type(self).forward is wrapper`
+            return fa is fb
         raise Unsupported("unsupported_object", f"{a.type_name()} is {b.type_name()}")
 
     def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
@@ -246,3 +249,11 @@ def _symbol(op: Any) -> str:
 
 def _is_object(vt: VariableTracker) -> bool:
     return hasattr(vt, "obj")
+
+
+def _function_of(vt: VariableTracker) -> types.FunctionType | None:
+    """The function object a user-function VT stands for (its identity is fixed: guarded by
+    its source, or a constant of the trace)."""
+    if type(vt) is UserFunctionVariable and isinstance(vt.fn, types.FunctionType):
+        return vt.fn
+    return None

@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import operator
+import os
 import warnings
 from contextlib import nullcontext
 from typing import Any
@@ -29,7 +30,11 @@ from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import SideEffects
 from framejit.frontend.sources import (
     AttrSource,
+    ConstSource,
+    DictItemSource,
+    EnvSource,
     FreeVarSource,
+    GenericAttrSource,
     GlobalSource,
     ItemSource,
     LocalSource,
@@ -96,10 +101,18 @@ class OutputGraph:
             return self.frame_args[src.name]
         if isinstance(src, GlobalSource):
             return self.fn.__globals__[src.name]
+        if isinstance(src, ConstSource):
+            return src.value
+        if isinstance(src, EnvSource):
+            return os.environ.get(src.key)
         if isinstance(src, FreeVarSource):
             return self.fn.__closure__[src.index].cell_contents
+        if isinstance(src, GenericAttrSource):
+            return object.__getattribute__(self.read_source(src.base), src.attr)
         if isinstance(src, AttrSource):
             return getattr(self.read_source(src.base), src.attr)
+        if isinstance(src, DictItemSource):
+            return dict.__getitem__(self.read_source(src.base), src.key)
         if isinstance(src, ItemSource):
             return self.read_source(src.base)[src.key]
         if isinstance(src, TypeSource):
@@ -369,11 +382,19 @@ class OutputGraph:
             len(self._wrapped),
             len(self.placeholders),
             len(self._by_source),
+            len(self.open_contexts),
+            torch.is_grad_enabled(),
         )
 
     def rollback(self, mark: tuple[int, ...]) -> None:
-        """Forget every node, input, wrapped source and guard added since `mark`."""
-        n_created, n_guards, n_wrapped, n_inputs, n_by_source = mark
+        """Forget every node, input, wrapped source and guard added since `mark`, and undo what
+        the trace did to the real global state since then (grad mode, autocast blocks it
+        entered): an instruction rewound at a break may have left a `with` block open."""
+        n_created, n_guards, n_wrapped, n_inputs, n_by_source, n_contexts, grad = mark
+        for ctx in reversed(self.open_contexts[n_contexts:]):
+            ctx.__exit__(None, None, None)
+        del self.open_contexts[n_contexts:]
+        torch._C._set_grad_enabled(grad)
         for node in reversed(self.created[n_created:]):
             self.graph.erase_node(node)
         del self.created[n_created:]

@@ -104,6 +104,53 @@ class GlobalSource(Source):
         cg.load_global(self.name)
 
 
+class ConstSource(Source):
+    """A fixed object the trace holds itself (the globals dict of a module whose function was
+    reached without a source): its identity is part of the compiled code, like a constant."""
+
+    __slots__ = ("value", "label")
+
+    def __init__(self, value: Any, label: str) -> None:
+        self.value = value
+        self.label = label
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConstSource) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return hash((ConstSource, id(self.value)))
+
+    def __repr__(self) -> str:
+        return f"ConstSource({self.label})"
+
+    def __str__(self) -> str:
+        return f"<{self.label}>"
+
+    def guard_expr(self) -> str:
+        raise AssertionError("ConstSource is rendered by the guard compiler as a constant")
+
+    def emit_load(self, cg: Any) -> None:
+        cg.load_const(self.value)
+
+
+@dataclass(frozen=True)
+class EnvSource(Source):
+    """`os.environ.get(key)`: an environment variable the traced code read (None if unset)."""
+
+    key: str
+
+    def __str__(self) -> str:
+        return f"os.environ.get({self.key!r})"
+
+    def guard_expr(self) -> str:
+        return f"__import__('os').environ.get({self.key!r})"
+
+    def emit_load(self, cg: Any) -> None:
+        import os
+
+        cg.call_const(os.environ.get, lambda: cg.load_const(self.key), 1)
+
+
 @dataclass(frozen=True)
 class AttrSource(Source):
     base: Source
@@ -122,6 +169,36 @@ class AttrSource(Source):
     def emit_step(self, cg: Any) -> None:
         """With the base's value on the stack, replace it by this source's value."""
         cg.load_attr(self.attr)
+
+
+@dataclass(frozen=True)
+class GenericAttrSource(AttrSource):
+    """`object.__getattribute__(base, attr)`: an attribute read past the class's own
+    `__getattribute__` (which the translator inlined; its `super().__getattribute__` lands here)."""
+
+    def __str__(self) -> str:
+        return f"object.__getattribute__({self.base}, {self.attr!r})"
+
+    def guard_expr(self) -> str:
+        return f"object.__getattribute__({self.base.guard_expr()}, {self.attr!r})"
+
+    def emit_step(self, cg: Any) -> None:
+        cg.call_on_top(_GenericGetter(self.attr))
+
+
+class _GenericGetter:
+    """A constant of transformed code: reads one attribute by the generic lookup."""
+
+    __slots__ = ("attr",)
+
+    def __init__(self, attr: str) -> None:
+        self.attr = attr
+
+    def __call__(self, obj: Any) -> Any:
+        return object.__getattribute__(obj, self.attr)
+
+    def __repr__(self) -> str:
+        return f"generic_getattr({self.attr!r})"
 
 
 @dataclass(frozen=True)
@@ -144,6 +221,36 @@ class ItemSource(Source):
     def emit_step(self, cg: Any) -> None:
         cg.load_const(self.key)
         cg.subscr()
+
+
+@dataclass(frozen=True)
+class DictItemSource(ItemSource):
+    """`dict.__getitem__(base, key)`: an item of a dict subclass read past the class's own
+    `__getitem__`."""
+
+    def __str__(self) -> str:
+        return f"dict.__getitem__({self.base}, {self.key!r})"
+
+    def guard_expr(self) -> str:
+        return f"dict.__getitem__({self.base.guard_expr()}, {self.key!r})"
+
+    def emit_step(self, cg: Any) -> None:
+        cg.call_on_top(_DictItemGetter(self.key))
+
+
+class _DictItemGetter:
+    """A constant of transformed code: reads one item by dict's own lookup."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __call__(self, obj: Any) -> Any:
+        return dict.__getitem__(obj, self.key)
+
+    def __repr__(self) -> str:
+        return f"dict_item({self.key!r})"
 
 
 @dataclass(frozen=True)

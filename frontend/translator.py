@@ -29,6 +29,7 @@ from framejit.frontend.operators import OperatorsMixin
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import (
     AttrSource,
+    ConstSource,
     FreeVarSource,
     GlobalSource,
     ItemSource,
@@ -39,6 +40,7 @@ from framejit.frontend.variables.base import (
     CellVariable,
     ConstantVariable,
     VariableTracker,
+    begin_instruction,
     mutation_count,
     note_mutation,
     undo_mark,
@@ -147,6 +149,7 @@ class Translator(OperatorsMixin, InliningMixin):
                 cells = dict(self.cells)
                 contents = {n: c.contents for n, c in cells.items() if isinstance(c, CellVariable)}
                 mark, mutations, undo = self.output.checkpoint(), mutation_count(), undo_mark()
+                begin_instruction()
                 try:
                     self._step(fn, inst)
                 except Unsupported as exc:
@@ -263,10 +266,11 @@ class Translator(OperatorsMixin, InliningMixin):
                 return self.wrap_value(self.f_globals[name], None)
             if self.fn_source is not None:
                 return self.wrap_source(ItemSource(AttrSource(self.fn_source, "__globals__"), name))
-            raise Unsupported(
-                "unsupported_object",
-                f"global {name!r} of another module",
-                "reached through a function with no source",
+            # a function reached by value (a method found on a class): its module's globals
+            # dict, held by the compiled code, read and guarded like the frame's own globals
+            module = str(self.f_globals.get("__name__", "?"))
+            return self.wrap_source(
+                ItemSource(ConstSource(self.f_globals, f"globals of {module}"), name)
             )
         builtins_dict = self.f_globals.get("__builtins__", __builtins__)
         if isinstance(builtins_dict, types.ModuleType):
@@ -316,7 +320,7 @@ class Translator(OperatorsMixin, InliningMixin):
     def store_deref(self, name: str, value: VariableTracker) -> None:
         cell = self.cells.get(name)
         if isinstance(cell, CellVariable):
-            note_mutation()
+            note_mutation(cell)
             cell.contents = value
             return
         if isinstance(cell, _RealCell) and cell.source is not None:

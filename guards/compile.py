@@ -22,6 +22,9 @@ from typing import Any
 
 from framejit.frontend.sources import (
     AttrSource,
+    ConstSource,
+    DictItemSource,
+    GenericAttrSource,
     GlobalSource,
     ItemSource,
     MethodCallSource,
@@ -172,8 +175,14 @@ def compile_guards(
     def render(src: Source) -> str:
         if src in temps:
             return temps[src]
+        if isinstance(src, ConstSource):
+            return const(src.value)
+        if isinstance(src, GenericAttrSource):
+            return f"object.__getattribute__({render(src.base)}, {src.attr!r})"
         if isinstance(src, AttrSource):
             return f"{render(src.base)}.{src.attr}"
+        if isinstance(src, DictItemSource):
+            return f"dict.__getitem__({render(src.base)}, {src.key!r})"
         if isinstance(src, ItemSource):
             return f"{render(src.base)}[{src.key!r}]"
         if isinstance(src, TypeSource):

@@ -115,7 +115,7 @@ def dict_update(tx: Translator, inst: Any) -> None:
     target = tx.stack[-inst.arg]
     if not isinstance(value, DictVariable) or not isinstance(target, DictVariable):
         raise Unsupported("unsupported_object", "** with a non-dict")
-    note_mutation()
+    note_mutation(target)
     target.items.update(value.items)
 
 

@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 class VariableTracker:
     source: Source | None = None
 
+    def __new__(klass, /, *args: Any, **kwargs: Any) -> VariableTracker:
+        self = object.__new__(klass)
+        _born[0] += 1
+        self._born = _born[0]  # type: ignore[attr-defined]
+        return self
+
     def python_type(self) -> type:
         raise Unsupported("unsupported_object", type(self).__name__)
 
@@ -85,16 +91,27 @@ class VariableTracker:
 
 
 _mutations = [0]
+_born = [0]  # serial number of the last VariableTracker made
+_floor = [0]  # VTs born after this were made by the instruction being traced now
 
 
-def note_mutation() -> None:
+def note_mutation(vt: VariableTracker | None = None) -> None:
     """A VT made in the frame changed in place. A graph break can only rewind an instruction
-    that made no such change (the break restores the stack and locals, not object contents)."""
+    that made no such change (the break restores the stack and locals, not object contents).
+    A change to a VT that the current instruction made itself (an inlined callee's own list or
+    `**kwargs` dict) is not one: rewinding the instruction drops that VT with it."""
+    if vt is not None and vt.source is None and getattr(vt, "_born", 0) > _floor[0]:
+        return
     _mutations[0] += 1
 
 
 def mutation_count() -> int:
     return _mutations[0]
+
+
+def begin_instruction() -> None:
+    """The root translator starts an instruction it may rewind at a break."""
+    _floor[0] = _born[0]
 
 
 _undo: list[Any] = []  # callables that restore an in-place change the translator can rewind

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import enum
 import functools
+import os
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ from framejit.frontend.variables.functions import (
 )
 from framejit.frontend.variables.objects import (
     ClassVariable,
+    EnvironVariable,
     NNModuleVariable,
     PythonModuleVariable,
     UserObjectVariable,
@@ -154,6 +156,11 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if t is torch.dtype or isinstance(value, enum.Enum) or t is torch.layout:
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return ConstantVariable(value, source)
+    if value is os.environ:
+        return EnvironVariable()
+    if t is types.CodeType:  # immutable: `fn.__code__.co_varnames` is a constant of the trace
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return ConstantVariable(value, source)
     if t in (torch.device, torch.Size):
         _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
         return ConstantVariable(value, source)
@@ -203,6 +210,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if isinstance(value, torch.nn.Module):
         _guard(tx, source, GuardKind.MODULE_MATCH, (value, value.training))
         return NNModuleVariable(value, source)
+    if t is types.FunctionType and is_builtin(value):  # `dataclasses.fields` and the like
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return wrap_value(tx, value, source)
     if t is types.FunctionType and is_torch_callable(value):
         # a torch function reached through a global alias, a closure or an attribute
         # (`act = F.layer_norm`): the same graph op as `F.layer_norm` itself, not inlined
@@ -318,6 +328,8 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         return ConstantVariable(value, source)
     if t in (torch.finfo, torch.iinfo, types.CodeType):
         return ConstantVariable(value, source)
+    if value is os.environ:
+        return EnvironVariable()
     if isinstance(value, type):
         return ClassVariable(value, source)
     if isinstance(value, types.ModuleType):

@@ -8,9 +8,12 @@ constants (`math.sqrt(64)`, `max(2, 3)`) fold without an entry.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
 import operator
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +83,7 @@ PURE = {
     zip,
 }
 PURE |= {v for v in vars(math).values() if callable(v)}
+PURE.add(sys.getrecursionlimit)  # process settings a trace reads as constants
 PURE |= {v for k, v in vars(operator).items() if callable(v) and not k.startswith("_")}
 
 BUILTINS: dict[Any, Handler] = {}
@@ -229,6 +233,103 @@ def _getattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | No
     if len(args) == 3 and not tx.has_attr(obj, name):
         return args[2]
     return obj.getattr(tx, name)
+
+
+@builtin(object.__getattribute__)
+def _object_getattribute(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    from framejit.frontend.variables.objects import GenericGetattrVariable, UserObjectVariable
+
+    if len(args) != 2 or kwargs or not isinstance(args[0], UserObjectVariable):
+        return None
+    return GenericGetattrVariable(args[0]).call(tx, args[1:], {})
+
+
+def _dataclass_type(vt: VariableTracker) -> type | None:
+    try:
+        t = vt.as_constant() if isinstance(vt, ConstantVariable) else vt.python_type()
+    except Unsupported:
+        return None
+    if isinstance(vt, ConstantVariable) and not isinstance(t, type):
+        t = type(t)
+    return t if isinstance(t, type) else None
+
+
+@builtin(dataclasses.fields)
+def _dataclass_fields(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    """`fields(obj)`: fixed by obj's class (a dataclass's Field objects are read, not changed)."""
+    if len(args) != 1 or kwargs:
+        return None
+    cls = getattr(args[0], "cls", None) if hasattr(args[0], "cls") else None
+    cls = cls if isinstance(cls, type) else _dataclass_type(args[0])
+    if cls is None or not dataclasses.is_dataclass(cls):
+        raise Unsupported("exception", "dataclasses.fields() of a non-dataclass", "TypeError")
+    return TupleVariable([ConstantVariable(f) for f in dataclasses.fields(cls)])
+
+
+@builtin(dataclasses.is_dataclass)
+def _is_dataclass(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs:
+        return None
+    cls = getattr(args[0], "cls", None) if hasattr(args[0], "cls") else None
+    cls = cls if isinstance(cls, type) else _dataclass_type(args[0])
+    if cls is None:
+        return None
+    return ConstantVariable(dataclasses.is_dataclass(cls))
+
+
+@builtin(id)
+def _id(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    """`id(f)` of a function, class, module or nn.Module: their identity is pinned by a guard
+    (or they are constants of the trace)."""
+    from framejit.guards import GuardKind
+
+    if len(args) != 1 or kwargs:
+        return None
+    (x,) = args
+    kind = type(x).__name__
+    value = {
+        "UserFunctionVariable": "fn",
+        "ClassVariable": "cls",
+        "PythonModuleVariable": "mod",
+        "NNModuleVariable": "obj",
+    }.get(kind)
+    target = getattr(x, value, None) if value is not None else None
+    if target is None:
+        return None
+    if x.source is not None and kind == "UserFunctionVariable":
+        tx.output.add_guard(x.source, GuardKind.ID_MATCH, target, tx.location_text())
+    return ConstantVariable(id(target))
+
+
+@builtin(inspect.signature)
+def _signature(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    """`inspect.signature(f)` of a Python function or bound method: a constant of the trace
+    (Signature objects are immutable), with f pinned by an identity guard."""
+    from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+    from framejit.guards import GuardKind
+
+    if len(args) != 1 or any(k != "follow_wrapped" for k in kwargs):
+        return None
+    follow = kwargs.get("follow_wrapped", ConstantVariable(True))
+    if not follow.is_constant():
+        return None
+    target, bound = args[0], False
+    if isinstance(target, UserMethodVariable):
+        target, bound = target.fn, True
+    if type(target) is not UserFunctionVariable:
+        return None
+    if target.source is not None:
+        tx.output.add_guard(target.source, GuardKind.ID_MATCH, target.fn, tx.location_text())
+    sig = inspect.signature(target.fn, follow_wrapped=bool(follow.as_constant()))
+    if bound:
+        params = list(sig.parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            return None
+        sig = sig.replace(parameters=params[1:])
+    return ConstantVariable(sig)
 
 
 @builtin(hasattr)

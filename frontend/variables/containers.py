@@ -162,7 +162,7 @@ class ListVariable(BaseSequence):
         args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
-        note_mutation()
+        note_mutation(self)
         if self.source is not None:  # replayed on the real list after the graph
             tx.output.side_effects.changed_container(self)
         if not self.contents_read and name in ("append", "extend") and len(args) == 1:
@@ -310,7 +310,7 @@ class DictVariable(VariableTracker):
             if self.default_factory is None:
                 raise Unsupported("exception", f"dict[{k!r}] raises KeyError")
             value = self.default_factory.call(tx, [], {})  # defaultdict: insert the default
-            note_mutation()
+            note_mutation(self)
             if self.source is not None:
                 tx.output.side_effects.changed_container(self)
             self.items[k] = value
@@ -350,7 +350,7 @@ class DictVariable(VariableTracker):
             return ConstantVariable(len(items))
         if name == "copy" and not args:
             return DictVariable(items, cls=self.cls, default_factory=self.default_factory)
-        note_mutation()
+        note_mutation(self)
         if self.source is not None:  # replayed on the real dict after the graph
             tx.output.side_effects.changed_container(self)
         if name == "__setitem__" and len(args) == 2:

@@ -55,6 +55,8 @@ class UserFunctionVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
+        if name == "__code__" and self.source is None:
+            return ConstantVariable(self.fn.__code__)
         if self.source is not None and hasattr(self.fn, name):
             return tx.wrap_source(AttrSource(self.source, name))
         raise Unsupported("unsupported_attr", f"function.{name}")
@@ -114,6 +116,8 @@ class NestedFunctionVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__"):
             return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
+        if name == "__code__":
+            return ConstantVariable(self.code)
         raise Unsupported("unsupported_attr", f"function.{name}")
 
 

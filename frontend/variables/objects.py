@@ -8,12 +8,14 @@ parameters, buffers and submodules are found the way nn.Module.__getattr__ finds
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import enum
 import functools
 import inspect
 import logging
 import operator
+import os
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,9 @@ from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import LOGGER_METHODS, ReplayedCallVariable
 from framejit.frontend.sources import (
     AttrSource,
+    DictItemSource,
+    EnvSource,
+    GenericAttrSource,
     Source,
     TypeSource,
     buffer_source,
@@ -67,6 +72,13 @@ _GENERIC_GETATTRIBUTE = (
     object.__getattribute__,
     torch.nn.Module.__getattribute__,
     types.SimpleNamespace.__getattribute__,
+    # builtin bases of user classes; their slot is the generic lookup too
+    dict.__getattribute__,
+    collections.OrderedDict.__getattribute__,
+    collections.defaultdict.__getattribute__,
+    list.__getattribute__,
+    tuple.__getattribute__,
+    set.__getattribute__,
 )
 
 
@@ -89,6 +101,13 @@ class UserObjectVariable(VariableTracker):
         if self.source is None:
             raise Unsupported("unsupported_attr", what, "object has no source")
         return self.source
+
+    def _attr_source(self, name: str) -> AttrSource:
+        """Where `generic_getattr` reads `name` from (past a custom __getattribute__)."""
+        base = self._need_source(name)
+        if _has_custom_getattribute(type(self.obj)):
+            return GenericAttrSource(base, name)
+        return AttrSource(base, name)
 
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
         cls = type(self.obj)
@@ -114,9 +133,53 @@ class UserObjectVariable(VariableTracker):
             method_source = AttrSource(self.source, name) if self.source is not None else None
             return ReplayedCallVariable(getattr(self.obj, name), method_source)
         if _has_custom_getattribute(cls):
+            return self._custom_getattribute(tx, name)
+        return self.generic_getattr(tx, name)
+
+    def _custom_getattribute(self, tx: Translator, name: str) -> VariableTracker:
+        """A class's own `__getattribute__` written in Python (configs that map attribute
+        aliases) is inlined like any method; its `super().__getattribute__(key)` and
+        `object.__getattribute__(self, key)` reach `generic_getattr`."""
+        cls = type(self.obj)
+        found = _class_attr(cls, "__getattribute__")
+        if found is None or not isinstance(found[1], types.FunctionType):
             raise Unsupported(
-                "unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__"
+                "unsupported_attr", f"{cls.__name__}.{name}", "custom __getattribute__ in C"
             )
+        hook = self._class_function(tx, found[0], "__getattribute__", found[1])
+        return UserMethodVariable(hook, self).call(tx, [ConstantVariable(name)], {})
+
+    def _class_function(
+        self, tx: Translator, owner: type, name: str, fn: types.FunctionType
+    ) -> VariableTracker:
+        """`fn`, found as `name` on the object's class: guarded by identity when the class is
+        a user's (it can be patched), a fixed value when a trusted library defines it."""
+        if self.source is None or _trusted_class(owner):
+            return UserFunctionVariable(fn)
+        return tx.wrap_source(AttrSource(TypeSource(self.source), name))
+
+    def dict_view(self, tx: Translator, what: str) -> VariableTracker:
+        """The items of a dict subclass from outside the frame, read (and guarded) with dict's
+        own lookups: for dict's methods reached past the class's overrides. Only reads."""
+
+        cls = type(self.obj)
+        if _dict_base(cls) is None or any(
+            isinstance(_python_method_of(cls, n), types.FunctionType)
+            for n in ("__iter__", "keys", "__len__")
+        ):
+            raise Unsupported("unsupported_call", what, "a dict subclass that changes iteration")
+        source = self._need_source(what)
+        keys = list(self.obj)  # the order the DICT_KEYS guard checks (OrderedDict too)
+        if not all(isinstance(k, (str, int)) for k in keys):
+            raise Unsupported("unsupported_object", "dict with non-str/int keys")
+        tx.output.add_guard(source, GuardKind.DICT_KEYS, tuple(keys), tx.location_text())
+        items = {k: tx.wrap_source(DictItemSource(source, k)) for k in keys}
+        return _ReadOnlyDict(items, what)
+
+    def generic_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """`object.__getattribute__(obj, name)`: data descriptors, the instance dict, then
+        the class."""
+        cls = type(self.obj)
         found = _class_attr(cls, name)
         if found is not None:
             _, attr = found
@@ -126,10 +189,10 @@ class UserObjectVariable(VariableTracker):
                 return tx.call_function_value(attr.fget, [self], {})
             if hasattr(type(attr), "__set__") and not isinstance(attr, types.FunctionType):
                 # another data descriptor (slots, C getters): read it as a value
-                return tx.wrap_source(AttrSource(self._need_source(name), name))
+                return tx.wrap_source(self._attr_source(name))
         instance_dict = getattr(self.obj, "__dict__", {})
         if name in instance_dict:
-            return tx.wrap_source(AttrSource(self._need_source(name), name))
+            return tx.wrap_source(self._attr_source(name))
         if found is not None:
             owner, attr = found
             cls_source = TypeSource(self.source) if self.source is not None else None
@@ -147,12 +210,12 @@ class UserObjectVariable(VariableTracker):
                     else (tx.wrap_value(attr.__func__, None))
                 )
                 return UserMethodVariable(fn, tx.wrap_value(cls, cls_source))
+            if owner in _DICT_BASES and name in _DICT_READS:
+                return _DictReadMethod(self, name)
             if isinstance(attr, types.MethodDescriptorType) and cls.__flags__ & _IMMUTABLETYPE:
                 # A method of a C type (`file.write`): fixed by the type, a new bound object at
                 # every lookup, so it is not guarded by identity.
-                return tx.wrap_value(
-                    getattr(self.obj, name), AttrSource(self._need_source(name), name)
-                )
+                return tx.wrap_value(getattr(self.obj, name), self._attr_source(name))
             if isinstance(attr, types.FunctionType):
                 fn = (
                     tx.wrap_source(attr_source)
@@ -160,7 +223,7 @@ class UserObjectVariable(VariableTracker):
                     else UserFunctionVariable(attr, attr_source)
                 )
                 return UserMethodVariable(fn, self)
-            return tx.wrap_source(AttrSource(self._need_source(name), name))
+            return tx.wrap_source(self._attr_source(name))
         if hasattr(cls, "__getattr__"):
             raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattr__")
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
@@ -182,12 +245,15 @@ class UserObjectVariable(VariableTracker):
         return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
 
     def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
-        if name == "__getitem__":
-            found = _class_attr(type(self.obj), "__getitem__")
-            if found is not None and isinstance(found[1], types.FunctionType):
-                return UserMethodVariable(UserFunctionVariable(found[1]), self).call(
-                    tx, args, kwargs
-                )
+        found = _class_attr(type(self.obj), name)
+        if (
+            name in ("__getitem__", "__len__", "__contains__")
+            and found is not None
+            and isinstance(found[1], types.FunctionType)
+        ):
+            return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, args, kwargs)
+        if found is not None and found[0] in _DICT_BASES and name in _DICT_READS:
+            return _DictReadMethod(self, name).call(tx, args, kwargs)
         return self.getattr(tx, name).call(tx, args, kwargs)
 
 
@@ -546,6 +612,8 @@ class ClassVariable(VariableTracker):
             init = _class_attr(cls, "__init__")
             if init is not None and isinstance(init[1], types.FunctionType):
                 UserMethodVariable(UserFunctionVariable(init[1]), obj).call(tx, args, kwargs)
+            elif init is not None and init[0] in _DICT_BASES:
+                _BoundBaseMethod(obj, "__init__").call(tx, args, kwargs)
             elif args or kwargs:
                 raise Unsupported("exception", f"{cls.__qualname__}() takes no arguments")
             return obj
@@ -609,28 +677,62 @@ class LoggerVariable(UserObjectVariable):
         cg.call_const(logging.getLogger, lambda: cg.load_const(self.name), 1)
 
 
+_DICT_BASES = (dict, collections.OrderedDict)
+
+
+def _dict_base(cls: type) -> type | None:
+    """The builtin dict type a user class extends (its items live there), or None."""
+    for klass in cls.__mro__:
+        if klass in _DICT_BASES:
+            return klass
+    return None
+
+
+def _python_setattr(cls: type) -> types.FunctionType | None:
+    """The class's own `__setattr__` when it is written in Python."""
+    found = _class_attr(cls, "__setattr__")
+    if found is not None and isinstance(found[1], types.FunctionType):
+        return found[1]
+    return None
+
+
 def _plain_class(cls: type) -> bool:
-    """A Python class whose instances are ordinary objects with a __dict__ (no custom __new__,
-    __setattr__, __getattribute__ or slots, not a builtin or torch subclass)."""
-    if type(cls) is not type or cls.__new__ is not object.__new__:
+    """A Python class whose instances the translator can build and track: ordinary objects with
+    a __dict__, optionally extending dict or OrderedDict (their items are tracked too), with a
+    `__setattr__` written in Python or none (no custom __new__ or __getattribute__, no slots, no
+    metaclass that overrides `__call__`, not a torch subclass)."""
+    meta = type(cls)
+    if meta is not type and (not issubclass(meta, type) or meta.__call__ is not type.__call__):
         return False
-    if issubclass(cls, torch.nn.Module) or cls.__setattr__ is not object.__setattr__:
+    base = _dict_base(cls)
+    if cls.__new__ is not (base.__new__ if base is not None else object.__new__):
+        return False
+    if issubclass(cls, torch.nn.Module):
+        return False
+    if cls.__setattr__ is not object.__setattr__ and _python_setattr(cls) is None:
         return False
     if _has_custom_getattribute(cls):
         return False
-    return (
-        all("__slots__" not in k.__dict__ for k in cls.__mro__[:-1])
-        and cls.__mro__[-1] is object
-        and all(k.__module__ != "builtins" for k in cls.__mro__[:-1])
+    builtins_ok = (object, *_DICT_BASES)
+    return all(
+        not k.__dict__.get("__slots__", ())  # empty slots (collections.abc bases) are fine
+        and (k.__module__ != "builtins" or k in builtins_ok)
+        and (k.__module__ != "collections" or k in builtins_ok)
+        for k in cls.__mro__
     )
 
 
 class NewObjectVariable(VariableTracker):
-    """An instance of a plain user class created inside the traced frame."""
+    """An instance of a plain user class created inside the traced frame (and, for a subclass
+    of dict or OrderedDict, its items)."""
 
     def __init__(self, cls: type) -> None:
+        from framejit.frontend.variables.containers import DictVariable
+
         self.cls = cls
         self.attrs: dict[str, VariableTracker] = {}
+        base = _dict_base(cls)
+        self.dict_items = DictVariable({}, cls=base) if base is not None else None
 
     def __repr__(self) -> str:
         return f"New({self.cls.__qualname__})"
@@ -639,6 +741,8 @@ class NewObjectVariable(VariableTracker):
         return self.cls
 
     def has_tensors(self) -> bool:
+        if self.dict_items is not None and self.dict_items.has_tensors():
+            return True
         return any(v.has_tensors() for v in self.attrs.values())
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
@@ -649,9 +753,15 @@ class NewObjectVariable(VariableTracker):
             return tx.call_function_value(found[1].fget, [self], {})
         if name in self.attrs:
             return self.attrs[name]
+        if name == "__dict__":
+            return self._attrs_view()
+        if name == "__class__":
+            return ClassVariable(self.cls)
         if found is None:
             raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
-        attr = found[1]
+        owner, attr = found
+        if owner in _DICT_BASES and self.dict_items is not None:
+            return self.dict_items.getattr(tx, name)  # a dict method on the tracked items
         if isinstance(attr, staticmethod):
             return tx.wrap_value(attr.__func__, None)
         if isinstance(attr, classmethod):
@@ -660,13 +770,32 @@ class NewObjectVariable(VariableTracker):
             return UserMethodVariable(UserFunctionVariable(attr), self)
         return tx.wrap_value(attr, None)
 
+    def _attrs_view(self) -> VariableTracker:
+        """`obj.__dict__`: a dict VT that shares (not copies) the tracked attributes."""
+        from framejit.frontend.variables.containers import DictVariable
+
+        view = DictVariable({})
+        view.items = self.attrs
+        view._born = self._born  # type: ignore[attr-defined]  # changes to it change this object
+        return view
+
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        hook = _python_setattr(self.cls)
+        if hook is not None:  # the class's own __setattr__, inlined like any method
+            UserMethodVariable(UserFunctionVariable(hook), self).call(
+                tx, [ConstantVariable(name), value], {}
+            )
+            return
+        self.generic_setattr(tx, name, value)
+
+    def generic_setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        """`object.__setattr__(obj, name, value)`."""
         found = _class_attr(self.cls, name)
         if found is not None and hasattr(type(found[1]), "__set__"):
             raise Unsupported(
                 "unsupported_attr", f"setting {self.cls.__name__}.{name}", "a data descriptor"
             )
-        note_mutation()
+        note_mutation(self)
         self.attrs[name] = value
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
@@ -675,19 +804,68 @@ class NewObjectVariable(VariableTracker):
             raise Unsupported("unsupported_call", f"calling a {self.cls.__name__}")
         return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
 
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        found = _class_attr(self.cls, name)
+        if found is not None and isinstance(found[1], types.FunctionType):
+            return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, args, kwargs)
+        if self.dict_items is not None and (found is None or found[0] in (object, *_DICT_BASES)):
+            return self.dict_items.call_method(tx, name, args, kwargs)
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        found = _class_attr(self.cls, "__iter__")
+        if self.dict_items is not None and found is not None and found[0] in _DICT_BASES:
+            return self.dict_items.unpack(tx)
+        if found is not None and found[1] is collections.abc.Sequence.__iter__:
+            # Sequence's own __iter__ reads self[0], self[1], ... until IndexError, which a
+            # Sequence raises at len(self)
+            n = self.call_method(tx, "__len__", [], {})
+            if not n.is_constant():
+                raise Unsupported("unsupported_object", f"iterating over {self.cls.__name__}")
+            return [
+                self.call_method(tx, "__getitem__", [ConstantVariable(i)], {})
+                for i in range(n.as_constant())
+            ]
+        if found is not None and isinstance(found[1], types.FunctionType):
+            it = UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, [], {})
+            return it.unpack(tx)
+        return super().unpack(tx)
+
+    def truth(self, tx: Translator) -> bool:
+        for name in ("__bool__", "__len__"):
+            found = _class_attr(self.cls, name)
+            if found is None:
+                continue
+            if self.dict_items is not None and found[0] in _DICT_BASES:
+                return self.dict_items.truth(tx)
+            if isinstance(found[1], types.FunctionType):
+                result = UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, [], {})
+                return result.truth(tx)
+            break
+        else:
+            return True
+        return super().truth(tx)
+
     def reconstruct(self, cg: Any) -> None:
         from framejit.frontend.variables.containers import DictVariable
 
         def emit() -> None:
             cg.load_const(self.cls)
             DictVariable(self.attrs).reconstruct(cg)
+            if self.dict_items is not None:
+                DictVariable(self.dict_items.items).reconstruct(cg)
 
-        cg.call_const(rebuild_object, emit, 2)
+        cg.call_const(rebuild_object, emit, 2 if self.dict_items is None else 3)
 
 
-def rebuild_object(cls: type, attrs: dict[str, Any]) -> Any:
-    """Recreate an object the traced code built: used by transformed code."""
+def rebuild_object(cls: type, attrs: dict[str, Any], items: dict[Any, Any] | None = None) -> Any:
+    """Recreate an object the traced code built: used by transformed code. A dict subclass gets
+    its items through its builtin base, past any `__setitem__` of its own."""
     obj = cls.__new__(cls)
+    if items is not None:
+        base = _dict_base(cls)
+        for key, value in items.items():
+            base.__setitem__(obj, key, value)  # type: ignore[union-attr]
     obj.__dict__.update(attrs)
     return obj
 
@@ -798,6 +976,13 @@ class SuperVariable(VariableTracker):
             if name not in klass.__dict__:
                 continue
             attr = klass.__dict__[name]
+            if attr is object.__getattribute__ and isinstance(self.obj, UserObjectVariable):
+                return GenericGetattrVariable(self.obj)
+            if isinstance(self.obj, NewObjectVariable):
+                if attr is object.__setattr__:
+                    return _BoundBaseMethod(self.obj, "__setattr__")
+                if klass in _DICT_BASES and self.obj.dict_items is not None:
+                    return _BoundBaseMethod(self.obj, name)
             if isinstance(attr, property) and attr.fget is not None:
                 return tx.call_function_value(attr.fget, [self.obj], {})
             if isinstance(attr, staticmethod):
@@ -807,5 +992,210 @@ class SuperVariable(VariableTracker):
                 return UserMethodVariable(tx.wrap_value(attr.__func__, None), cls_vt)
             if isinstance(attr, types.FunctionType):
                 return UserMethodVariable(UserFunctionVariable(attr), self.obj)
+            if attr is object.__init__:
+                return _NoArgsNoop("object.__init__")
+            if (
+                klass in _DICT_BASES
+                and name in _DICT_READS
+                and isinstance(self.obj, UserObjectVariable)
+            ):
+                return _DictReadMethod(self.obj, name)
+            if isinstance(attr, _C_METHOD_TYPES):
+                # a builtin base's method (`super().get(key)` of a dict subclass): unbound here,
+                # and what it reads is not tracked on an object from outside the frame
+                raise Unsupported(
+                    "unsupported_call",
+                    f"super().{name} of {klass.__name__} on {self.obj.type_name()}",
+                )
             return tx.wrap_value(attr, None)
         raise Unsupported("exception", f"super().{name}", "AttributeError")
+
+
+class GenericGetattrVariable(VariableTracker):
+    """`super().__getattribute__` bound to an object (the generic lookup, past a class's own
+    `__getattribute__`): calling it with a constant name reads that attribute."""
+
+    def __init__(self, obj: UserObjectVariable) -> None:
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"GenericGetattr({self.obj!r})"
+
+    def python_type(self) -> type:
+        return types.MethodWrapperType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if len(args) != 1 or kwargs or not args[0].is_constant():
+            raise Unsupported("unsupported_call", "__getattribute__ with a non-constant name")
+        name = args[0].as_constant()
+        if not isinstance(name, str):
+            raise Unsupported("exception", "__getattribute__", "attribute name must be a str")
+        return self.obj.generic_getattr(tx, name)
+
+
+_C_METHOD_TYPES = (
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.BuiltinFunctionType,
+)
+
+
+class _NoArgsNoop(VariableTracker):
+    """`super().__init__()` reaching `object.__init__`: nothing to do."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def python_type(self) -> type:
+        return types.MethodWrapperType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if args or kwargs:
+            raise Unsupported("exception", f"{self.what}() takes no arguments", "TypeError")
+        return ConstantVariable(None)
+
+
+class _BoundBaseMethod(VariableTracker):
+    """`super().name` on a new object where `name` is defined by `object`, dict or OrderedDict:
+    the builtin behaviour on the tracked attributes and items, past the class's overrides."""
+
+    def __init__(self, obj: NewObjectVariable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"BaseMethod({self.obj!r}.{self.name})"
+
+    def python_type(self) -> type:
+        return types.MethodWrapperType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        from framejit.frontend.variables.builtins import call_builtin_class
+
+        obj, name = self.obj, self.name
+        if name == "__setattr__":
+            if len(args) != 2 or kwargs or not args[0].is_constant():
+                raise Unsupported("unsupported_call", "__setattr__ with a non-constant name")
+            obj.generic_setattr(tx, args[0].as_constant(), args[1])
+            return ConstantVariable(None)
+        items = obj.dict_items
+        assert items is not None
+        if name == "__init__":
+            built = call_builtin_class(tx, dict, args, kwargs)
+            if built is None:
+                raise Unsupported("unsupported_call", f"{obj.cls.__name__}.__init__ of dict")
+            if built.items:
+                note_mutation(obj)
+                items.items.update(built.items)
+            return ConstantVariable(None)
+        if name in ("__setitem__", "__delitem__", "update", "pop", "setdefault", "clear"):
+            note_mutation(obj)
+        if name == "__getitem__" and len(args) == 1 and not kwargs:
+            return items.getitem(tx, args[0])
+        return items.call_method(tx, name, args, kwargs)
+
+
+# dict methods that only read: answered from `UserObjectVariable.dict_view`
+_DICT_READS = frozenset(
+    {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__", "copy"}
+)
+
+
+def _python_method_of(cls: type, name: str) -> Any:
+    found = _class_attr(cls, name)
+    return found[1] if found is not None else None
+
+
+class _ReadOnlyDict(VariableTracker):
+    """What `dict_view` returns: dict reads only (writes to an outside object go through its
+    class, which the translator does not follow here)."""
+
+    def __init__(self, items: dict[Any, VariableTracker], what: str) -> None:
+        from framejit.frontend.variables.containers import DictVariable
+
+        self.view = DictVariable(items)
+        self.what = what
+
+    def python_type(self) -> type:
+        return dict
+
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if name not in _DICT_READS:
+            raise Unsupported("side_effect", f"{self.what}: dict.{name} on an object from outside")
+        if name == "copy":
+            from framejit.frontend.variables.containers import DictVariable
+
+            return DictVariable(self.view.items)
+        return self.view.call_method(tx, name, args, kwargs)
+
+
+class _DictReadMethod(VariableTracker):
+    """`obj.keys` / `super().get` ... of a dict subclass from outside the frame."""
+
+    def __init__(self, obj: UserObjectVariable, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"DictRead({self.obj!r}.{self.name})"
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        what = f"{self.obj.type_name()}.{self.name}()"
+        return self.obj.dict_view(tx, what).call_method(tx, self.name, args, kwargs)
+
+
+class EnvironVariable(VariableTracker):
+    """`os.environ`: reads of single variables (`get`, `[]`, `in`), each guarded on its value,
+    so a changed environment recompiles. Writes are not captured."""
+
+    def __repr__(self) -> str:
+        return "Environ"
+
+    def python_type(self) -> type:
+        return type(os.environ)
+
+    def reconstruct(self, cg: Any) -> None:
+        cg.load_const(os.environ)  # the process's one mapping
+
+    def _read(self, tx: Translator, key: VariableTracker) -> VariableTracker:
+        if not key.is_constant() or not isinstance(key.as_constant(), str):
+            raise Unsupported("unsupported_call", "os.environ with a non-constant key")
+        return tx.wrap_source(EnvSource(key.as_constant()))
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("get", "__getitem__", "__contains__"):
+            return _EnvironMethod(self, name)
+        raise Unsupported("unsupported_attr", f"os.environ.{name}")
+
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if kwargs or not args:
+            raise Unsupported("unsupported_call", f"os.environ.{name}")
+        value = self._read(tx, args[0])
+        missing = value.is_constant() and value.as_constant() is None
+        if name == "get" and len(args) <= 2:
+            if missing:
+                return args[1] if len(args) == 2 else ConstantVariable(None)
+            return value
+        if name == "__getitem__" and len(args) == 1:
+            if missing:
+                raise Unsupported("exception", f"os.environ[{args[0].as_constant()!r}]", "KeyError")
+            return value
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(not missing)
+        raise Unsupported("unsupported_call", f"os.environ.{name}")
+
+
+class _EnvironMethod(VariableTracker):
+    def __init__(self, env: EnvironVariable, name: str) -> None:
+        self.env = env
+        self.name = name
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        return self.env.call_method(tx, self.name, args, kwargs)

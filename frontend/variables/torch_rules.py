@@ -55,6 +55,12 @@ FOLDABLE = {
     torch.are_deterministic_algorithms_enabled,
     torch.is_autocast_enabled,
     torch.get_autocast_dtype if hasattr(torch, "get_autocast_dtype") else torch.get_default_dtype,
+    # process state that a trace never runs under (torch.jit tracing or scripting, an export,
+    # a CUDA stream capture): the answer when the frame is compiled, as torch gives it
+    torch.jit.is_tracing,
+    torch.jit.is_scripting,
+    getattr(torch.compiler, "is_exporting", torch.jit.is_scripting),
+    torch.cuda.is_current_stream_capturing,
 }
 
 # Refused: they change global state, leave the process, or need real data.
@@ -76,6 +82,15 @@ REFUSED = {
     torch.set_printoptions,
     torch.autocast,
     torch.compile,
+}
+
+
+# "Is this code being compiled?" Libraries ask it to take their traceable path (skip a
+# data-dependent check, a warning or a registry update): while framejit traces, the answer is
+# yes. Code that runs for real (at a break, or eagerly) gets torch's own answer.
+COMPILING_QUERIES = {
+    torch.compiler.is_compiling,
+    getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling),
 }
 
 
@@ -101,7 +116,12 @@ def is_graph_function(fn: Any) -> bool:
 
 
 def is_torch_callable(fn: Any) -> bool:
-    return _member(fn, FOLDABLE) or _member(fn, REFUSED) or is_graph_function(fn)
+    return (
+        _member(fn, COMPILING_QUERIES)
+        or _member(fn, FOLDABLE)
+        or _member(fn, REFUSED)
+        or is_graph_function(fn)
+    )
 
 
 def _fold_on_fakes(fn: Any, args: list[VariableTracker]) -> Any:
@@ -123,6 +143,8 @@ def call_torch_function(
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     if _member(fn, REFUSED):
         raise Unsupported("unsupported_call", f"torch.{getattr(fn, '__name__', name)}")
+    if _member(fn, COMPILING_QUERIES) and not args and not kwargs:
+        return ConstantVariable(True)
     if fn is torch.numel and len(args) == 1 and isinstance(args[0], TensorVariable):
         return tx.output.tensor_numel(args[0])  # symbolic under dynamic shapes
     query = METADATA_FUNCTIONS.get(fn) if _member(fn, METADATA_FUNCTIONS) else None

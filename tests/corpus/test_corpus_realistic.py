@@ -1046,10 +1046,11 @@ class BiLSTMTagger(nn.Module):
 
 
 # capture gap: pack_padded_sequence/pad_packed_sequence have value-dependent sizes and the LSTM on
-# a PackedSequence is not captured, so the middle runs eagerly (embedding and head are graphs)
+# a PackedSequence is not captured, so the middle runs eagerly (embedding and head are graphs;
+# torch's own pack/pad functions run as they are)
 @corpus.builder(
     lambda: (torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0], [9, 0, 0, 0]]), torch.tensor([4, 2, 1])),
-    graphs=5,
+    graphs=2,
     fullgraph=False,
 )
 def bilstm_tagger_packed():

@@ -1,0 +1,484 @@
+"""Patterns that model libraries (Hugging Face transformers and the like) use around their tensor
+code: configs with their own `__getattribute__`, dict-subclass output dataclasses, registries,
+wrappers that read `__code__` or `inspect.signature`, `torch.compiler.is_compiling()`,
+environment switches, and library code that lives in site-packages.
+
+Each case is written here in the library's style (transformers is not a test dependency) and is
+compared with eager on real tensors; most also assert one graph and no break, since a break in
+these wrappers costs a whole model its graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import sysconfig
+import types
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, is_dataclass
+
+import pytest
+import torch
+from framejit.frontend import hook
+from torch import nn
+
+import framejit
+from framejit.testing import CompileCounter
+
+
+def run(fn, *args, graphs: int | None = 1, fullgraph: bool = False, **kwargs):
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter, fullgraph=fullgraph)
+    got = jitted(*args, **kwargs)
+    again = jitted(*args, **kwargs)
+    if graphs is not None:
+        assert counter.frame_count == graphs
+    return got, again, counter
+
+
+# --- configs ------------------------------------------------------------------------------------
+
+
+class AliasConfig:
+    """A config whose `__getattribute__` maps alias names (`hidden_size` -> `n_embd`)."""
+
+    attribute_map = {"hidden_size": "n_embd", "num_heads": "n_head"}
+
+    def __init__(self, n_embd: int, n_head: int, scale: float) -> None:
+        self.n_embd = n_embd
+        self.n_head = n_head
+        self.scale = scale
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+class Tenfold:
+    """A `__getattribute__` that answers differently from the generic lookup."""
+
+    def __init__(self) -> None:
+        self.v = 1.0
+
+    def __getattribute__(self, key):
+        if key == "v":
+            return object.__getattribute__(self, "v") * 10
+        return object.__getattribute__(self, key)
+
+
+def uses_config(x, cfg, t):
+    return x.view(-1, cfg.num_heads, cfg.hidden_size // cfg.num_heads) * cfg.scale + t.v
+
+
+def test_custom_getattribute_is_inlined_and_guarded():
+    x = torch.randn(2, 8)
+    cfg, t = AliasConfig(8, 2, 0.5), Tenfold()
+    got, _, counter = run(uses_config, x, cfg, t, fullgraph=True)
+    torch.testing.assert_close(got, uses_config(x, cfg, t))
+    jitted = framejit.jit(uses_config, backend=counter)
+    cfg.scale, t.v = 3.0, 2.0  # read through the custom lookups: a guard fails, a recompile
+    torch.testing.assert_close(jitted(x, cfg, t), uses_config(x, cfg, t))
+    cfg.n_head = 4
+    torch.testing.assert_close(jitted(x, cfg, t), uses_config(x, cfg, t))
+
+
+def reads_code_attributes(x, fn):
+    names = fn.__code__.co_varnames
+    if "scale" in names:
+        return x * names.index("scale")
+    return x
+
+
+def _has_scale(a, b, scale):
+    return a
+
+
+def _no_scale(a):
+    return a
+
+
+def test_code_object_attributes_are_constants():
+    x = torch.randn(3)
+    for fn in (_has_scale, _no_scale, _has_scale):
+        got, _, _ = run(reads_code_attributes, x, fn, graphs=None, fullgraph=True)
+        torch.testing.assert_close(got, reads_code_attributes(x, fn))
+
+
+# --- dict-subclass outputs ----------------------------------------------------------------------
+
+
+class OutputMeta(type):
+    """A metaclass that does not change how instances are made."""
+
+
+class ModelOutput(OrderedDict, metaclass=OutputMeta):
+    """A dict that is also a dataclass: fields that are not None are items too."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if type(self) is not ModelOutput and not is_dataclass(self):
+            raise TypeError("subclasses must be dataclasses")
+
+    def __post_init__(self):
+        class_fields = fields(self)
+        for field in class_fields:
+            v = self.__dict__.get(field.name)
+            if v is not None:
+                self[field.name] = v
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+    def __setattr__(self, name, value):
+        if name in {f.name for f in fields(self)} and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclass
+class BaseOutput(ModelOutput):
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple | None = None
+
+
+@dataclass
+class LMOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple | None = None
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(20, 8)
+        self.body = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 20)
+
+    def encode(self, ids, output_hidden_states=False):
+        h0 = self.embed(ids)
+        h1 = torch.tanh(self.body(h0))
+        return BaseOutput(
+            last_hidden_state=h1, hidden_states=(h0, h1) if output_hidden_states else None
+        )
+
+    def forward(self, ids, labels=None, output_hidden_states=False, return_dict=True):
+        out = self.encode(ids, output_hidden_states=output_hidden_states)
+        logits = self.head(out.last_hidden_state) + out[0].mean()
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.view(-1, 20), labels.view(-1))
+        result = LMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return result if return_dict else result.to_tuple()
+
+
+def same_output(a, b) -> None:
+    assert type(a) is type(b)
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    elif isinstance(a, dict):
+        assert list(a.keys()) == list(b.keys())
+        assert a.__dict__.keys() == b.__dict__.keys()
+        for k in a:
+            same_output(a[k], b[k])
+        for k, v in a.__dict__.items():
+            same_output(v, b.__dict__[k])
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same_output(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"labels": True},
+        {"output_hidden_states": True},
+        {"labels": True, "return_dict": False},
+    ],
+    ids=["plain", "labels", "hidden", "tuple"],
+)
+def test_dict_subclass_dataclass_outputs(kwargs):
+    torch.manual_seed(0)
+    model = TinyLM()
+    ids = torch.randint(0, 20, (2, 5))
+    if kwargs.get("labels"):
+        kwargs = {**kwargs, "labels": torch.randint(0, 20, (2, 5))}
+    got, again, _ = run(model, ids, fullgraph=True, **kwargs)
+    expected = model(ids, **kwargs)
+    same_output(got, expected)
+    same_output(again, expected)
+    if isinstance(got, LMOutput):
+        assert got.to_tuple()[0] is got[0]  # rebuilt through the class's own methods
+        assert (got.loss is None) == ("labels" not in kwargs)
+
+
+def test_dict_subclass_output_trains_like_eager():
+    torch.manual_seed(0)
+    model = TinyLM()
+    ids, labels = torch.randint(0, 20, (2, 5)), torch.randint(0, 20, (2, 5))
+    jitted = framejit.jit(model, backend="aot_eager", fullgraph=True)
+    jitted(ids, labels=labels).loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(ids, labels=labels).loss.backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
+class Registry(dict):
+    """Keyed by class name; `get` of its own reaches dict's through super()."""
+
+    def get(self, key):
+        return super().get(str(key)) or {}
+
+
+REGISTRY = Registry()
+
+
+def reads_registry(x, model):
+    flags = REGISTRY.get(type(model))
+    out = x * 2
+    for name in flags:
+        out = out + len(name)
+    return out
+
+
+def test_outside_dict_subclass_reads_are_guarded():
+    x, model = torch.randn(3), nn.Identity()
+    counter = CompileCounter()
+    jitted = framejit.jit(reads_registry, backend=counter, fullgraph=True)
+    torch.testing.assert_close(jitted(x, model), reads_registry(x, model))
+    REGISTRY[str(type(model))] = {"attentions": 1}  # the registry changed: a guard fails
+    try:
+        torch.testing.assert_close(jitted(x, model), reads_registry(x, model))
+        assert counter.frame_count == 2
+    finally:
+        REGISTRY.clear()
+
+
+class LayerView(Sequence):
+    """A read-only sequence (collections.abc) built on the fly."""
+
+    def __init__(self, layers) -> None:
+        self._layers = layers
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def __getitem__(self, i):
+        return self._layers[i]
+
+
+def iterates_sequence(x, model):
+    for layer in LayerView(model.layers):
+        x = layer(x)
+    return x
+
+
+def test_sequence_subclass_made_in_the_frame_iterates():
+    model = nn.Module()
+    model.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+    x = torch.randn(2, 4)
+    got, _, _ = run(iterates_sequence, x, model, fullgraph=True)
+    torch.testing.assert_close(got, iterates_sequence(x, model))
+
+
+# --- wrappers -----------------------------------------------------------------------------------
+
+
+def config_defaults(func):
+    """A decorator that reads the wrapped function's code and signature, then calls it with a
+    kwargs dict it changed (as library wrappers do)."""
+
+    def wrapper(self, *args, **kwargs):
+        if "use_cache" in func.__code__.co_varnames:
+            kwargs.setdefault("use_cache", False)
+        n = len(inspect.signature(self.chunk).parameters)
+        kwargs.pop("return_dict", None)
+        return func(self, *args, **kwargs) * n
+
+    return wrapper
+
+
+class Wrapped(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def chunk(self, a, b):
+        return a + b
+
+    @config_defaults
+    def forward(self, x, use_cache=True):
+        y = self.fc(x)
+        if type(self).forward is Wrapped.forward and not use_cache:
+            y = y * 2
+        return y
+
+
+def test_library_wrapper_reading_code_and_signature():
+    model, x = Wrapped(), torch.randn(2, 4)
+    got, _, _ = run(model, x, return_dict=True, fullgraph=True)
+    torch.testing.assert_close(got, model(x, return_dict=True))
+
+
+def breaks_inside(x, **kwargs):
+    kwargs.pop("flag", None)  # the callee changes its own kwargs dict, then breaks
+    print("inside")
+    return x + 1
+
+
+def calls_breaking_callee(x):
+    y = x * 2
+    z = breaks_inside(y, flag=True)
+    return z - 1
+
+
+def test_break_in_callee_that_changed_its_own_dict_keeps_the_caller_compiled(capsys):
+    x = torch.randn(3)
+    got, _, counter = run(calls_breaking_callee, x, graphs=None)
+    torch.testing.assert_close(got, calls_breaking_callee(x))
+    assert counter.frame_count >= 2  # the caller's graphs around the call, not an eager frame
+    assert capsys.readouterr().out.count("inside") == 3
+
+
+def compiling_path(x):
+    if torch.compiler.is_compiling():
+        return x + 1
+    return x - 1
+
+
+def test_is_compiling_is_true_while_traced():
+    x = torch.zeros(2)
+    got, _, _ = run(compiling_path, x, fullgraph=True)
+    torch.testing.assert_close(got, x + 1)
+    torch.testing.assert_close(compiling_path(x), x - 1)
+
+
+def environment_switch(x):
+    if os.environ.get("FRAMEJIT_TEST_SWITCH", "0") == "1":
+        return x + 1
+    if "FRAMEJIT_TEST_OTHER" in os.environ:
+        return x * 3
+    return x - 1
+
+
+def test_environment_reads_are_guarded(monkeypatch):
+    x = torch.zeros(2)
+    counter = CompileCounter()
+    jitted = framejit.jit(environment_switch, backend=counter, fullgraph=True)
+    monkeypatch.delenv("FRAMEJIT_TEST_SWITCH", raising=False)
+    monkeypatch.delenv("FRAMEJIT_TEST_OTHER", raising=False)
+    torch.testing.assert_close(jitted(x), x - 1)
+    monkeypatch.setenv("FRAMEJIT_TEST_SWITCH", "1")
+    torch.testing.assert_close(jitted(x), x + 1)
+    monkeypatch.delenv("FRAMEJIT_TEST_SWITCH")
+    monkeypatch.setenv("FRAMEJIT_TEST_OTHER", "")
+    torch.testing.assert_close(jitted(x), x * 3)
+    assert counter.frame_count == 3
+
+
+# --- code in another module, and in site-packages -----------------------------------------------
+
+_LIBRARY = """
+import torch
+
+SCALE = 2.0
+
+def helper(x):
+    return x * SCALE
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return helper(self.fc(x))
+"""
+
+
+@pytest.fixture
+def library_module():
+    """A module standing in for a library: its functions are reached through a class (no
+    source of their own), so their globals are read through the module's dict."""
+    mod = types.ModuleType("framejit_test_library")
+    exec(compile(_LIBRARY, "<framejit_test_library>", "exec"), mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    yield mod
+    del sys.modules[mod.__name__]
+
+
+def test_globals_of_a_module_reached_by_value_are_guarded(library_module):
+    block, x = library_module.Block(), torch.randn(2, 4)
+    counter = CompileCounter()
+    jitted = framejit.jit(block, backend=counter, fullgraph=True)
+    torch.testing.assert_close(jitted(x), block(x))
+    library_module.SCALE = 5.0  # the library's global changed: a guard fails, a recompile
+    torch.testing.assert_close(jitted(x), block(x))
+    assert counter.frame_count == 2
+
+
+def _function_in(filename: str, module: str) -> types.FunctionType:
+    code = compile("def f(x):\n    return x\n", filename, "exec")
+    namespace = {"__name__": module}
+    exec(code, namespace)
+    return namespace["f"]
+
+
+def test_hook_compiles_site_packages_libraries_but_not_tools_or_the_standard_library():
+    purelib = sysconfig.get_path("purelib")
+    stdlib = sysconfig.get_path("stdlib")
+    assert (
+        hook.skipped_by_rule(_function_in(os.path.join(purelib, "fakelib", "m.py"), "fakelib.m"))
+        == ""
+    )
+    assert "standard library" in hook.skipped_by_rule(
+        _function_in(os.path.join(stdlib, "json", "x.py"), "json.x")
+    )
+    assert "numpy" in hook.skipped_by_rule(
+        _function_in(os.path.join(purelib, "numpy", "x.py"), "numpy.x")
+    )
+    assert "torch" in hook.skipped_by_rule(_function_in(torch.__file__, "torch.x"))
+
+
+def _no_grad_helper(x):
+    with torch.no_grad():
+        y = x * 2
+        print("inside no_grad")  # a break inside an inlined callee, inside the block
+    return y + x
+
+
+def calls_no_grad_helper(x):
+    z = x + 1
+    return _no_grad_helper(z)
+
+
+def test_rewound_call_restores_grad_mode(capsys):
+    """The caller's graph ends at the call; the trace of the callee had entered `no_grad`, and
+    rewinding the call must leave the real grad mode as it was."""
+    x = torch.randn(3, requires_grad=True)
+    jitted = framejit.jit(calls_no_grad_helper, backend="eager")
+    for _ in range(2):
+        out = jitted(x)
+        assert torch.is_grad_enabled()
+        assert out.requires_grad
+        torch.testing.assert_close(out, calls_no_grad_helper(x))
+        out.sum().backward()
+    assert capsys.readouterr().out.count("inside no_grad") == 4
