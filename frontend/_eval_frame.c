@@ -70,6 +70,7 @@ static Py_ssize_t extra_index = -1;
 static PyObject *skip_mark = NULL; /* a fresh int per epoch (see the top of this file) */
 static long long skip_epoch = 0;
 static PyObject *callback = NULL;          /* callback(fn, args) -> (state, entry | None) */
+static PyObject *undecided = NULL; /* a state the callback returns to leave the code's as it was */
 static int global_on = 0;                  /* whole-script mode: threads with tls_mode -1 */
 static long threads_on = 0;                /* threads with tls_mode == 1 */
 static int installed = 0;
@@ -340,7 +341,7 @@ ask_python(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *fn)
         return drop_frame(tstate, frame, NULL);
     }
     PyObject *state = PyTuple_GET_ITEM(reply, 0), *entry = PyTuple_GET_ITEM(reply, 1);
-    if (set_state((PyObject *)frame->f_code, state) < 0) {
+    if (state != undecided && set_state((PyObject *)frame->f_code, state) < 0) {
         PyErr_Clear();
     }
     PyObject *result;
@@ -624,5 +625,21 @@ PyInit__eval_frame(void)
     if (skip_mark == NULL && next_skip_mark() < 0) {
         return NULL;
     }
-    return PyModule_Create(&module);
+    if (undecided == NULL) {
+        undecided = PyUnicode_InternFromString("framejit: undecided");
+        if (undecided == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) {
+        return NULL;
+    }
+    /* UNDECIDED as the callback's state: run this call as the reply's entry says and ask
+       again next time (another thread holds the compiler). */
+    if (PyModule_AddObjectRef(mod, "UNDECIDED", undecided) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
 }

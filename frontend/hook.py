@@ -16,7 +16,9 @@ Invariants:
   (transformed code of any cache entry); a first call whose arguments hold no tensor or module.
   A frame traced with no graph and no graph break does no tensor work: skipped once, free after.
 - The C hook switches itself off for this thread while `on_frame` runs, so the compiler's own
-  frames (and torch's) are never intercepted.
+  frames (and torch's) are never intercepted. Other threads are not: one that reaches
+  `on_frame` while a compile holds `_compile_lock` never waits for it (the compiling thread may
+  be waiting for that thread); its frame runs as it is, with the code's state left UNDECIDED.
 - Enable state is per thread (`set_thread`), with a process-wide switch for whole-script mode
   (`set_global`). Settings (`backend`, `mode`) are per thread too.
 """
@@ -193,8 +195,12 @@ def _is_transformed(code: types.CodeType) -> bool:
 
 
 def _tensorish(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+    if isinstance(value, torch.Tensor):
         return True
+    if isinstance(value, torch.nn.Module):
+        # a module whose nn.Module.__init__ has not run yet (`self` in its own __init__) holds
+        # nothing to compile
+        return "_modules" in getattr(value, "__dict__", {})
     if depth == 0 and type(value) in (list, tuple):
         return any(_tensorish(v, 1) for v in value[:16])
     if depth == 0 and type(value) is dict:
@@ -325,13 +331,25 @@ def _skip(reason: str) -> tuple[None, None]:
 
 
 # The translator and torch's tracing machinery are not thread-safe: one compilation at a time.
-# (Waiting on it releases the GIL; the waiting thread's hook is off, so nothing re-enters.)
+# A thread that finds it taken does not wait (see `_decide`).
 _compile_lock = threading.Lock()
 
 
 def _decide(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, Any]:
-    with _compile_lock:
+    from framejit.guards import cache_for
+
+    if not _compile_lock.acquire(blocking=False):
+        # Another thread is compiling, and it may be waiting for this one (a thread it started
+        # waits to run its first frame): never block here. The skip rules need no lock; any
+        # other frame runs as it is this time and is asked about again on its next call.
+        why = skipped_by_rule(fn)
+        if why:
+            return _skip(why)
+        return getattr(_eval_frame, "UNDECIDED", cache_for(fn.__code__)), None
+    try:
         return _decide_locked(fn, args)
+    finally:
+        _compile_lock.release()
 
 
 def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, Any]:

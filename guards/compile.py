@@ -32,7 +32,7 @@ from framejit.frontend.sources import (
     TypeSource,
     guard_param,
 )
-from framejit.guards.guard import Guard, GuardKind, _pretty_const
+from framejit.guards.guard import Guard, GuardKind, _const_or_literal, _pretty_const
 
 
 @dataclass
@@ -182,9 +182,9 @@ def compile_guards(
         if isinstance(src, AttrSource):
             return f"{render(src.base)}.{src.attr}"
         if isinstance(src, DictItemSource):
-            return f"dict.__getitem__({render(src.base)}, {src.key!r})"
-        if isinstance(src, ItemSource):
-            return f"{render(src.base)}[{src.key!r}]"
+            return f"dict.__getitem__({render(src.base)}, {_const_or_literal(src.key, const)})"
+        if isinstance(src, ItemSource):  # an enum or other object key is a named constant
+            return f"{render(src.base)}[{_const_or_literal(src.key, const)}]"
         if isinstance(src, TypeSource):
             return f"type({render(src.base)})"
         if isinstance(src, MethodCallSource):

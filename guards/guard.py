@@ -208,7 +208,9 @@ class Guard:
 
 
 def _const_or_literal(value: Any, const: Callable[[Any], str]) -> str:
-    if isinstance(value, _LITERAL_TYPES) or (isinstance(value, float) and math.isfinite(value)):
+    # exact types: a str or int enum member (`Mode.GREEDY`) is a named constant, its repr is
+    # not Python
+    if type(value) in _LITERAL_TYPES or (type(value) is float and math.isfinite(value)):
         return repr(value)
     return const(value)
 

@@ -10,6 +10,7 @@ these wrappers costs a whole model its graph.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import os
 import sys
@@ -482,3 +483,30 @@ def test_rewound_call_restores_grad_mode(capsys):
         torch.testing.assert_close(out, calls_no_grad_helper(x))
         out.sum().backward()
     assert capsys.readouterr().out.count("inside no_grad") == 4
+
+
+class GenerationMode(str, enum.Enum):  # noqa: UP042  (a str enum on purpose)
+    GREEDY = "greedy"
+    SAMPLE = "sample"
+
+
+MODE_SCALE = {GenerationMode.GREEDY: 2.0, GenerationMode.SAMPLE: 0.5}
+
+
+def enum_keyed_table(x, mode):
+    return x * MODE_SCALE[mode]
+
+
+def test_enum_keyed_globals_are_guarded():
+    """A str-enum dict key appears in a guard as a named constant (its repr is not Python)."""
+    x = torch.randn(3)
+    counter = CompileCounter()
+    jitted = framejit.jit(enum_keyed_table, backend=counter, fullgraph=True)
+    for mode in (GenerationMode.GREEDY, GenerationMode.SAMPLE, GenerationMode.GREEDY):
+        torch.testing.assert_close(jitted(x, mode), enum_keyed_table(x, mode))
+    MODE_SCALE[GenerationMode.GREEDY] = 3.0
+    try:
+        torch.testing.assert_close(jitted(x, GenerationMode.GREEDY), x * 3.0)
+    finally:
+        MODE_SCALE[GenerationMode.GREEDY] = 2.0
+    assert counter.frame_count == 3

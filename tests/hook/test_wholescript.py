@@ -129,3 +129,17 @@ def test_many_calls_do_not_grow_memory() -> None:
 def test_jit_still_works_with_the_hook_available() -> None:
     f = framejit.jit(lambda x: x - 1)
     assert torch.equal(f(torch.ones(1)), torch.zeros(1))
+
+
+@needs_hook
+def test_a_thread_started_while_compiling_does_not_deadlock() -> None:
+    """The compiler holds its lock while a backend starts a thread and waits for it; that
+    thread's frames must not wait for the lock (it used to hang for good)."""
+    script = os.path.join(SCRIPTS, "threads.py")
+    plain = _run([script], FRAMEJIT_DISABLE="1")
+    assert plain.returncode == 0, plain.stderr
+    result = _run(["-m", "framejit", "run", script], FRAMEJIT_LOGS="summary")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == plain.stdout
+    assert "internal error" not in result.stderr, result.stderr
+    assert _summary(result.stderr)["graphs"] >= 2, result.stderr
