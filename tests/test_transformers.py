@@ -1,0 +1,119 @@
+"""Hugging Face transformers models (small random-weight configs) through framejit: one graph,
+no break, the same outputs and gradients as eager. transformers is pinned in the `test` extra;
+where it is not installed (the GPU machine), these tests skip.
+
+`tools/hf_sweep.py` runs the wider set of architectures by hand.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter
+
+T = pytest.importorskip("transformers")
+T.logging.set_verbosity_error()
+
+
+def _zero_dropout(config):
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+            setattr(config, key, 0.0)
+    return config
+
+
+def gpt2():
+    config = T.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=32)
+    return T.GPT2LMHeadModel(_zero_dropout(config))
+
+
+def llama():
+    config = T.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
+    return T.LlamaForCausalLM(_zero_dropout(config))
+
+
+def bert():
+    config = T.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        vocab_size=64,
+    )
+    return T.BertModel(_zero_dropout(config))
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert}
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [t for v in out.values() for t in _tensors(v)]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in _tensors(v)]
+    return []
+
+
+def _inputs(name: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 64, (2, 8), generator=g)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[0, :3] = 0
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if name != "bert":
+        kwargs["labels"] = ids
+    return kwargs
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_inference_is_one_graph_and_matches_eager(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    kwargs = _inputs(name)
+    explained = framejit.explain(model, **kwargs)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter)
+    expected = model(**kwargs)
+    for _ in range(2):
+        got = jitted(**kwargs)
+        assert type(got) is type(expected)
+        assert list(got.keys()) == list(expected.keys())
+        for a, b in zip(_tensors(got), _tensors(expected), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_training_gradients_match_eager(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().train()
+    kwargs = _inputs(name)
+    jitted = framejit.jit(model, backend="aot_eager", fullgraph=True)
+    jitted(**kwargs).loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(**kwargs).loss.backward()
+    for a, p in zip(got, model.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
