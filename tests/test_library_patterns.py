@@ -510,3 +510,52 @@ def test_enum_keyed_globals_are_guarded():
     finally:
         MODE_SCALE[GenerationMode.GREEDY] = 2.0
     assert counter.frame_count == 3
+
+
+class Doubling(dict):
+    """`[]` of its own; dict(), `**` and iteration still see the raw items (CPython's rule)."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(key) * 2
+
+
+class Plain(OrderedDict):
+    pass
+
+
+def copies_dict_subclasses(x):
+    d = Plain(a=x, b=x + 1)
+    e = Doubling(a=x)
+    return (
+        dict(d),
+        {**d, "c": x},
+        list(d.items()),
+        len(d),
+        "a" in d,
+        d.get("b"),
+        e["a"],
+        dict(e),
+        {**e},
+        list(e),
+    )
+
+
+def test_dict_subclasses_made_in_the_frame_copy_like_cpython():
+    x = torch.randn(3)
+    got, _, _ = run(copies_dict_subclasses, x, fullgraph=True)
+    expected = copies_dict_subclasses(x)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert type(a) is type(b)
+        if isinstance(a, dict):
+            assert list(a) == list(b)
+            for k in a:
+                torch.testing.assert_close(a[k], b[k])
+        elif isinstance(a, list) and a and isinstance(a[0], tuple):
+            for (ka, va), (kb, vb) in zip(a, b):
+                assert ka == kb
+                torch.testing.assert_close(va, vb)
+        elif isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+        else:
+            assert a == b

@@ -113,10 +113,12 @@ def map_add(tx: Translator, inst: Any) -> None:
 def dict_update(tx: Translator, inst: Any) -> None:
     value = tx.pop()
     target = tx.stack[-inst.arg]
-    if not isinstance(value, DictVariable) or not isinstance(target, DictVariable):
+    mapping = getattr(value, "mapping_items", None)
+    items = value.items if isinstance(value, DictVariable) else mapping() if mapping else None
+    if items is None or not isinstance(target, DictVariable):
         raise Unsupported("unsupported_object", "** with a non-dict")
     note_mutation(target)
-    target.items.update(value.items)
+    target.items.update(items)
 
 
 @handler("LIST_TO_TUPLE", until=(3, 11))

@@ -366,11 +366,20 @@ def _dict(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     items: dict[Any, VariableTracker] = {}
     if args:
         src = args[0]
+        mapping = getattr(src, "mapping_items", None)
+        copied = mapping() if callable(mapping) else None
         if isinstance(src, DictVariable):
             items.update(src.items)
+        elif copied is not None:  # a dict subclass made in the frame
+            items.update(copied)
         else:
             for pair in _iterable_items(tx, src):
-                k, v = pair.unpack(tx)
+                parts = pair.unpack(tx)
+                if len(parts) != 2:
+                    raise Unsupported(
+                        "exception", "dict() of items that are not pairs", "ValueError"
+                    )
+                k, v = parts
                 if not k.is_constant():
                     return None
                 items[k.as_constant()] = v

@@ -770,6 +770,17 @@ class NewObjectVariable(VariableTracker):
             return UserMethodVariable(UserFunctionVariable(attr), self)
         return tx.wrap_value(attr, None)
 
+    def mapping_items(self) -> dict[Any, VariableTracker] | None:
+        """The items `dict(obj)` and `{**obj}` copy: for a dict subclass that keeps dict's own
+        iteration, its raw items (CPython copies those without calling the class's
+        `__getitem__`); None otherwise."""
+        if self.dict_items is None:
+            return None
+        found = _class_attr(self.cls, "__iter__")
+        if found is None or found[0] not in _DICT_BASES:
+            return None
+        return self.dict_items.items
+
     def _attrs_view(self) -> VariableTracker:
         """`obj.__dict__`: a dict VT that shares (not copies) the tracked attributes."""
         from framejit.frontend.variables.containers import DictVariable
