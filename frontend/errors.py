@@ -8,6 +8,7 @@ framejit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # code -> hint shown to users. Every reason the translator can give is listed here.
@@ -44,6 +45,23 @@ class Location:
         return f"{text}: `{self.line}`" if self.line else text
 
 
+# Exceptions the translator raises with Python's meaning (a missing key, attribute or index, a
+# wrong argument): a traced `except` clause may catch them. Anything else ends the trace.
+_CATCHABLE: dict[str, type[BaseException]] = {
+    cls.__name__: cls
+    for cls in (
+        KeyError,
+        IndexError,
+        LookupError,
+        AttributeError,
+        StopIteration,
+        TypeError,
+        ValueError,
+        ZeroDivisionError,
+    )
+}
+
+
 class Unsupported(Exception):
     """The translator cannot capture `construct`; `code` is a key of REASONS."""
 
@@ -55,6 +73,20 @@ class Unsupported(Exception):
         self.detail = detail
         self.stack: list[Location] = []  # innermost user frame last; filled by the translator
         super().__init__(construct)
+
+    def python_exception(self) -> type[BaseException] | None:
+        """For an `exception` reason: the Python exception the real code raises here, when the
+        translator knows it (an `except` clause of a traced frame can then catch it)."""
+        if self.code != "exception":
+            return None
+        explicit = getattr(self, "exc_type", None)
+        if explicit is not None:
+            return explicit
+        for text in (self.detail, self.construct):
+            for name in re.findall(r"\b([A-Z][A-Za-z]*(?:Error|Iteration))\b", text):
+                if name in _CATCHABLE:
+                    return _CATCHABLE[name]
+        return None
 
     @property
     def hint(self) -> str:

@@ -39,6 +39,7 @@ from framejit.frontend.variables import builder
 from framejit.frontend.variables.base import (
     CellVariable,
     ConstantVariable,
+    ExceptionVariable,
     VariableTracker,
     begin_instruction,
     mutation_count,
@@ -66,6 +67,30 @@ class Decoded:
         self.next_offset = {
             a.offset: b.offset for a, b in zip(self.instructions, self.instructions[1:])
         }
+        parse = getattr(dis, "_parse_exception_table", None)
+        self.exception_table = list(parse(code)) if parse is not None else []
+
+    def handler_for(self, offset: int) -> Any:
+        """The exception table entry that covers the instruction at `offset` (or None)."""
+        for entry in self.exception_table:
+            if entry.start <= offset < entry.end:
+                return entry
+        return None
+
+    def is_except_clause(self, target: int) -> bool:
+        """Does the handler at `target` start an `except X:` (or bare `except:`) clause, rather
+        than a `with` block's exit or a `finally` body?"""
+        k = self.index_of.get(target)
+        if k is None or self.instructions[k].opname != "PUSH_EXC_INFO":
+            return False
+        for inst in self.instructions[k + 1 : k + 8]:
+            if inst.opname == "CHECK_EXC_MATCH":
+                return True
+            if inst.opname == "POP_TOP":  # a bare `except:` drops the exception at once
+                return inst is self.instructions[k + 1]
+            if not inst.opname.startswith(("LOAD_", "BUILD_TUPLE", "PRECALL", "NOP")):
+                return False
+        return False
 
 
 _decoded: weakref.WeakKeyDictionary[types.CodeType, Decoded] = weakref.WeakKeyDictionary()
@@ -143,7 +168,14 @@ class Translator(OperatorsMixin, InliningMixin):
                 if fn is None:  # a graph break where the instruction can run for real
                     fn = _refuse(inst.opname, unsupported.get(inst.opname, "unknown opcode"))
                 if not self.breaks_allowed:
-                    self._step(fn, inst)
+                    if self.parent is None:
+                        self._step(fn, inst)
+                        continue
+                    try:
+                        self._step(fn, inst)
+                    except Unsupported as exc:
+                        if not self._catch(exc, inst):
+                            raise
                     continue
                 stack, local_vars, kw_names = list(self.stack), dict(self.locals), self.kw_names
                 cells = dict(self.cells)
@@ -170,6 +202,24 @@ class Translator(OperatorsMixin, InliningMixin):
             exc.stack.insert(0, self.location())
             raise
         return self.return_value
+
+    def _catch(self, exc: Unsupported, inst: Any) -> bool:
+        """An inlined frame's own `except` clause around `inst` takes a Python exception the
+        translator knows (`Mapping.get`'s `try: self[key] except KeyError`): jump to the handler
+        as CPython would. Root frames keep running such code as Python at a break, and `with`
+        and `finally` handlers are never entered while tracing."""
+        exc_type = exc.python_exception()
+        if exc_type is None:
+            return False
+        entry = self.decoded.handler_for(inst.offset)
+        if entry is None or not self.decoded.is_except_clause(entry.target):
+            return False
+        del self.stack[entry.depth :]
+        if entry.lasti:
+            self.push(ConstantVariable(inst.offset))
+        self.push(ExceptionVariable(exc_type, [ConstantVariable(exc.construct)]))
+        self.ip = self.decoded.index_of[entry.target]
+        return True
 
     def _step(self, fn: Any, inst: Any) -> None:
         if config.debug_stack_check:

@@ -11,13 +11,14 @@ these wrappers costs a whole model its graph.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import os
 import sys
 import sysconfig
 import types
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 
 import pytest
@@ -559,3 +560,111 @@ def test_dict_subclasses_made_in_the_frame_copy_like_cpython():
             torch.testing.assert_close(a, b)
         else:
             assert a == b
+
+
+# --- exceptions caught inside inlined calls -----------------------------------------------------
+
+
+class Interface(Mapping):
+    """A registry in the style of attention-function tables: `get` is Mapping's own, which is
+    `try: return self[key] except KeyError: return default`."""
+
+    _global = {"sdpa": 2.0}
+
+    def __init__(self) -> None:
+        self._local: dict = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._global[key]
+
+    def __iter__(self):
+        return iter(self._global)
+
+    def __len__(self) -> int:
+        return len(self._global)
+
+
+INTERFACE = Interface()
+
+
+def _lookup(table, key):
+    try:
+        return table[key]
+    except KeyError:
+        return -1.0
+
+
+def _raises(key):
+    if key == "bad":
+        raise KeyError(key)
+    return 3.0
+
+
+def _catches(key):
+    try:
+        return _raises(key)
+    except (KeyError, IndexError) as e:
+        return float(len(e.args))
+
+
+def _catches_only_index_error(key):
+    try:
+        return _raises(key)
+    except IndexError:
+        return 0.0
+
+
+def uses_caught_exceptions(x):
+    a = INTERFACE.get("eager", 0.5)
+    b = INTERFACE.get("sdpa", 0.5)
+    c = _lookup({"a": 1.0}, "b")
+    d = _catches("bad") + _catches("good")
+    return x * a + b + c + d
+
+
+def test_except_clauses_of_inlined_calls_are_traced():
+    x = torch.randn(3)
+    got, _, _ = run(uses_caught_exceptions, x, fullgraph=True)
+    torch.testing.assert_close(got, uses_caught_exceptions(x))
+
+
+def uncaught_in_callee(x):
+    y = x * 2
+    try:
+        z = _catches_only_index_error("bad")  # the KeyError leaves the callee: runs as Python
+    except KeyError:
+        z = 5.0
+    return y + z
+
+
+def test_an_exception_the_callee_does_not_catch_runs_as_python():
+    x = torch.randn(3)
+    got, again, _ = run(uncaught_in_callee, x, graphs=None)
+    torch.testing.assert_close(got, uncaught_in_callee(x))
+    torch.testing.assert_close(again, uncaught_in_callee(x))
+
+
+_probe_calls = []
+
+
+@functools.lru_cache
+def backend_available() -> bool:
+    _probe_calls.append(1)
+    return True
+
+
+def cached_flag(x):
+    if backend_available():
+        return x + 1
+    return x - 1
+
+
+def test_cached_zero_argument_flag_is_a_constant():
+    x = torch.zeros(2)
+    backend_available()  # the library asked once already: the cache holds the answer
+    calls = len(_probe_calls)
+    got, _, _ = run(cached_flag, x, fullgraph=True)
+    torch.testing.assert_close(got, x + 1)
+    assert len(_probe_calls) == calls  # read from the cache, never run again

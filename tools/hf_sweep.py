@@ -88,6 +88,66 @@ def _models(T: Any) -> dict[str, Callable[[], torch.nn.Module]]:
             )
         ),
         "vit": lambda: T.ViTModel(_config(T.ViTConfig, **small, image_size=32, patch_size=8)),
+        "gemma2": lambda: T.Gemma2ForCausalLM(_config(T.Gemma2Config, **decoder, head_dim=16)),
+        "qwen3": lambda: T.Qwen3ForCausalLM(_config(T.Qwen3Config, **decoder, head_dim=16)),
+        "mixtral": lambda: T.MixtralForCausalLM(
+            _config(T.MixtralConfig, **decoder, num_local_experts=4, num_experts_per_tok=2)
+        ),
+        "falcon": lambda: T.FalconForCausalLM(
+            _config(
+                T.FalconConfig,
+                num_hidden_layers=2,
+                hidden_size=64,
+                num_attention_heads=4,
+                vocab_size=100,
+            )
+        ),
+        "gptj": lambda: T.GPTJForCausalLM(
+            _config(T.GPTJConfig, n_layer=2, n_embd=64, n_head=4, vocab_size=100, rotary_dim=8)
+        ),
+        "bart": lambda: T.BartModel(
+            _config(
+                T.BartConfig,
+                encoder_layers=2,
+                decoder_layers=2,
+                d_model=64,
+                encoder_ffn_dim=128,
+                decoder_ffn_dim=128,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                vocab_size=100,
+            )
+        ),
+        "albert": lambda: T.AlbertModel(
+            _config(T.AlbertConfig, **small, vocab_size=100, embedding_size=32)
+        ),
+        "deberta": lambda: T.DebertaV2Model(_config(T.DebertaV2Config, **small, vocab_size=100)),
+        "clip_text": lambda: T.CLIPTextModel(_config(T.CLIPTextConfig, **small, vocab_size=100)),
+        "resnet": lambda: T.ResNetModel(
+            _config(T.ResNetConfig, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1])
+        ),
+        "swin": lambda: T.SwinModel(
+            _config(
+                T.SwinConfig,
+                image_size=32,
+                patch_size=4,
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[2, 2],
+                window_size=4,
+            )
+        ),
+        "wav2vec2": lambda: T.Wav2Vec2Model(
+            _config(
+                T.Wav2Vec2Config,
+                **small,
+                conv_dim=(16, 16),
+                conv_stride=(5, 2),
+                conv_kernel=(10, 3),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4,
+            )
+        ),
     }
 
 
@@ -96,9 +156,11 @@ def _inputs(name: str, model: torch.nn.Module) -> list[tuple[str, dict[str, Any]
     ids = torch.randint(0, 100, (2, 8), generator=g)
     mask = torch.ones(2, 8, dtype=torch.long)
     mask[0, :3] = 0
-    if name == "vit":
+    if name in ("vit", "resnet", "swin"):
         return [("", {"pixel_values": torch.randn(2, 3, 32, 32, generator=g)})]
-    if name == "t5":
+    if name == "wav2vec2":
+        return [("", {"input_values": torch.randn(2, 400, generator=g)})]
+    if name in ("t5", "bart"):
         return [("", {"input_ids": ids, "decoder_input_ids": ids[:, :4]})]
     cases = [("", {"input_ids": ids}), ("+mask", {"input_ids": ids, "attention_mask": mask})]
     if "ForCausalLM" in type(model).__name__ or "LMHead" in type(model).__name__:

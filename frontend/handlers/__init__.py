@@ -44,11 +44,8 @@ def handler(
 _UNSUPPORTED_ALL: dict[str, str] = {
     "BEFORE_ASYNC_WITH": "async code runs eagerly",
     "WITH_EXCEPT_START": "`with` blocks are not captured yet",
-    "PUSH_EXC_INFO": "exception handlers are not captured yet",
-    "POP_EXCEPT": "exception handlers are not captured yet",
-    "CHECK_EXC_MATCH": "exception handlers are not captured yet",
     "CHECK_EG_MATCH": "exception groups are not captured",
-    "RERAISE": "exception handlers are not captured yet",
+    "RERAISE": "an exception that leaves its handler runs as Python",
     "SETUP_ANNOTATIONS": "annotations at module level",
     "LOAD_BUILD_CLASS": "defining a class inside a function",
     "IMPORT_STAR": "import *",

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
-from framejit.frontend.variables.containers import IteratorVariable
+from framejit.frontend.variables.base import ConstantVariable, ExceptionVariable
+from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
+from framejit.frontend.variables.objects import ClassVariable
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -98,5 +100,44 @@ def for_iter(tx: Translator, inst: Any) -> None:
 def raise_varargs(tx: Translator, inst: Any) -> None:
     # In the root frame this is a graph break: the raise runs for real after the graph (under
     # a copy of the handler that would catch it, inside a `try`); in an inlined call the call
-    # runs for real.
-    raise Unsupported("exception", "raise", "raising an exception runs as Python")
+    # runs for real, unless an `except` clause of an inlined frame catches it (the type of a
+    # `raise KeyError(key)` is known).
+    err = Unsupported("exception", "raise", "raising an exception runs as Python")
+    if inst.arg == 1:
+        raised = tx.stack[-1]
+        if isinstance(raised, ExceptionVariable):
+            err.exc_type = raised.exc_type
+        elif isinstance(raised, ClassVariable) and issubclass(raised.cls, BaseException):
+            err.exc_type = raised.cls
+    raise err
+
+
+@handler("PUSH_EXC_INFO")
+def push_exc_info(tx: Translator, inst: Any) -> None:
+    # reached only when an inlined frame's `except` clause took a known exception (_catch)
+    exc = tx.pop()
+    tx.push(ConstantVariable(None))  # the exception being handled before: none while tracing
+    tx.push(exc)
+
+
+@handler("CHECK_EXC_MATCH")
+def check_exc_match(tx: Translator, inst: Any) -> None:
+    wanted = tx.pop()
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionVariable):
+        raise Unsupported("unsupported_control_flow", "an `except` clause outside a traced raise")
+    parts = wanted.unpack(tx) if isinstance(wanted, TupleVariable) else [wanted]
+    classes = []
+    for part in parts:
+        cls = part.cls if isinstance(part, ClassVariable) else None
+        if cls is None and part.is_constant() and isinstance(part.as_constant(), type):
+            cls = part.as_constant()
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise Unsupported("unsupported_control_flow", "`except` of a non-exception")
+        classes.append(cls)
+    tx.push(ConstantVariable(issubclass(exc.exc_type, tuple(classes))))
+
+
+@handler("POP_EXCEPT")
+def pop_except(tx: Translator, inst: Any) -> None:
+    tx.pop()  # the exception handled before this one (None while tracing)

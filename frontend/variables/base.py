@@ -331,3 +331,35 @@ COMPARE_OPS: dict[str, Any] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
+
+
+class ExceptionVariable(VariableTracker):
+    """An exception the traced code raised and an `except` clause of an inlined frame caught
+    (or one it built: `KeyError(key)`)."""
+
+    def __init__(self, exc_type: type[BaseException], args: list[VariableTracker]) -> None:
+        self.exc_type = exc_type
+        self.args = args
+
+    def __repr__(self) -> str:
+        return f"Exception({self.exc_type.__name__})"
+
+    def python_type(self) -> type:
+        return self.exc_type
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        from framejit.frontend.variables.containers import TupleVariable
+
+        if name == "args":
+            return TupleVariable(list(self.args))
+        raise Unsupported("unsupported_attr", f"{self.exc_type.__name__}.{name}")
+
+    def has_tensors(self) -> bool:
+        return any(a.has_tensors() for a in self.args)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def emit() -> None:
+            for a in self.args:
+                cg.reconstruct(a)
+
+        cg.call_const(self.exc_type, emit, len(self.args))

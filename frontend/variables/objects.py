@@ -36,6 +36,7 @@ from framejit.frontend.sources import (
 )
 from framejit.frontend.variables.base import (
     ConstantVariable,
+    ExceptionVariable,
     VariableTracker,
     all_constant,
     constant_fold,
@@ -239,10 +240,32 @@ class UserObjectVariable(VariableTracker):
                 "leaving a `with` block entered for real",
                 "the context's exit runs as Python",
             )
+        cached = self._cached_constant(tx, args, kwargs)
+        if cached is not None:
+            return cached
         call = _class_attr(type(self.obj), "__call__")
         if call is None or not isinstance(call[1], types.FunctionType):
             raise Unsupported("unsupported_call", f"calling a {type(self.obj).__name__}")
         return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
+
+    def _cached_constant(
+        self, tx: Translator, args: Args, kwargs: Kwargs
+    ) -> VariableTracker | None:
+        """`flag()` of a `functools.lru_cache`/`cache` function of no arguments that has run
+        once (`is_torch_distributed_available()`): its one cached value, read without running
+        the function, a constant of the trace. Otherwise the call stays a break."""
+        from framejit.frontend.variables.builder import CONSTANT_TYPES
+
+        wrapper = self.obj
+        if args or kwargs or not isinstance(wrapper, functools._lru_cache_wrapper):
+            return None
+        if wrapper.cache_info().currsize == 0 or self.source is None:
+            return None
+        value = wrapper()  # a cache hit: the stored value
+        if type(value) not in CONSTANT_TYPES:
+            return None
+        tx.output.add_guard(self.source, GuardKind.ID_MATCH, wrapper, tx.location_text())
+        return ConstantVariable(value)
 
     def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
         found = _class_attr(type(self.obj), name)
@@ -569,6 +592,8 @@ class ClassVariable(VariableTracker):
         handled = call_builtin_class(tx, cls, args, kwargs)
         if handled is not None:
             return handled
+        if cls.__module__ == "builtins" and issubclass(cls, Exception) and not kwargs:
+            return ExceptionVariable(cls, list(args))  # `KeyError(key)`, to be raised
         if cls in (torch.finfo, torch.iinfo) and args and all_constant(args, kwargs):
             # `torch.finfo(x.dtype).min`: a pure function of the (guarded) dtype
             try:

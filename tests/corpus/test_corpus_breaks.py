@@ -748,8 +748,9 @@ def item_inside_try_then_more_work(x):
     return (h * scale).softmax(0)
 
 
-# The raise is a break of its own; the `except` body runs as Python in the same frame.
-@corpus.program(lambda: (torch.zeros(4),), graphs=1, breaks=3, fullgraph=False)
+# The raise is a break of its own (building the ValueError is captured); the `except` body runs
+# as Python in the same frame.
+@corpus.program(lambda: (torch.zeros(4),), graphs=1, breaks=2, fullgraph=False)
 def raise_after_the_break_is_caught(x):
     y = x * 2
     try:
@@ -794,7 +795,7 @@ def nested_with_and_try_with_print(x):
 
 
 # The helper runs for real (compiled on its own) and raises; the `except` catches it.
-@corpus.program(lambda: (rand(4),), graphs=2, breaks=4)
+@corpus.program(lambda: (rand(4),), graphs=2, breaks=3)
 def helper_raises_inside_try(x):
     try:
         scale = _safe_scale(x * 0)
@@ -827,7 +828,7 @@ def with_over_a_user_context_manager(x):
     return z * 2
 
 
-@corpus.program(lambda: (rand(3),), graphs=2, breaks=5)
+@corpus.program(lambda: (rand(3),), graphs=2, breaks=4)
 def user_context_manager_sees_the_exception(x):
     y = x + 1
     try:
