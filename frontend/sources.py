@@ -183,22 +183,24 @@ class GenericAttrSource(AttrSource):
         return f"object.__getattribute__({self.base.guard_expr()}, {self.attr!r})"
 
     def emit_step(self, cg: Any) -> None:
-        cg.call_on_top(_GenericGetter(self.attr))
+        cg.call_on_top(_Reader(object.__getattribute__, self.attr))
 
 
-class _GenericGetter:
-    """A constant of transformed code: reads one attribute by the generic lookup."""
+class _Reader:
+    """A constant of transformed code: `read(obj, key)` with a fixed key, past the class's own
+    lookups (`object.__getattribute__`, `dict.__getitem__`)."""
 
-    __slots__ = ("attr",)
+    __slots__ = ("read", "key")
 
-    def __init__(self, attr: str) -> None:
-        self.attr = attr
+    def __init__(self, read: Any, key: Any) -> None:
+        self.read = read
+        self.key = key
 
     def __call__(self, obj: Any) -> Any:
-        return object.__getattribute__(obj, self.attr)
+        return self.read(obj, self.key)
 
     def __repr__(self) -> str:
-        return f"generic_getattr({self.attr!r})"
+        return f"{self.read.__qualname__}(_, {self.key!r})"
 
 
 @dataclass(frozen=True)
@@ -235,22 +237,7 @@ class DictItemSource(ItemSource):
         return f"dict.__getitem__({self.base.guard_expr()}, {self.key!r})"
 
     def emit_step(self, cg: Any) -> None:
-        cg.call_on_top(_DictItemGetter(self.key))
-
-
-class _DictItemGetter:
-    """A constant of transformed code: reads one item by dict's own lookup."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-
-    def __call__(self, obj: Any) -> Any:
-        return dict.__getitem__(obj, self.key)
-
-    def __repr__(self) -> str:
-        return f"dict_item({self.key!r})"
+        cg.call_on_top(_Reader(dict.__getitem__, self.key))
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,10 @@ def _object_getattribute(tx: Translator, args: Args, kwargs: Kwargs) -> Variable
 
 
 def _dataclass_type(vt: VariableTracker) -> type | None:
+    """The class `fields(x)`/`is_dataclass(x)` look at: x itself when it is a class, else x's."""
+    cls = getattr(vt, "cls", None)
+    if isinstance(cls, type) and type(vt).__name__ in ("ClassVariable", "NewObjectVariable"):
+        return cls
     try:
         t = vt.as_constant() if isinstance(vt, ConstantVariable) else vt.python_type()
     except Unsupported:
@@ -259,8 +263,7 @@ def _dataclass_fields(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTra
     """`fields(obj)`: fixed by obj's class (a dataclass's Field objects are read, not changed)."""
     if len(args) != 1 or kwargs:
         return None
-    cls = getattr(args[0], "cls", None) if hasattr(args[0], "cls") else None
-    cls = cls if isinstance(cls, type) else _dataclass_type(args[0])
+    cls = _dataclass_type(args[0])
     if cls is None or not dataclasses.is_dataclass(cls):
         raise Unsupported("exception", "dataclasses.fields() of a non-dataclass", "TypeError")
     return TupleVariable([ConstantVariable(f) for f in dataclasses.fields(cls)])
@@ -270,8 +273,7 @@ def _dataclass_fields(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTra
 def _is_dataclass(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 1 or kwargs:
         return None
-    cls = getattr(args[0], "cls", None) if hasattr(args[0], "cls") else None
-    cls = cls if isinstance(cls, type) else _dataclass_type(args[0])
+    cls = _dataclass_type(args[0])
     if cls is None:
         return None
     return ConstantVariable(dataclasses.is_dataclass(cls))
