@@ -668,3 +668,19 @@ def test_cached_zero_argument_flag_is_a_constant():
     got, _, _ = run(cached_flag, x, fullgraph=True)
     torch.testing.assert_close(got, x + 1)
     assert len(_probe_calls) == calls  # read from the cache, never run again
+
+
+def builds_from_keys(x):
+    states = dict.fromkeys(range(3))
+    ordered = OrderedDict.fromkeys(["a", "b"], 1.0)
+    states[0] = x * 2
+    return states, ordered
+
+
+def test_dict_fromkeys():
+    x = torch.randn(2)
+    got, _, _ = run(builds_from_keys, x, fullgraph=True)
+    expected = builds_from_keys(x)
+    assert type(got[1]) is OrderedDict and got[1] == expected[1]
+    assert list(got[0]) == [0, 1, 2] and got[0][1] is None
+    torch.testing.assert_close(got[0][0], expected[0][0])

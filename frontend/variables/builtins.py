@@ -8,6 +8,7 @@ constants (`math.sqrt(64)`, `max(2, 3)`) fold without an entry.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import inspect
@@ -387,6 +388,24 @@ def _dict(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
                 items[k.as_constant()] = v
     items.update(kwargs)
     return DictVariable(items)
+
+
+def _fromkeys_of(cls: type) -> Handler:
+    def fromkeys(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        """`dict.fromkeys(keys, value=None)`: every key maps to the same value."""
+        if kwargs or not 1 <= len(args) <= 2:
+            return None
+        keys = _iterable_items(tx, args[0])
+        if not all(k.is_constant() for k in keys):
+            return None
+        value = args[1] if len(args) == 2 else ConstantVariable(None)
+        return DictVariable({k.as_constant(): value for k in keys}, cls=cls)
+
+    return fromkeys
+
+
+builtin(dict.fromkeys)(_fromkeys_of(dict))
+builtin(collections.OrderedDict.fromkeys)(_fromkeys_of(collections.OrderedDict))
 
 
 @builtin(enumerate)
