@@ -565,8 +565,10 @@ class ClassVariable(VariableTracker):
             return tx.wrap_value(attr.__func__, None)
         if isinstance(attr, classmethod):
             return UserMethodVariable(tx.wrap_value(attr.__func__, None), self)
-        if self.source is not None:
+        if self.source is not None and not self.cls.__flags__ & _IMMUTABLETYPE:
             return tx.wrap_source(AttrSource(self.source, name))
+        # a builtin type's attribute is fixed (and `dict.fromkeys` is a new bound object at
+        # every lookup: an identity guard on it would never hold)
         return tx.wrap_value(getattr(self.cls, name), None)
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
