@@ -30,7 +30,7 @@ from framejit.frontend.variables.objects import (
     NewObjectVariable,
     UserObjectVariable,
 )
-from framejit.frontend.variables.symbolic import SymNodeVariable
+from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 _NUMBERS = (int, float, bool)
@@ -64,7 +64,7 @@ class OperatorsMixin:
             return self.output.call_op("call_function", op, [a, b], {})
         if _symbolic_operands(a, b):
             return self._sym_op(op, [a, b])
-        if a.is_constant() and b.is_constant():
+        if a.is_constant() and b.is_constant() and not (_holds_symbols(a) or _holds_symbols(b)):
             try:
                 return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
             except Exception as exc:
@@ -87,6 +87,9 @@ class OperatorsMixin:
             and op is operator.add
             and (a.python_type() is b.python_type() or isinstance(a, TupleVariable))
         ):
+            if isinstance(a, SizeVariable) or isinstance(b, SizeVariable):
+                # `x.size()[:-1] + (n, d)` is a torch.Size (either way round)
+                return SizeVariable(a.items + b.items)
             return (
                 type(a)(a.items + b.items) if type(a) in plain else TupleVariable(a.items + b.items)
             )
@@ -257,3 +260,8 @@ def _function_of(vt: VariableTracker) -> types.FunctionType | None:
     if type(vt) is UserFunctionVariable and isinstance(vt.fn, types.FunctionType):
         return vt.fn
     return None
+
+
+def _holds_symbols(vt: VariableTracker) -> bool:
+    """A tuple (a shape) with symbolic sizes in it: folding it to a constant would pin them."""
+    return isinstance(vt, BaseSequence) and any(isinstance(i, SymNodeVariable) for i in vt.items)

@@ -480,3 +480,23 @@ def test_a_float_the_graph_uses_is_still_guarded_by_value() -> None:
         got, want = jitted(x, scale, total), fn(x, scale, total)
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
+
+
+def split_heads(x, n_head):
+    # the library idiom: a torch.Size plus a tuple is the new shape
+    new_shape = x.size()[:-1] + (n_head, x.size(-1) // n_head)
+    y = x.view(new_shape).transpose(1, 2)
+    merged = (4,) + y.shape[2:]
+    return y.sum(), merged
+
+
+def test_size_plus_tuple_keeps_sizes_symbolic():
+    counter = CompileCounter()
+    jitted = framejit.jit(split_heads, backend=counter)
+    for seq in (8, 12, 16, 20):
+        x = torch.randn(2, seq, 8)
+        got, merged = jitted(x, 2)
+        want, want_merged = split_heads(x, 2)
+        torch.testing.assert_close(got, want)
+        assert merged == want_merged and type(merged) is torch.Size
+    assert counter.frame_count == 2  # the first size, then one graph for every length
