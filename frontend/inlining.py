@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import os
 import types
 import weakref
 from typing import Any
@@ -52,6 +53,19 @@ from framejit.config import config
 # markers and by what they wrap (`__wrapped__`), never by importing anything.
 _PYTHON_ONLY_TORCH = ("torch.optim", "torch.autograd")
 _DO_NOT_COMPILE_MARKERS = ("_torchdynamo_disable", "__dynamo_disable")
+# The lazy wrapper torch puts on its own do-not-compile functions (`torch.utils.checkpoint`,
+# ...) before their first call: the function `inner` of torch/_compile.py, known by its code.
+_LAZY_DISABLE_FILE = os.path.join("torch", "_compile.py")
+
+
+def _lazy_disable_wrapper(fn: Any) -> bool:
+    code = getattr(fn, "__code__", None)
+    return (
+        code is not None
+        and code.co_name == "inner"
+        and code.co_filename.endswith(_LAZY_DISABLE_FILE)
+        and "fn" in code.co_freevars
+    )
 
 
 def runs_as_python(fn: Any) -> bool:
@@ -59,6 +73,8 @@ def runs_as_python(fn: Any) -> bool:
     fn = getattr(fn, "__func__", fn)
     for _ in range(8):  # the function, then what it wraps (functools.wraps), a few levels
         if any(getattr(fn, marker, None) for marker in _DO_NOT_COMPILE_MARKERS):
+            return True
+        if _lazy_disable_wrapper(fn):
             return True
         module = getattr(fn, "__globals__", {}).get("__name__")
         if isinstance(module, str) and any(

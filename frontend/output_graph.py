@@ -384,13 +384,15 @@ class OutputGraph:
             len(self._by_source),
             len(self.open_contexts),
             torch.is_grad_enabled(),
+            self.side_effects.snapshot(),
         )
 
     def rollback(self, mark: tuple[int, ...]) -> None:
         """Forget every node, input, wrapped source and guard added since `mark`, and undo what
         the trace did to the real global state since then (grad mode, autocast blocks it
         entered): an instruction rewound at a break may have left a `with` block open."""
-        n_created, n_guards, n_wrapped, n_inputs, n_by_source, n_contexts, grad = mark
+        n_created, n_guards, n_wrapped, n_inputs, n_by_source, n_contexts, grad, effects = mark
+        self.side_effects.restore(effects)
         for ctx in reversed(self.open_contexts[n_contexts:]):
             ctx.__exit__(None, None, None)
         del self.open_contexts[n_contexts:]

@@ -92,6 +92,25 @@ class SideEffects:
             tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker], int]
         ] = []
 
+    def snapshot(self) -> tuple[Any, ...]:
+        """What `restore` needs to forget every record made after this point (an instruction
+        rewound at a break runs for real, with its own side effects)."""
+        return (
+            {k: (obj, dict(attrs)) for k, (obj, attrs) in self.attrs.items()},
+            dict(self.containers),
+            dict(self.globals),
+            dict(self.cells),
+            len(self.calls),
+        )
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        attrs, containers, globals_, cells, n_calls = snap
+        self.attrs = {k: (obj, dict(a)) for k, (obj, a) in attrs.items()}
+        self.containers = dict(containers)
+        self.globals = dict(globals_)
+        self.cells = dict(cells)
+        del self.calls[n_calls:]
+
     # --- recording ------------------------------------------------------------------------------
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
         if obj.source is None:

@@ -684,3 +684,59 @@ def test_dict_fromkeys():
     assert type(got[1]) is OrderedDict and got[1] == expected[1]
     assert list(got[0]) == [0, 1, 2] and got[0][1] is None
     torch.testing.assert_close(got[0][0], expected[0][0])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.last = None
+
+
+def _sets_then_breaks(x, rec):
+    rec.calls += 1  # a write on an object from outside, then a break in the same call
+    rec.last = "seen"
+    print("callee")
+    return x + 1
+
+
+def caller_of_setter(x, rec):
+    y = x * 2
+    return _sets_then_breaks(y, rec) - 1
+
+
+def test_rewound_call_forgets_its_recorded_writes(capsys):
+    x = torch.randn(3)
+    counter = CompileCounter()
+    jitted = framejit.jit(caller_of_setter, backend=counter)
+    rec, ref = Recorder(), Recorder()
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x, rec), caller_of_setter(x, ref))
+    assert (rec.calls, rec.last) == (ref.calls, ref.last) == (2, "seen")  # once per call
+    assert counter.frame_count >= 2  # the caller compiled around the call (it ran eagerly)
+    assert capsys.readouterr().out.count("callee") == 4
+
+
+class CheckpointedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 6))
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = torch.tanh(x)
+        h = torch.utils.checkpoint.checkpoint(self.inner, h, use_reentrant=False)
+        return self.head(h).sum()
+
+
+def test_activation_checkpointing_runs_as_torch_runs_it():
+    torch.manual_seed(0)
+    model, x = CheckpointedBlock(), torch.randn(4, 6)
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter)
+    jitted(x).backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).backward()
+    for a, p in zip(got, model.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad)
+    assert counter.frame_count >= 1  # the work around the checkpoint is compiled

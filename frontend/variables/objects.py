@@ -120,7 +120,7 @@ class UserObjectVariable(VariableTracker):
                 f"setting {cls.__name__}.{name}",
                 "a custom __setattr__ or a data descriptor",
             )
-        note_mutation()
+        # recorded for the replay only: a rewound instruction forgets the record (rollback)
         tx.output.side_effects.store_attr(self, name, value)
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
