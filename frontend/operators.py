@@ -61,6 +61,9 @@ class OperatorsMixin:
     # --- operators -------------------------------------------------------------------------------
     def binary_op(self, op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            if not isinstance(a, TensorVariable):
+                # `n = 0; n += t`: a number has no in-place form, Python computes `n + t`
+                op = _OUT_OF_PLACE.get(op, op)
             return self.output.call_op("call_function", op, [a, b], {})
         if _symbolic_operands(a, b):
             return self._sym_op(op, [a, b])
@@ -265,3 +268,23 @@ def _function_of(vt: VariableTracker) -> types.FunctionType | None:
 def _holds_symbols(vt: VariableTracker) -> bool:
     """A tuple (a shape) with symbolic sizes in it: folding it to a constant would pin them."""
     return isinstance(vt, BaseSequence) and any(isinstance(i, SymNodeVariable) for i in vt.items)
+
+
+_OUT_OF_PLACE = {
+    getattr(operator, "i" + name.rstrip("_")): getattr(operator, name)
+    for name in (
+        "add",
+        "sub",
+        "mul",
+        "truediv",
+        "floordiv",
+        "mod",
+        "pow",
+        "matmul",
+        "and_",
+        "or_",
+        "xor",
+        "lshift",
+        "rshift",
+    )
+}

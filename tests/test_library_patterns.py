@@ -740,3 +740,19 @@ def test_activation_checkpointing_runs_as_torch_runs_it():
     for a, p in zip(got, model.parameters(), strict=True):
         torch.testing.assert_close(a, p.grad)
     assert counter.frame_count >= 1  # the work around the checkpoint is compiled
+
+
+def number_accumulates_tensors(x, num_buckets):
+    buckets = 0
+    buckets += (x > 0).to(torch.long) * num_buckets  # T5's relative position buckets
+    scale = 1.5
+    scale *= x
+    return buckets, scale
+
+
+def test_in_place_operator_on_a_number_with_a_tensor():
+    x = torch.randn(5)
+    for backend in ("eager", "aot_eager"):
+        jitted = framejit.jit(number_accumulates_tensors, backend=backend, fullgraph=True)
+        for a, b in zip(jitted(x, 4), number_accumulates_tensors(x, 4), strict=True):
+            torch.testing.assert_close(a, b)

@@ -117,3 +117,42 @@ def test_training_gradients_match_eager(name):
     model(**kwargs).loss.backward()
     for a, p in zip(got, model.parameters(), strict=True):
         torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_wav2vec2_training_with_spec_augment_matches_eager():
+    """SpecAugment writes the mask embedding into the features in place after a graph break
+    (`hidden_states[mask] = ...`); the graph's outputs must allow it (it raised before)."""
+    import numpy as np
+
+    config = T.Wav2Vec2Config(
+        num_hidden_layers=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        mask_time_prob=0.5,
+        mask_time_length=2,
+    )
+    _zero_dropout(config)
+    config.layerdrop = 0.0
+    torch.manual_seed(0)
+    model = T.Wav2Vec2Model(config).train()
+    x = torch.randn(2, 400, generator=torch.Generator().manual_seed(1))
+
+    def step(fn):
+        np.random.seed(0)  # the time mask is drawn with numpy
+        out = fn(input_values=x).last_hidden_state
+        (out * torch.linspace(0.5, 1.5, out.numel()).view_as(out)).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.zero_grad()
+        return out.detach(), grads
+
+    got = step(framejit.jit(model, backend="aot_eager"))
+    expected = step(model)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-4, atol=1e-5)
+    for a, b in zip(got[1], expected[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -127,7 +127,14 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runner: TrainingRunner, *inputs: torch.Tensor) -> tuple:
         results = runner.forward(*inputs)
-        outputs = tuple(results[: runner.num_forward_outputs])
+        # A view of a graph intermediate returned from a Function with several outputs is one
+        # autograd forbids to modify in place (`h[mask] = v` after the graph); the analysis
+        # made every aliasing eager relies on explicit (views are rebuilt outside), so such
+        # an output is returned as its own tensor.
+        outputs = tuple(
+            o.clone() if isinstance(o, torch.Tensor) and o._is_view() else o
+            for o in results[: runner.num_forward_outputs]
+        )
         saved = results[runner.num_forward_outputs :]
         if runner.mutated_inputs:  # the epilogue writes these: save their values, not them
             written = {inputs[i].untyped_storage().data_ptr() for i in runner.mutated_inputs}
