@@ -216,26 +216,37 @@ class OperatorsMixin:
         obj.call_method(self, "__setitem__", [index, value], {})
 
 
+# operator-module names of the binary operators (`and_` is `&`); user classes' dunders are
+# followed for the first group
+_DUNDER_OPERATORS = (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and_",
+    "or_",
+    "xor",
+)
+_BINARY_OPERATORS = (*_DUNDER_OPERATORS, "lshift", "rshift")
+
 _DUNDERS: dict[Any, tuple[str, str, str | None]] = {}
-for _op, _name in (
-    ("add", "add"),
-    ("sub", "sub"),
-    ("mul", "mul"),
-    ("truediv", "truediv"),
-    ("floordiv", "floordiv"),
-    ("mod", "mod"),
-    ("pow", "pow"),
-    ("matmul", "matmul"),
-    ("and_", "and"),
-    ("or_", "or"),
-    ("xor", "xor"),
-):
+for _op in _DUNDER_OPERATORS:
+    _name = _op.rstrip("_")
     _DUNDERS[getattr(operator, _op)] = (f"__{_name}__", f"__r{_name}__", None)
-    _DUNDERS[getattr(operator, "i" + _op.rstrip("_"))] = (
+    _DUNDERS[getattr(operator, "i" + _name)] = (
         f"__{_name}__",
         f"__r{_name}__",
         f"__i{_name}__",
     )
+
+# `n += t` on a number: Python computes `n + t`
+_OUT_OF_PLACE = {
+    getattr(operator, "i" + name.rstrip("_")): getattr(operator, name) for name in _BINARY_OPERATORS
+}
 
 
 def _python_method(cls: type, name: str) -> types.FunctionType | None:
@@ -268,23 +279,3 @@ def _function_of(vt: VariableTracker) -> types.FunctionType | None:
 def _holds_symbols(vt: VariableTracker) -> bool:
     """A tuple (a shape) with symbolic sizes in it: folding it to a constant would pin them."""
     return isinstance(vt, BaseSequence) and any(isinstance(i, SymNodeVariable) for i in vt.items)
-
-
-_OUT_OF_PLACE = {
-    getattr(operator, "i" + name.rstrip("_")): getattr(operator, name)
-    for name in (
-        "add",
-        "sub",
-        "mul",
-        "truediv",
-        "floordiv",
-        "mod",
-        "pow",
-        "matmul",
-        "and_",
-        "or_",
-        "xor",
-        "lshift",
-        "rshift",
-    )
-}

@@ -16,12 +16,13 @@ Invariants:
 from __future__ import annotations
 
 import dis
+import functools
 import types
 import weakref
 from typing import Any
 
 import torch
-from framejit.frontend.breaks import GraphBreak, can_break, can_resume_at
+from framejit.frontend.breaks import GraphBreak, _exception_table, can_break, can_resume_at
 from framejit.frontend.errors import Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
 from framejit.frontend.inlining import InliningMixin, _RealCell
@@ -67,8 +68,11 @@ class Decoded:
         self.next_offset = {
             a.offset: b.offset for a, b in zip(self.instructions, self.instructions[1:])
         }
-        parse = getattr(dis, "_parse_exception_table", None)
-        self.exception_table = list(parse(code)) if parse is not None else []
+        self.code = code
+
+    @functools.cached_property
+    def exception_table(self) -> list[Any]:
+        return _exception_table(self.code)  # read only when an inlined frame raises
 
     def handler_for(self, offset: int) -> Any:
         """The exception table entry that covers the instruction at `offset` (or None)."""

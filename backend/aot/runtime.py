@@ -87,6 +87,9 @@ class TrainingRunner:
         self.differentiable = differentiable  # forward outputs that get a tangent
         self.wants_grad = wants_grad  # positions in the unique inputs that get a gradient
         self.num_forward_outputs = num_forward_outputs
+        # forward outputs the compiled graph produces as views of its intermediates (found at
+        # the first call: the graph's structure decides it, the same on every call)
+        self.view_outputs: list[int] | None = None
         self.num_inputs = len(info.unique)
         self.mutated_inputs = [info.unique.index(i) for i in info.mutated]
         differentiable_set = set(differentiable)
@@ -127,14 +130,20 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runner: TrainingRunner, *inputs: torch.Tensor) -> tuple:
         results = runner.forward(*inputs)
+        outputs = results[: runner.num_forward_outputs]
         # A view of a graph intermediate returned from a Function with several outputs is one
         # autograd forbids to modify in place (`h[mask] = v` after the graph); the analysis
         # made every aliasing eager relies on explicit (views are rebuilt outside), so such
         # an output is returned as its own tensor.
-        outputs = tuple(
-            o.clone() if isinstance(o, torch.Tensor) and o._is_view() else o
-            for o in results[: runner.num_forward_outputs]
-        )
+        if runner.view_outputs is None:
+            runner.view_outputs = [
+                i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o._is_view()
+            ]
+        if runner.view_outputs:
+            outputs = list(outputs)
+            for i in runner.view_outputs:
+                outputs[i] = outputs[i].clone()
+        outputs = tuple(outputs)
         saved = results[runner.num_forward_outputs :]
         if runner.mutated_inputs:  # the epilogue writes these: save their values, not them
             written = {inputs[i].untyped_storage().data_ptr() for i in runner.mutated_inputs}

@@ -247,9 +247,10 @@ def _object_getattribute(tx: Translator, args: Args, kwargs: Kwargs) -> Variable
 
 def _dataclass_type(vt: VariableTracker) -> type | None:
     """The class `fields(x)`/`is_dataclass(x)` look at: x itself when it is a class, else x's."""
-    cls = getattr(vt, "cls", None)
-    if isinstance(cls, type) and type(vt).__name__ in ("ClassVariable", "NewObjectVariable"):
-        return cls
+    from framejit.frontend.variables.objects import ClassVariable
+
+    if isinstance(vt, ClassVariable):
+        return vt.cls
     try:
         t = vt.as_constant() if isinstance(vt, ConstantVariable) else vt.python_type()
     except Unsupported:
@@ -284,24 +285,28 @@ def _is_dataclass(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker
 def _id(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     """`id(f)` of a function, class, module or nn.Module: their identity is pinned by a guard
     (or they are constants of the trace)."""
+    from framejit.frontend.variables.functions import UserFunctionVariable
+    from framejit.frontend.variables.objects import (
+        ClassVariable,
+        NNModuleVariable,
+        PythonModuleVariable,
+    )
     from framejit.guards import GuardKind
 
     if len(args) != 1 or kwargs:
         return None
     (x,) = args
-    kind = type(x).__name__
-    value = {
-        "UserFunctionVariable": "fn",
-        "ClassVariable": "cls",
-        "PythonModuleVariable": "mod",
-        "NNModuleVariable": "obj",
-    }.get(kind)
-    target = getattr(x, value, None) if value is not None else None
-    if target is None:
-        return None
-    if x.source is not None and kind == "UserFunctionVariable":
-        tx.output.add_guard(x.source, GuardKind.ID_MATCH, target, tx.location_text())
-    return ConstantVariable(id(target))
+    if type(x) is UserFunctionVariable:
+        if x.source is not None:
+            tx.output.add_guard(x.source, GuardKind.ID_MATCH, x.fn, tx.location_text())
+        return ConstantVariable(id(x.fn))
+    if isinstance(x, ClassVariable):
+        return ConstantVariable(id(x.cls))
+    if isinstance(x, PythonModuleVariable):
+        return ConstantVariable(id(x.mod))
+    if type(x) is NNModuleVariable:
+        return ConstantVariable(id(x.obj))
+    return None
 
 
 @builtin(inspect.signature)
