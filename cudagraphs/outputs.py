@@ -79,7 +79,7 @@ class _StorageRef:
 class OutputSet:
     """The tensors one call handed out: weak references to their storages and to themselves."""
 
-    __slots__ = ("name", "generation", "overwritable", "storages", "tensors")
+    __slots__ = ("name", "generation", "overwritable", "storages", "tensors", "blocks")
 
     def __init__(
         self,
@@ -88,6 +88,7 @@ class OutputSet:
         outputs: Sequence[Any],
         tracked: Sequence[int],
         overwritable: bool,
+        blocks: Sequence[Any] = (),
     ) -> None:
         import weakref
 
@@ -96,16 +97,43 @@ class OutputSet:
         self.overwritable = overwritable
         by_storage: dict[int, _StorageRef] = {}
         self.tensors: list[tuple[int, int, Any]] = []  # (output index, storage cdata, weakref)
-        for i in tracked:
+        # the tree's `Block` under each storage (recorded memory; empty for warm-up outputs)
+        self.blocks: dict[int, Any] = {}
+        for n, i in enumerate(tracked):
             out = outputs[i]
             storage = out.untyped_storage()
             if storage._cdata not in by_storage:
                 by_storage[storage._cdata] = _StorageRef(storage)
+                if blocks:
+                    self.blocks[storage._cdata] = blocks[n]
             self.tensors.append((i, storage._cdata, weakref.ref(out)))
         self.storages = by_storage
 
     def alive(self) -> bool:
         return any(ref.alive() for ref in self.storages.values())
+
+    def live_blocks(self) -> list[tuple[int, Any]]:
+        """(storage cdata, Block) of each storage over recorded memory that is still alive."""
+        return [
+            (cdata, block)
+            for cdata, block in self.blocks.items()
+            if cdata in self.storages and self.storages[cdata].alive()
+        ]
+
+    def preserve(self, cdata: int, why: str) -> None:
+        """Give the live storage `cdata` its own copy of its bytes: its holders keep their
+        values while a graph writes to the memory it was in."""
+        ref = self.storages.pop(cdata, None)
+        self.blocks.pop(cdata, None)
+        storage = ref.get() if ref is not None else None
+        if storage is None:
+            return
+        storage._swap_data_ptr_(storage.clone())
+        logs.artifact(
+            "cudagraphs",
+            f"copied an output of {self.name} (step {self.generation}) out of the graph memory: "
+            f"{why} ({storage.nbytes()} bytes)",
+        )
 
     def settle(self, now: int, keep: set[int]) -> None:
         """Make sure no live output of this set can show data of a later call; see the module
@@ -135,3 +163,4 @@ class OutputSet:
             )
         self.storages = {}
         self.tensors = []
+        self.blocks = {}

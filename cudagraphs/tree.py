@@ -31,6 +31,15 @@ Invariants:
   `config.cudagraph_rerecord_limit` more recordings per function, then it runs without graphs.
 - Once a warm-up runs in a step, the rest of that step warms up too: an eager run may take
   memory that an existing recording also writes.
+- Memory reuse. A node owns the memory of its outputs (`Block`s) until a later recording on
+  its path finds them dead (no tensor handed out over them is alive, and the new recording
+  does not read them): then the node lets go of them (`release`) and the pool's allocator may
+  give them to that recording and to any recorded later. A node still replays into its
+  released memory, so whatever was free when a node was recorded may be written by its
+  replays. Hence, before a replay, each live output of the current step in memory released
+  before that node was recorded gets its own copy (`_protect`, logged; not needed in a steady
+  loop, where the same outputs are dead every step), and before a capture, every live output in
+  released memory does. Older steps' outputs are settled anyway (above).
 - Refusals (CPU tensors without the stand-in, several devices, a mutated non-static input, an
   output that aliases an input, autograd recording through the callable, a failed capture,
   the limits above) are logged once to `cudagraphs` with the reason; that function then runs
@@ -89,6 +98,19 @@ class TreeFunction:
         return f"<framejit cudagraph {self.name}>"
 
 
+class Block:
+    """The memory of one output storage of a recording: owned by its node until released."""
+
+    __slots__ = ("storage", "ptr", "nbytes", "device", "released")
+
+    def __init__(self, storage: torch.UntypedStorage) -> None:
+        self.storage: torch.UntypedStorage | None = storage  # None once released
+        self.ptr = storage.data_ptr()
+        self.nbytes = storage.nbytes()
+        self.device = storage.device
+        self.released: int | None = None  # the recording serial at which it was released
+
+
 class Node:
     """One recording: its graph, input buffers, static addresses and output layout."""
 
@@ -98,14 +120,15 @@ class Node:
         self.children: dict[int, list[Node]] = {}
         self.depth = 0 if parent is None else parent.depth + 1
         self.generation = generation  # of its last run
+        self.serial = 0  # recordings of the manager before this one
         self.graph: Any = None
         self.static_ptrs: list[tuple[int, int]] = []  # parameters/buffers: (index, address)
         self.path_ptrs: list[tuple[int, int]] = []  # outputs of earlier nodes, used in place
         self.copies: list[tuple[int, torch.Tensor]] = []  # (index, input buffer)
         self.constants: list[tuple[int, Any]] = []  # non-tensor arguments, baked in
-        self.outputs: list[Any] = []  # the recorded outputs (owning the memory)
-        self.output_storages: list[torch.UntypedStorage] = []
-        # per output: None (a constant), j (input j itself), or (storage, dtype, offset, sizes,
+        self.outputs: list[Any] = []  # the non-tensor outputs (None in a tensor's place)
+        self.blocks: list[Block] = []  # the memory of its outputs
+        # per output: None (a constant), j (input j itself), or (block, dtype, offset, sizes,
         # strides) of a tensor in the recorded memory
         self.layout: list[Any] = []
         self.container: type = tuple
@@ -139,8 +162,8 @@ class Node:
     def hand_out(self, args: Sequence[Any]) -> Any:
         """Fresh tensors over the recorded memory: one alias storage per storage, per call."""
         aliases = [
-            torch._C._construct_storage_from_data_pointer(s.data_ptr(), s.device, s.nbytes())
-            for s in self.output_storages
+            torch._C._construct_storage_from_data_pointer(b.ptr, b.device, b.nbytes)
+            for b in self.blocks
         ]
         out: list[Any] = []
         for value, place in zip(self.outputs, self.layout):
@@ -151,7 +174,7 @@ class Node:
                 out.append(args[place])
                 continue
             k, dtype, offset, size, stride = place
-            t = torch.empty(0, dtype=dtype, device=value.device)
+            t = torch.empty(0, dtype=dtype, device=self.blocks[k].device)
             out.append(t.set_(aliases[k], offset, size, stride))
         if self.container is list:
             return out
@@ -175,6 +198,10 @@ class CUDAGraphTreeManager:
         self.live: list[OutputSet] = []  # outputs handed out, oldest first
         self.closed = False
         self.nodes = 0
+        self.all_nodes: list[Node] = []
+        self.serial = 0  # recordings begun
+        self.released_bytes = 0  # output memory of earlier recordings let go for reuse
+        self.released_any = False
         self.new_invocation = False  # a call from outside compiled code began (jit tells us)
         self.invocations_seen = False
 
@@ -233,10 +260,18 @@ class CUDAGraphTreeManager:
         return self._record(function, parent, args, reasons)
 
     def _hand_out(
-        self, function: TreeFunction, result: Any, overwritable: bool, tracked: Sequence[int]
+        self,
+        function: TreeFunction,
+        result: Any,
+        overwritable: bool,
+        tracked: Sequence[int],
+        node: Node | None = None,
     ) -> None:
         """Remember outputs `tracked` of a call (those in memory a later call may reuse)."""
-        outputs = OutputSet(function.name, self.generation, _flat(result), tracked, overwritable)
+        blocks = [node.blocks[node.layout[k][0]] for k in tracked] if node is not None else ()
+        outputs = OutputSet(
+            function.name, self.generation, _flat(result), tracked, overwritable, blocks
+        )
         self.live.append(outputs)
         if function.kind == "forward":
             self.pending.append(outputs)
@@ -271,14 +306,49 @@ class CUDAGraphTreeManager:
         self._hand_out(function, result, False, tracked)
         return result
 
+    def _protect(self, serial: int, why: str) -> None:
+        """Copy out every live output of this step whose memory was released at or before
+        recording `serial` (a recording from then on may write to it)."""
+        for outputs in self.live:
+            if outputs.generation != self.generation or not outputs.blocks:
+                continue
+            for cdata, block in outputs.live_blocks():
+                if block.released is not None and block.released <= serial:
+                    outputs.preserve(cdata, why)
+
+    def _release_dead(self, args: Sequence[Any], serial: int) -> None:
+        """Let go of the output memory of every recording whose outputs are all dead: no
+        tensor handed out over it is alive and the recording about to be made does not read
+        it. The pool's allocator may then give it to this recording."""
+        live = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        for outputs in self.live:
+            live.update(block.ptr for _, block in outputs.live_blocks())
+        freed = 0
+        for node in self.all_nodes:
+            for block in node.blocks:
+                if block.storage is not None and block.ptr not in live:
+                    self.recorder.release(block.storage)
+                    block.storage = None
+                    block.released = serial
+                    freed += block.nbytes
+        if freed:
+            self.released_any = True
+            self.released_bytes += freed
+            logs.artifact(
+                "cudagraphs",
+                f"{freed} bytes of dead outputs of earlier recordings may be reused from now on",
+            )
+
     def _replay(self, node: Node, args: Sequence[Any]) -> Any:
+        if self.released_any:
+            self._protect(node.serial, f"a replay of {node.function.name} writes to its memory")
         for i, buf in node.copies:
             buf.copy_(args[i])
         self.recorder.replay(node.graph)
         node.generation = self.generation
         self.tip = node
         result = node.hand_out(args)
-        self._hand_out(node.function, result, True, node.in_memory)
+        self._hand_out(node.function, result, True, node.in_memory, node)
         return result
 
     def _record(
@@ -320,6 +390,7 @@ class CUDAGraphTreeManager:
         )
         self.tip = node
         self.nodes += 1
+        self.all_nodes.append(node)
         if logs.enabled("cudagraphs"):
             logs.artifact(
                 "cudagraphs",
@@ -327,19 +398,26 @@ class CUDAGraphTreeManager:
                 f"{self.device} tree, step {self.generation}: {len(node.static_ptrs)} static "
                 f"inputs, {len(node.path_ptrs)} taken in place, {len(node.copies)} copied",
             )
-        self._hand_out(function, result, True, node.in_memory)
+        self._hand_out(function, result, True, node.in_memory, node)
         return result
 
     def _capture(
         self, function: TreeFunction, parent: Node | None, args: Sequence[Any]
     ) -> tuple[Node, Any]:
         node = Node(function, parent, self.generation)
+        self.serial += 1
+        node.serial = self.serial
+        if self.released_any:
+            self._protect(node.serial, f"recording {function.name} may write to its memory")
+        self._release_dead(args, node.serial)
         # earlier nodes' output memory, by address: the owning storages (the tensors handed out
-        # are aliases that may later be poisoned or moved; the recording must not hold them)
+        # are aliases that may later be poisoned or moved; the recording must not hold them).
+        # Memory read here is live, so it was not released above.
         path_memory: dict[int, torch.UntypedStorage] = {}
         for earlier in parent.path() if parent is not None else []:
-            for s in earlier.output_storages:
-                path_memory[s.data_ptr()] = s
+            for block in earlier.blocks:
+                if block.storage is not None:
+                    path_memory[block.ptr] = block.storage
         graph_args: list[Any] = []
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
@@ -383,8 +461,8 @@ class CUDAGraphTreeManager:
                 node.layout.append(j)  # the input itself (a saved parameter, say)
                 continue
             if storage.data_ptr() not in storages:
-                storages[storage.data_ptr()] = len(node.output_storages)
-                node.output_storages.append(storage)
+                storages[storage.data_ptr()] = len(node.blocks)
+                node.blocks.append(Block(storage))
             node.layout.append(
                 (
                     storages[storage.data_ptr()],
@@ -394,7 +472,7 @@ class CUDAGraphTreeManager:
                     out.stride(),
                 )
             )
-        node.outputs = outputs
+        node.outputs = [None if isinstance(o, torch.Tensor) else o for o in outputs]
         node.in_memory = [k for k, place in enumerate(node.layout) if isinstance(place, tuple)]
         node.container = type(result) if isinstance(result, (tuple, list)) else object
         return node, node.hand_out(args)
@@ -404,6 +482,7 @@ class CUDAGraphTreeManager:
         self.generation += 1
         self._settle((), self.generation)
         self.roots.clear()
+        self.all_nodes.clear()
         self.tip = None
         self.pending.clear()
         self.recorder.close()

@@ -24,6 +24,7 @@ always propagate.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import types
 from collections.abc import Callable, Sequence
@@ -325,9 +326,28 @@ class CodeGen:
                 self.reconstruct(vt)
         for name in self.code.co_cellvars:
             self._emit(Instr("LOAD_CLOSURE", CellVar(name)))
+        self._clear_locals()
         nargs = len(kinds) - kinds.count("null") + len(local_values) + len(self.code.co_cellvars)
         self._emit(*versions.emit_call(nargs))
         self._emit(Instr("RETURN_VALUE"))
+
+    def _clear_locals(self) -> None:
+        """Drop this frame's hold on every value before the tail call: the resume function
+        got what it needs as arguments, and a value it lets go of (a tensor the user reassigns,
+        a graph output it no longer uses) must die as it would in eager, not stay alive in this
+        frame's arguments or temporaries (the graph's output tuple) until the frame returns."""
+        code = self.code
+        nargs = code.co_argcount + code.co_kwonlyargcount
+        nargs += bool(code.co_flags & inspect.CO_VARARGS)
+        nargs += bool(code.co_flags & inspect.CO_VARKEYWORDS)
+        names = dict.fromkeys(code.co_varnames[:nargs])
+        for inst in self.instructions:
+            if isinstance(inst, Instr) and inst.name == "STORE_FAST":
+                names[inst.arg] = None
+        cells = set(code.co_cellvars) | set(code.co_freevars)
+        for name in names:
+            if name not in cells:
+                self._emit(Instr("LOAD_CONST", None), Instr("STORE_FAST", name))
 
     # --- the whole body --------------------------------------------------------------------------
     def call_graph(

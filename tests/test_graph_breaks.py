@@ -723,3 +723,31 @@ def test_callee_of_a_star_args_call_is_compiled_at_a_break() -> None:
     for scale in (1.0, 1.0):
         torch.testing.assert_close(jitted(x, scale=scale), wrapper(x, scale=scale))
     assert counter.frame_count == 2  # inner, before and after its print
+
+
+def test_a_value_only_the_break_used_dies_as_in_eager() -> None:
+    import weakref
+
+    refs: list[Any] = []
+    alive_after: list[bool] = []
+
+    @framejit.disable
+    def observe(t: torch.Tensor) -> None:
+        refs.append(weakref.ref(t))
+
+    @framejit.disable
+    def probe() -> None:
+        alive_after.append(refs[-1]() is not None)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        observe(x * 2)  # a temporary: nothing holds it once observe returned
+        probe()
+        return x + 1
+
+    x = torch.randn(4)
+    expected = fn(x)
+    fast = framejit.jit(fn, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(fast(x), expected)
+    # the compiled frame dropped its graph's outputs before calling the code after the break
+    assert alive_after == [False, False, False]

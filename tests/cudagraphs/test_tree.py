@@ -273,3 +273,121 @@ def test_max_autotune_reaches_the_triton_compiler(monkeypatch: pytest.MonkeyPatc
         x = torch.randn(3, 8)
         torch.testing.assert_close(fast(x), model(x))
     assert seen == [{"max_autotune": True}]
+
+
+def _chain() -> tuple:
+    f = cudagraphs.cudagraphify(
+        lambda x: ((x * 2).sin(), x[:4].cos()), [torch.randn(64)], (), "f()"
+    )
+    g = cudagraphs.cudagraphify(lambda h: ((h + 1).cos(),), [torch.randn(64)], (), "g()")
+    k = cudagraphs.cudagraphify(lambda h: ((h * 3).exp(),), [torch.randn(64)], (), "k()")
+    return f, g, k
+
+
+def _path_nodes() -> list[cudagraphs.Node]:
+    (root,) = [n for nodes in cpu_manager().roots.values() for n in nodes]
+    path = [root]
+    while path[-1].children:
+        (child,) = [n for nodes in path[-1].children.values() for n in nodes]
+        path.append(child)
+    return path
+
+
+def test_dead_outputs_memory_is_reused_by_later_recordings() -> None:
+    f, g, k = _chain()
+    for _ in range(5):
+        x = torch.randn(64)
+        h = f(x)[0]  # the second output dies at once
+        (h,) = g(h)  # f's first output dies here
+        (y,) = k(h)
+        torch.testing.assert_close(y, (((x * 2).sin() + 1).cos() * 3).exp())
+    f_node, g_node, k_node = _path_nodes()
+    # k's output went into the memory of f's first output, dead by the time k was recorded
+    assert k_node.blocks[0].ptr == f_node.blocks[0].ptr
+    assert f_node.blocks[0].storage is None and f_node.blocks[0].released == g_node.serial + 1
+    assert f_node.blocks[1].released == g_node.serial  # dead when g was recorded
+    assert g_node.blocks[0].storage is not None  # read by k: never released while live
+    assert cpu_manager().released_bytes >= 64 * 4
+
+
+def test_outputs_kept_alive_in_reused_memory_keep_their_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    f, g, k = _chain()
+    for _ in range(3):  # warm-up, record (releasing f's memory), replay
+        x = torch.randn(64)
+        h = f(x)[0]
+        (h,) = g(h)
+        k(h)
+    framejit.set_logs(cudagraphs=True)
+    x = torch.randn(64)
+    h, small = f(x)  # this time both outputs of f stay alive across g and k
+    (h2,) = g(h)
+    (y,) = k(h2)
+    torch.testing.assert_close(h, (x * 2).sin())
+    torch.testing.assert_close(small, x[:4].cos())
+    torch.testing.assert_close(y, (((x * 2).sin() + 1).cos() * 3).exp())
+    assert "copied an output of f()" in capsys.readouterr().err
+
+
+def test_a_new_recording_does_not_write_over_live_outputs_in_released_memory() -> None:
+    f, g, _ = _chain()
+    m = cudagraphs.cudagraphify(lambda h: ((h - 1).abs(),), [torch.randn(64)], (), "m()")
+    for _ in range(2):  # warm-up, then f and g recorded: f's small output released
+        x = torch.randn(64)
+        h = f(x)[0]
+        g(h)
+    for _ in range(2):  # m warms up, then is recorded while f's small output is alive
+        x = torch.randn(64)
+        h, small = f(x)
+        (y,) = m(h)
+        torch.testing.assert_close(small, x[:4].cos())
+        torch.testing.assert_close(y, ((x * 2).sin() - 1).abs())
+    assert cpu_manager().nodes == 3
+
+
+def test_recordings_for_other_shapes_reuse_dead_outputs() -> None:
+    fn = cudagraphs.cudagraphify(lambda x: (x.sin() * 2,), [torch.randn(1)], (), "sin2()")
+    manager = None
+    for n in [64, 64, 32, 16, 64, 32, 16, 64, 32, 16]:
+        x = torch.randn(n)
+        (y,) = fn(x)
+        torch.testing.assert_close(y, x.sin() * 2)
+        manager = cpu_manager()
+        del y
+    assert manager is not None and manager.nodes == 3
+    owned = [b for node in manager.all_nodes for b in node.blocks if b.storage is not None]
+    ptrs = {b.ptr for node in manager.all_nodes for b in node.blocks}
+    assert len(ptrs) == 1  # the 32 and 16 element recordings write into the 64 element memory
+    assert sum(b.nbytes for b in owned) <= 64 * 4
+
+
+def test_graph_break_pieces_reuse_memory_and_match_eager() -> None:
+    lin1, lin2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+    seen = []
+
+    @framejit.disable
+    def observe(t: torch.Tensor) -> None:
+        seen.append(float(t.sum()))
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(lin1(x))
+        observe(h * 2)  # a graph output that dies once the break ran
+        return torch.tanh(lin2(h)) + 1
+
+    fast = framejit.jit(step, mode="reduce-overhead", backend="eager")
+    kept = []
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(4, 16)
+            y = fast(x)
+            torch.testing.assert_close(y, step(x))
+            torch.testing.assert_close(seen[-2], seen[-1])
+            kept.append((x, y.clone()))
+    assert cpu_manager().nodes == 2
+    first, second = _path_nodes()
+    # the second piece's output went where `h * 2` was: dead once `observe` returned
+    assert second.blocks[0].ptr in {b.ptr for b in first.blocks if b.released is not None}
+    with torch.no_grad():
+        for x, y in kept:
+            torch.testing.assert_close(y, step(x))
