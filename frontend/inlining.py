@@ -16,6 +16,8 @@ import types
 import weakref
 from typing import Any
 
+import torch
+import torch.utils.checkpoint
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import (
     AttrSource,
@@ -41,6 +43,7 @@ from framejit.frontend.variables.objects import (
     NNModuleVariable,
 )
 from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
+from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GuardKind
 
 from framejit.config import config
@@ -152,10 +155,76 @@ def _get_logger(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     return LoggerVariable(logging.getLogger(name), name)
 
 
+CHECKPOINT_TAG = "framejit_checkpoint"  # node.meta["custom"][CHECKPOINT_TAG]: region number
+_checkpoint_regions = iter(range(1, 1 << 62))
+
+
+def _checkpoint(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """`torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=..., **kwargs)`: `fn` is
+    traced inline and the graph nodes it makes are tagged with a region number
+    (`node.meta["custom"][CHECKPOINT_TAG]`). The AOT stage's partitioner saves none of a
+    region's values for the backward (random ops aside): the backward recomputes the region
+    from what flows into it, as checkpointing does in eager. Values are those of eager: the
+    forward is the same computation, and random ops are never recomputed.
+
+    Runs as Python (a graph break) where eager would warn or raise, or where its options change
+    what runs: `use_reentrant` not given (torch warns), a non-default `context_fn`, `debug`,
+    `determinism_check`, keyword arguments with `use_reentrant=True` (a ValueError), and a
+    reentrant call whose tensor arguments all have requires_grad=False while grad mode is on
+    (torch warns, and its gradients are None)."""
+    import torch.utils.checkpoint as checkpoint_module
+
+    label = "torch.utils.checkpoint.checkpoint"
+    if not args:
+        raise Unsupported("exception", f"{label}()", "TypeError: no function given")
+    kwargs = dict(kwargs)
+
+    def option(name: str, default: Any) -> Any:
+        vt = kwargs.pop(name, None)
+        if vt is None:
+            return default
+        if not vt.is_constant():
+            value = getattr(vt, "fn", getattr(vt, "value", None))
+            if value is not None and value is default:
+                return value
+            raise Unsupported("unsupported_call", f"{label}({name}=...)", "not a constant")
+        return vt.as_constant()
+
+    use_reentrant = option("use_reentrant", None)
+    if use_reentrant is None:
+        raise Unsupported("unsupported_call", f"{label} without use_reentrant", "torch warns")
+    if option("context_fn", checkpoint_module.noop_context_fn) is not (
+        checkpoint_module.noop_context_fn
+    ):
+        raise Unsupported("unsupported_call", f"{label}(context_fn=...)")
+    if option("debug", False) or option("determinism_check", "default") != "default":
+        raise Unsupported("unsupported_call", f"{label}(debug=/determinism_check=)")
+    option("early_stop", True)  # how far a recompute runs: the values are the same
+    option("preserve_rng_state", True)  # random ops are saved, never recomputed
+    fn_vt, fn_args = args[0], list(args[1:])
+    if use_reentrant:
+        if kwargs:
+            raise Unsupported("exception", f"{label}(use_reentrant=True, **kwargs)", "ValueError")
+        tensors = [a for a in fn_args if isinstance(a, TensorVariable)]
+        if torch.is_grad_enabled() and not any(t.fake.requires_grad for t in tensors):
+            raise Unsupported(
+                "unsupported_call", f"{label}(use_reentrant=True) with no input requiring grad"
+            )
+    created = tx.output.created
+    start = len(created)
+    result = fn_vt.call(tx, fn_args, kwargs)
+    region = next(_checkpoint_regions)
+    for node in created[start:]:
+        custom = node.meta.setdefault("custom", {})
+        custom.setdefault(CHECKPOINT_TAG, region)  # a nested region keeps its number
+    return result
+
+
 # Library functions the translator models instead of inlining their code.
 MODELED_FUNCTIONS: dict[Any, Any] = {
     dataclasses.replace: _dataclass_replace,
     logging.getLogger: _get_logger,
+    torch.utils.checkpoint.checkpoint: _checkpoint,
 }
 
 

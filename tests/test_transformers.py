@@ -156,3 +156,34 @@ def test_wav2vec2_training_with_spec_augment_matches_eager():
     torch.testing.assert_close(got[0], expected[0], rtol=1e-4, atol=1e-5)
     for a, b in zip(got[1], expected[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_gradient_checkpointing_is_one_graph_that_saves_less(reentrant):
+    """`gradient_checkpointing_enable()` wraps each decoder layer in
+    `torch.utils.checkpoint.checkpoint`: traced into the one graph, the layers' activations are
+    recomputed in the backward instead of saved, with eager's gradients."""
+    from framejit.backend import lookup_backend
+
+    saved = {}
+    for checkpointed in (False, True):
+        torch.manual_seed(0)
+        model = llama().train()
+        if checkpointed:
+            model.gradient_checkpointing_enable({"use_reentrant": reentrant})
+        kwargs = _inputs("llama")
+        runners = []
+
+        def backend(gm, example_inputs, runners=runners):
+            runners.append(lookup_backend("aot_eager")(gm, example_inputs))
+            return runners[-1]
+
+        framejit.jit(model, backend=backend, fullgraph=True)(**kwargs).loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(**kwargs).loss.backward()
+        for a, p in zip(got, model.parameters(), strict=True):
+            torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
+        (runner,) = runners
+        saved[checkpointed] = runner.saved_bytes
+    assert saved[True] < saved[False] / 2

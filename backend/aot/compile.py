@@ -35,7 +35,7 @@ from framejit.backend.aot.analysis import (
     graph_with_outputs,
     symbolic_inputs,
 )
-from framejit.backend.aot.partition import partition
+from framejit.backend.aot.partition import has_checkpoint_regions, partition
 from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
 from framejit.backend.aot.trace import trace_inference, trace_joint
 from torch._subclasses.fake_tensor import (
@@ -43,6 +43,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensorMode,
 )
+from torch.fx import traceback as fx_traceback
 
 from framejit import logs
 from framejit.config import config
@@ -133,6 +134,17 @@ def _without_grad_switches(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return copy
 
 
+def _keeping_regions(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """`gm` run node by node so the aten nodes traced from each captured node inherit its
+    `meta["custom"]`, where activation-checkpoint regions are marked (partition.py)."""
+
+    def run(*args: Any) -> Any:
+        with fx_traceback.preserve_node_meta():
+            return torch.fx.Interpreter(gm).run(*args)
+
+    return run
+
+
 def _compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
 ) -> Callable[..., Any]:
@@ -163,9 +175,11 @@ def _compile(
         for i, v in enumerate(example_inputs)
     ]
 
+    run = _keeping_regions(user) if has_checkpoint_regions(user) else user
+
     def fn(*unique: Any) -> Any:
         """The captured graph on deduplicated tensor inputs, returning the computed values."""
-        return user(*[v if k is None else unique[k] for v, k in zip(example_inputs, spread)])
+        return run(*[v if k is None else unique[k] for v, k in zip(example_inputs, spread)])
 
     if symbolic is not None:  # the frontend's symbolic sizes, in its FakeTensorMode
         mode, all_fakes = symbolic()
@@ -216,6 +230,7 @@ def _compile(
         differentiable=differentiable,
         wants_grad=wants_grad,
         num_forward_outputs=len(forward_values),
+        saved_bytes=parts.saved_bytes,
     )
 
 

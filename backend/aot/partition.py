@@ -16,11 +16,19 @@ saved values and tangents, where only cheap ops may be recomputed:
   `n` are saved.
 - Cheap = pointwise (`torch.Tag.pointwise`), views, and tensor factories. Random ops are never
   recomputed, so forward and backward see the same random values.
+- Activation checkpointing: nodes the frontend traced inside `torch.utils.checkpoint.checkpoint`
+  carry `meta["custom"]["framejit_checkpoint"]` (make_fx copies `custom` onto the aten nodes).
+  Such a node may be recomputed whatever it is (a matmul too; random ops aside) and is never
+  saved (`n.in -> n.out` infinite), except a value that leaves its region (used outside it:
+  the next region's input), which is kept. So the cut saves what flows into each region and
+  the backward recomputes one region at a time, as eager's checkpointing does.
 
 Invariants: the forward graph's outputs are `forward outputs + saved values`; the backward
 graph's inputs are `saved values + tangents` and its outputs the gradients, in the joint
 graph's order. Every node the backward copies is a tangent-dependent node or recomputable
-from saved values (checked: a violation raises instead of producing a wrong graph).
+from saved values (checked: a violation raises instead of producing a wrong graph). In the
+backward, a value recomputed from saved values alone is computed just before its first use
+(`_recompute_late`), not at the start.
 """
 
 from __future__ import annotations
@@ -51,6 +59,28 @@ _CHEAP_FACTORIES = frozenset(
         "iota",
     ]
 )
+
+
+# Set by the frontend on the nodes of a checkpointed call (frontend/inlining.py, _checkpoint).
+_CHECKPOINT = "framejit_checkpoint"
+
+
+def _in_checkpoint(node: torch.fx.Node) -> bool:
+    custom = node.meta.get("custom")
+    return isinstance(custom, dict) and _CHECKPOINT in custom
+
+
+def _region(node: torch.fx.Node) -> int | None:
+    """The checkpoint region a node was traced in (None: none, or a random op, never
+    recomputed)."""
+    if node.op != "call_function" or op_name(node.target) in RANDOM_OPS:
+        return None
+    custom = node.meta.get("custom")
+    return custom.get(_CHECKPOINT) if isinstance(custom, dict) else None
+
+
+def has_checkpoint_regions(gm: torch.fx.GraphModule) -> bool:
+    return any(_in_checkpoint(n) for n in gm.graph.nodes)
 
 
 @dataclasses.dataclass
@@ -165,13 +195,36 @@ def partition(joint: torch.fx.GraphModule, num_primals: int, num_forward_outputs
     needed_by_backward = _ancestors(gradients, set())
     candidates = [n for n in nodes if n in needed_by_backward and n not in tangent_dependent]
 
+    # Checkpoint regions: the tagged forward nodes, and backward nodes that need no tangent and
+    # read a region's values (they belong to its recomputation, never saved either).
+    forward_nodes = _ancestors(forward_outputs, set())
+    regions: dict[torch.fx.Node, int] = {}
+    for node in nodes:
+        if node in forward_nodes:
+            region = _region(node)
+        elif node not in tangent_dependent:
+            region = next((regions[i] for i in node.all_input_nodes if i in regions), None)
+        else:
+            region = None
+        if region is not None:
+            regions[node] = region
     total = sum(_nbytes(n.meta.get("val")) or 0 for n in nodes)
     infinite = 2 * total + 1
     flow = _FlowGraph()
     for node in candidates:
         size = _nbytes(node.meta.get("val"))
+        region = regions.get(node)
+        inside = region is not None and all(
+            regions.get(u) == region for u in node.users if u in forward_nodes
+        )
+        if inside:  # recomputed by the backward, never saved
+            size = None
         flow.add_edge(f"{node.name}.in", f"{node.name}.out", infinite if size is None else size)
-        if node.op == "placeholder" or not _recomputable(node):
+        if node.op == "placeholder" or region is not None and not inside:
+            # what leaves a region (the next region's input) is kept, as eager's checkpoint
+            # keeps its inputs: the backward then recomputes one region at a time
+            flow.add_edge("source", f"{node.name}.in", infinite)
+        elif not (inside or _recomputable(node)):
             flow.add_edge("source", f"{node.name}.in", infinite)
         for user in node.users:
             if user in needed_by_backward:
@@ -185,8 +238,43 @@ def partition(joint: torch.fx.GraphModule, num_primals: int, num_forward_outputs
 
     forward = _subgraph(joint, primals, [*forward_outputs, *saved], "forward")
     backward = _subgraph(joint, [*saved, *tangents], gradients, "backward")
-    saved_bytes = sum(_nbytes(n.meta.get("val")) or 0 for n in saved)
+    _recompute_late(backward, len(saved))
+    saved_bytes = sum(_nbytes(n.meta.get("val")) or 0 for n in saved if n.op != "placeholder")
     return Partition(forward, backward, [n.name for n in saved], saved_bytes)
+
+
+def _recompute_late(backward: torch.fx.GraphModule, num_saved: int) -> None:
+    """Compute each value the backward recomputes from saved values alone just before its
+    first use, so recomputed activations (of a checkpointed region above all) live only while
+    their part of the backward runs, not from the backward's start. The nodes that need a
+    tangent keep their order; each pulls in what it needs, depth first."""
+    graph = backward.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    demanded = set(placeholders[num_saved:])  # tangents, and what depends on them
+    for node in graph.nodes:
+        if any(i in demanded for i in node.all_input_nodes) or node.op == "output":
+            demanded.add(node)
+    done: set[torch.fx.Node] = set(placeholders)
+    order: list[torch.fx.Node] = []
+    for node in graph.nodes:
+        if node not in demanded or node in done:
+            continue
+        stack = [(node, iter(node.all_input_nodes))]
+        while stack:
+            current, inputs = stack[-1]
+            pending = next((i for i in inputs if i not in done), None)
+            if pending is not None:
+                stack.append((pending, iter(pending.all_input_nodes)))
+                continue
+            stack.pop()
+            if current not in done:
+                done.add(current)
+                order.append(current)
+    output = order[-1]
+    for node in order[:-1]:
+        output.prepend(node)  # in order, each right before the output: the new schedule
+    graph.lint()
+    backward.recompile()
 
 
 def _subgraph(

@@ -79,8 +79,10 @@ class TrainingRunner:
         differentiable: list[int],
         wants_grad: list[int],
         num_forward_outputs: int,
+        saved_bytes: int = 0,
     ) -> None:
         self.info = info
+        self.saved_bytes = saved_bytes  # what the forward keeps for the backward (at trace sizes)
         self.forward = forward
         self.compile_backward = compile_backward
         self.backward: Callable[..., Sequence[Any]] | None = None
