@@ -14,8 +14,9 @@ saved values and tangents, where only cheap ops may be recomputed:
   op not known to be cheap: see `_recomputable`); `n.in -> sink` (infinite) for nodes that
   depend on a tangent. A minimum source-sink cut crosses only `n.in -> n.out` edges; those
   `n` are saved.
-- Cheap = pointwise (`torch.Tag.pointwise`), views, and tensor factories. Random ops are never
-  recomputed, so forward and backward see the same random values.
+- Cheap = pointwise (`torch.Tag.pointwise`), views, tensor factories and layer norm (its
+  input is what its backward reads anyway). Random ops are never recomputed, so forward and
+  backward see the same random values.
 - Activation checkpointing: nodes the frontend traced inside `torch.utils.checkpoint.checkpoint`
   carry `meta["custom"]["framejit_checkpoint"]` (make_fx copies `custom` onto the aten nodes).
   Such a node may be recomputed whatever it is (a matmul too; random ops aside) and is never
@@ -83,6 +84,13 @@ def has_checkpoint_regions(gm: torch.fx.GraphModule) -> bool:
     return any(_in_checkpoint(n) for n in gm.graph.nodes)
 
 
+# Normalizations recomputed like pointwise ops: one pass over their input, which the backward
+# usually keeps anyway (the layer-norm backward reads it), so recomputing the output costs no
+# saved memory where saving it would cost a tensor the size of the input. Batch norm in training
+# is not among them: its functional form also updates the running statistics.
+_CHEAP_NORMS = frozenset({"aten.native_layer_norm"})
+
+
 @dataclasses.dataclass
 class Partition:
     forward: torch.fx.GraphModule  # primals -> forward outputs + saved
@@ -109,7 +117,7 @@ def _recomputable(node: torch.fx.Node) -> bool:
         return True
     if name in RANDOM_OPS:
         return False
-    if name in _CHEAP_FACTORIES:
+    if name in _CHEAP_FACTORIES or name in _CHEAP_NORMS:
         return True
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
