@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
+from framejit.frontend import autograd_function
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import (
     AttrSource,
@@ -225,6 +226,7 @@ MODELED_FUNCTIONS: dict[Any, Any] = {
     dataclasses.replace: _dataclass_replace,
     logging.getLogger: _get_logger,
     torch.utils.checkpoint.checkpoint: _checkpoint,
+    torch.autograd.Function.apply.__func__: autograd_function.apply,
 }
 
 
