@@ -14,8 +14,11 @@ alive is *settled*:
   operation on them raises `OverwrittenOutputError` naming the function that made them and how
   to keep a value;
 - preserved, otherwise (a view, or a tensor autograd saved, can be read without passing through
-  Python): the storage first gets a private copy of its bytes (`_swap_data_ptr_`), so every
-  holder keeps the values it had. This costs a copy and is logged (`cudagraphs`);
+  Python): the storage first gets a private copy of its bytes (`_swap`: torch's
+  `_swap_data_ptr_`, or framejit's C++ extension on torch versions without it), so every
+  holder keeps the values it had. This costs a copy and is logged (`cudagraphs`). Where
+  neither exists (torch < 2.13 without the extension), the output stays unsettled and the tree
+  runs calls without graphs until it dies (tree.py);
 - preserved too when the output is an argument of the call about to run (`y = f(x)`, then
   `mark_step_begin()`, then `g(y)`): the call still reads the right values.
 
@@ -31,6 +34,30 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from framejit import logs
+
+
+def _find_swap() -> Any:
+    """How to give a storage's holders a private copy: `swap(storage, copy)` exchanges the two
+    storages' memory. torch 2.13 has `UntypedStorage._swap_data_ptr_`; older versions use
+    framejit's C++ extension. None when neither is there."""
+    if hasattr(torch.UntypedStorage, "_swap_data_ptr_"):
+        return lambda storage, copy: storage._swap_data_ptr_(copy)
+    from framejit.guards import guard
+
+    extension = guard._tensor_check
+    if extension is None or not hasattr(extension, "swap_storage_data"):
+        return None
+
+    def swap(storage: torch.UntypedStorage, copy: torch.UntypedStorage) -> None:
+        a = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+        b = torch.empty(0, dtype=torch.uint8, device=copy.device).set_(copy)
+        extension.swap_storage_data(a, b)
+
+    return swap
+
+
+_swap = _find_swap()
+CAN_PRESERVE = _swap is not None
 
 
 class OverwrittenOutputError(RuntimeError):
@@ -128,16 +155,19 @@ class OutputSet:
         storage = ref.get() if ref is not None else None
         if storage is None:
             return
-        storage._swap_data_ptr_(storage.clone())
+        _swap(storage, storage.clone())
         logs.artifact(
             "cudagraphs",
             f"copied an output of {self.name} (step {self.generation}) out of the graph memory: "
             f"{why} ({storage.nbytes()} bytes)",
         )
 
-    def settle(self, now: int, keep: set[int]) -> None:
+    def settle(self, now: int, keep: set[int]) -> bool:
         """Make sure no live output of this set can show data of a later call; see the module
-        docstring. `keep`: storages (cdata) the call about to run reads."""
+        docstring. `keep`: storages (cdata) the call about to run reads. False when an output
+        that must keep its values could not get its own copy (no swap on this torch): it stays
+        in the set, and its memory must not be written yet."""
+        left: dict[int, _StorageRef] = {}
         for cdata, ref in self.storages.items():
             storage = ref.get()
             if storage is None:
@@ -154,13 +184,18 @@ class OutputSet:
                     )
                     t.__class__ = OverwrittenTensor
                 continue
-            storage._swap_data_ptr_(storage.clone())  # the holders keep their own copy
+            if _swap is None:
+                left[cdata] = ref
+                continue
+            _swap(storage, storage.clone())  # the holders keep their own copy
             why = "an argument of this call" if cdata in keep else "held by a view or autograd"
             logs.artifact(
                 "cudagraphs",
                 f"copied an output of {self.name} (step {self.generation}) out of the graph "
                 f"memory before it is overwritten: it is {why} ({storage.nbytes()} bytes)",
             )
-        self.storages = {}
-        self.tensors = []
-        self.blocks = {}
+        self.storages = left
+        if not left:
+            self.tensors = []
+            self.blocks = {}
+        return not left

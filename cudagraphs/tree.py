@@ -39,7 +39,9 @@ Invariants:
   replays. Hence, before a replay, each live output of the current step in memory released
   before that node was recorded gets its own copy (`_protect`, logged; not needed in a steady
   loop, where the same outputs are dead every step), and before a capture, every live output in
-  released memory does. Older steps' outputs are settled anyway (above).
+  released memory does. Older steps' outputs are settled anyway (above). Without a way to copy a
+  live output (outputs.CAN_PRESERVE: torch < 2.13 without framejit's C++ extension) nothing is
+  released.
 - Refusals (CPU tensors without the stand-in, several devices, a mutated non-static input, an
   output that aliases an input, autograd recording through the callable, a failed capture,
   the limits above) are logged once to `cudagraphs` with the reason; that function then runs
@@ -53,13 +55,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from framejit.cudagraphs.outputs import OutputSet
+from framejit.cudagraphs.outputs import CAN_PRESERVE, OutputSet
 from framejit.cudagraphs.recorder import CaptureError
 
 from framejit import logs
 from framejit.config import config
 
 _ids = itertools.count()
+_kept_alive: list[Any] = []  # see CUDAGraphTreeManager.close
 
 
 class TreeFunction:
@@ -202,6 +205,7 @@ class CUDAGraphTreeManager:
         self.serial = 0  # recordings begun
         self.released_bytes = 0  # output memory of earlier recordings let go for reuse
         self.released_any = False
+        self.said_unsettled = False
         self.new_invocation = False  # a call from outside compiled code began (jit tells us)
         self.invocations_seen = False
 
@@ -217,18 +221,23 @@ class CUDAGraphTreeManager:
         self.pending = [p for p in self.pending if p.alive()]
         return bool(self.pending)
 
-    def _settle(self, args: Sequence[Any], before: int) -> None:
-        """Settle every live output of steps before `before` (outputs.py)."""
+    def _settle(self, args: Sequence[Any], before: int) -> bool:
+        """Settle every live output of steps before `before` (outputs.py). False if one could
+        not be (it stays live, unsettled: nothing may write to the pool yet)."""
         keep: set[int] | None = None
         live = []
+        settled = True
         for outputs in self.live:
             if outputs.generation >= before:
                 live.append(outputs)
             elif outputs.overwritable and outputs.alive():
                 if keep is None:
                     keep = {a.untyped_storage()._cdata for a in args if isinstance(a, torch.Tensor)}
-                outputs.settle(self.generation, keep)
+                if not outputs.settle(self.generation, keep):
+                    live.append(outputs)
+                    settled = False
         self.live = live
+        return settled
 
     # --- the state machine ----------------------------------------------------------------------
     def begin_invocation(self) -> None:
@@ -244,8 +253,17 @@ class CUDAGraphTreeManager:
         self.new_invocation = False
         if not self.in_path:
             function.is_root = True
-        if self.live and self.live[0].generation < self.generation:
-            self._settle(args, self.generation)
+        stale = self.live and self.live[0].generation < self.generation
+        if stale and not self._settle(args, self.generation):
+            if not self.said_unsettled:
+                self.said_unsettled = True
+                logs.artifact(
+                    "cudagraphs",
+                    f"an output of an earlier step is still held by a view or autograd and "
+                    f"this torch ({torch.__version__}) cannot give it its own copy: calls run "
+                    "without graphs until it dies",
+                )
+            return function.fn(*args)
         self.in_path = True
         if not function.warmed_up or self.warming:
             return self._warm_up(function, args)
@@ -320,6 +338,8 @@ class CUDAGraphTreeManager:
         """Let go of the output memory of every recording whose outputs are all dead: no
         tensor handed out over it is alive and the recording about to be made does not read
         it. The pool's allocator may then give it to this recording."""
+        if not CAN_PRESERVE:  # a live output in released memory could not be kept safe
+            return
         live = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
         for outputs in self.live:
             live.update(block.ptr for _, block in outputs.live_blocks())
@@ -480,7 +500,10 @@ class CUDAGraphTreeManager:
     def close(self) -> None:
         """Settle every live output (nothing may point into the pool), drop every node."""
         self.generation += 1
-        self._settle((), self.generation)
+        if not self._settle((), self.generation):  # outputs that could not get their own copy
+            _kept_alive.extend(  # keep their memory until the process ends, not free it
+                b.storage for node in self.all_nodes for b in node.blocks if b.storage is not None
+            )
         self.roots.clear()
         self.all_nodes.clear()
         self.tip = None

@@ -128,7 +128,34 @@ PyObject* check(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_FALSE;
 }
 
+// swap_storage_data(a, b): the storages of tensors a and b exchange their memory (same size and
+// device), so every tensor, view and autograd record over a's storage now reads what b's
+// storage held. CUDA graph trees (cudagraphs/outputs.py) use it to give an output that is still
+// held elsewhere its own copy before a replay overwrites its memory, on torch versions whose
+// UntypedStorage has no _swap_data_ptr_. (It lives here because this is framejit's one C++
+// extension built against torch.)
+PyObject* swap_storage_data(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !THPVariable_Check(args[0]) || !THPVariable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "swap_storage_data(a, b) takes two tensors");
+    return nullptr;
+  }
+  c10::StorageImpl* a = THPVariable_Unpack(args[0]).storage().unsafeGetStorageImpl();
+  c10::StorageImpl* b = THPVariable_Unpack(args[1]).storage().unsafeGetStorageImpl();
+  if (a->nbytes() != b->nbytes() || a->device() != b->device()) {
+    PyErr_SetString(PyExc_ValueError,
+                    "swap_storage_data: the storages differ in size or device");
+    return nullptr;
+  }
+  at::DataPtr b_memory = b->set_data_ptr(at::DataPtr(nullptr, b->device()));
+  at::DataPtr a_memory = a->set_data_ptr(std::move(b_memory));
+  b->set_data_ptr(std::move(a_memory));
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"swap_storage_data",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(swap_storage_data)), METH_FASTCALL,
+     "swap_storage_data(a, b): the storages of tensors a and b exchange their memory"},
     {"spec", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_spec)), METH_FASTCALL,
      "spec(tensor[, dynamic_dims]) -> the facts check() compares"},
     {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(check)), METH_FASTCALL,

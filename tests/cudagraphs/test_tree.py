@@ -391,3 +391,50 @@ def test_graph_break_pieces_reuse_memory_and_match_eager() -> None:
     with torch.no_grad():
         for x, y in kept:
             torch.testing.assert_close(y, step(x))
+
+
+def test_without_a_storage_swap_held_outputs_keep_their_values(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch 2.11 has no UntypedStorage._swap_data_ptr_; without framejit's C++ extension an
+    old output that autograd holds cannot get its own copy: calls run without graphs while it
+    lives, and no memory is released for reuse."""
+    from framejit.cudagraphs import outputs, tree
+
+    monkeypatch.setattr(outputs, "_swap", None)
+    monkeypatch.setattr(tree, "CAN_PRESERVE", False)
+    framejit.set_logs(cudagraphs=True)
+    model = torch.nn.Linear(4, 4)
+    fast = framejit.jit(model, mode="reduce-overhead")
+    w = torch.randn(4, requires_grad=True)
+    with torch.no_grad():
+        fast(torch.randn(2, 4))
+        x1 = torch.randn(2, 4)
+        y1 = fast(x1)
+    loss = (y1 * w).sum()  # autograd keeps y1
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(fast(x), model(x))
+    loss.backward()
+    with torch.no_grad():
+        torch.testing.assert_close(w.grad, model(x1).sum(0))
+    del loss, y1
+    with torch.no_grad():
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(fast(x), model(x))  # graphs again
+    assert cpu_manager().released_bytes == 0
+    assert "calls run without graphs until it dies" in capsys.readouterr().err
+
+
+def test_storage_swap_is_available_here() -> None:
+    """On torch 2.13 through torch's own method, on older torch through framejit's C++
+    extension (built by `pip install --no-build-isolation`)."""
+    from framejit.cudagraphs import outputs
+
+    assert outputs.CAN_PRESERVE
+    a, b = torch.arange(4.0), torch.zeros(4)
+    view = a[1:]
+    outputs._swap(a.untyped_storage(), b.untyped_storage())
+    torch.testing.assert_close(view, torch.zeros(3))
+    torch.testing.assert_close(b, torch.arange(4.0))
