@@ -121,16 +121,13 @@ class GraphBreak(Exception):
     run_instruction: bool = True
 
 
-def can_resume_at(tx: Translator, inst: Any, exc: Unsupported, mutations_before: int) -> bool:
+def can_resume_at(tx: Translator, inst: Any, exc: Unsupported, changed: bool) -> bool:
     """Whether to compile the graph so far and resume *at* the instruction (not after it).
+    `changed`: the instruction changed a container or cell made in the frame before it failed.
 
     Worth it only when something was captured before it: a resume function that starts at an
     instruction it cannot capture runs eagerly, so this never loops."""
-    return (
-        exc.code not in NOT_BREAKABLE
-        and mutation_count() == mutations_before
-        and tx.output.op_count() > 0
-    )
+    return exc.code not in NOT_BREAKABLE and not changed and tx.output.op_count() > 0
 
 
 def resume_offset(decoded: Any, offset: int) -> int:

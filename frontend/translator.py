@@ -147,6 +147,7 @@ class Translator(OperatorsMixin, InliningMixin):
         self.fn_source: Source | None = None  # the function being inlined, when it has one
         self.steps = 0
         self.breaks_allowed = False  # the root frame may break its graph (compile_frame sets it)
+        self.handling = 0  # `except` clauses entered and not yet left (PUSH_EXC_INFO, POP_EXCEPT)
         # Set for an inlined generator: the values it yields, in order (YIELD_VALUE appends).
         self.yielded: list[VariableTracker] | None = None
 
@@ -154,6 +155,7 @@ class Translator(OperatorsMixin, InliningMixin):
     def run(self) -> VariableTracker:
         instructions = self.decoded.instructions
         unsupported = unsupported_opcodes()
+        caught: tuple[Any, ...] | None = None  # see the root frame's `except` clauses below
         try:
             while self.return_value is None:
                 inst = instructions[self.ip]
@@ -172,9 +174,6 @@ class Translator(OperatorsMixin, InliningMixin):
                 if fn is None:  # a graph break where the instruction can run for real
                     fn = _refuse(inst.opname, unsupported.get(inst.opname, "unknown opcode"))
                 if not self.breaks_allowed:
-                    if self.parent is None:
-                        self._step(fn, inst)
-                        continue
                     try:
                         self._step(fn, inst)
                     except Unsupported as exc:
@@ -188,13 +187,27 @@ class Translator(OperatorsMixin, InliningMixin):
                 begin_instruction()
                 try:
                     self._step(fn, inst)
-                except Unsupported as exc:
-                    run_it = can_break(self, inst, exc, mutations)
-                    if not run_it:
-                        self.output.rollback(mark)
-                        if not can_resume_at(self, inst, exc, mutations):
-                            raise
+                except Unsupported as raised:
+                    exc = raised
+                    if caught is not None:
+                        # The `except` clause we entered cannot be traced to its end: rewind to
+                        # the instruction that raised and break there, as without the clause.
+                        inst, exc, stack, local_vars, kw_names, cells, contents = caught[:7]
+                        mark, undo, run_it, changed = caught[7:]
+                        if inst.positions is not None and inst.positions.lineno is not None:
+                            self.lineno = inst.positions.lineno
+                    else:
+                        run_it = can_break(self, inst, exc, mutations)
+                        changed = mutation_count() != mutations
+                        if exc.python_exception() is not None and self._catch(exc, inst):
+                            # the root frame's own `except` clause takes it; keep what a break
+                            # at this instruction needs, in case the clause cannot be traced
+                            caught = (inst, exc, stack, local_vars, kw_names, cells, contents)
+                            caught += (mark, undo, run_it, changed)
+                            continue
                     self.output.rollback(mark)
+                    if not run_it and not can_resume_at(self, inst, exc, changed):
+                        raise exc from None
                     undo_to(undo)
                     for name, value in contents.items():  # a store into a cell, rewound
                         cells[name].contents = value
@@ -202,16 +215,19 @@ class Translator(OperatorsMixin, InliningMixin):
                     raise GraphBreak(
                         inst, exc, stack, local_vars, kw_names, cells, run_instruction=run_it
                     ) from None
+                if caught is not None and inst.opname == "POP_EXCEPT" and self.handling == 0:
+                    caught = None  # the clause ran to its end
         except Unsupported as exc:
             exc.stack.insert(0, self.location())
             raise
         return self.return_value
 
     def _catch(self, exc: Unsupported, inst: Any) -> bool:
-        """An inlined frame's own `except` clause around `inst` takes a Python exception the
+        """The frame's own `except` clause around `inst` takes a Python exception the
         translator knows (`Mapping.get`'s `try: self[key] except KeyError`): jump to the handler
-        as CPython would. Root frames keep running such code as Python at a break, and `with`
-        and `finally` handlers are never entered while tracing."""
+        as CPython would. `with` and `finally` handlers are never entered while tracing. In
+        the root frame, a clause that cannot be traced to its end (up to its POP_EXCEPT) is
+        rewound: the frame breaks at the instruction that raised, which then runs for real."""
         exc_type = exc.python_exception()
         if exc_type is None:
             return False

@@ -751,3 +751,88 @@ def test_a_value_only_the_break_used_dies_as_in_eager() -> None:
         torch.testing.assert_close(fast(x), expected)
     # the compiled frame dropped its graph's outputs before calling the code after the break
     assert alive_after == [False, False, False]
+
+
+def test_root_frame_except_clause_is_traced() -> None:
+    def lookup(x: torch.Tensor, d: dict) -> torch.Tensor:
+        try:
+            s = d["scale"]
+        except KeyError:
+            s = 1.5
+        return (x * s).sin() + 1
+
+    def product(x: torch.Tensor, items: list) -> torch.Tensor:
+        it = iter(items)
+        total = x
+        while True:
+            try:
+                w = next(it)
+            except StopIteration:
+                break
+            total = total * w
+        return total.cos()
+
+    x = torch.randn(4)
+    for fn, args in [(lookup, (x, {})), (lookup, (x, {"scale": 2.0})), (product, (x, [1.0, 2.0]))]:
+        explained = framejit.explain(fn, *args)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+        counter = CompileCounter()
+        fast = framejit.jit(fn, backend=counter)
+        for _ in range(2):
+            torch.testing.assert_close(fast(*args), fn(*args))
+        assert counter.frame_count == 1
+
+
+def test_root_frame_except_clause_that_cannot_be_traced_breaks_where_it_raised(capsys) -> None:
+    misses: list[int] = []
+
+    def fn(x: torch.Tensor, d: dict) -> torch.Tensor:
+        y = x * 2
+        try:
+            s = d["scale"]
+        except KeyError:
+            misses.append(1)
+            print("no scale")  # not captured: the clause is rewound
+            s = 3.0
+        return y * s
+
+    x = torch.randn(4)
+    explained = framejit.explain(fn, x, {})
+    assert explained.graph_break_count >= 1
+    assert "KeyError" in str(explained.break_reasons[0])
+    misses.clear()
+    capsys.readouterr()
+    fast = framejit.jit(fn, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(fast(x, {}), x * 6)
+    assert misses == [1, 1]  # the clause ran once per call, for real
+    assert capsys.readouterr().out == "no scale\n" * 2
+
+
+def test_root_frame_exception_the_clause_does_not_match_propagates() -> None:
+    def fn(x: torch.Tensor, d: dict) -> torch.Tensor:
+        try:
+            s = d["scale"]
+        except IndexError:
+            s = 1.0
+        return x * s
+
+    fast = framejit.jit(fn, backend="eager")
+    for _ in range(2):
+        with pytest.raises(KeyError, match="scale"):
+            fast(torch.randn(3), {})
+        torch.testing.assert_close(fast(torch.ones(3), {"scale": 2.0}), torch.full((3,), 2.0))
+
+
+def test_root_frame_except_clause_with_the_exception_bound() -> None:
+    def fn(x: torch.Tensor, d: dict) -> torch.Tensor:
+        try:
+            s = d["scale"]
+        except KeyError as err:
+            s = 2.0 if isinstance(err, LookupError) else 0.0
+        return x * s + 1
+
+    fast = framejit.jit(fn, backend="eager")
+    x = torch.randn(3)
+    for _ in range(2):
+        torch.testing.assert_close(fast(x, {}), fn(x, {}))

@@ -114,7 +114,8 @@ def raise_varargs(tx: Translator, inst: Any) -> None:
 
 @handler("PUSH_EXC_INFO")
 def push_exc_info(tx: Translator, inst: Any) -> None:
-    # reached only when an inlined frame's `except` clause took a known exception (_catch)
+    # reached only when the frame's `except` clause took a known exception (Translator._catch)
+    tx.handling += 1
     exc = tx.pop()
     tx.push(ConstantVariable(None))  # the exception being handled before: none while tracing
     tx.push(exc)
@@ -140,4 +141,5 @@ def check_exc_match(tx: Translator, inst: Any) -> None:
 
 @handler("POP_EXCEPT")
 def pop_except(tx: Translator, inst: Any) -> None:
+    tx.handling -= 1
     tx.pop()  # the exception handled before this one (None while tracing)
