@@ -332,7 +332,7 @@ class Translator(OperatorsMixin, InliningMixin):
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
                 return self.wrap_source(GlobalSource(name))
-            if _trusted_globals(self.f_globals):
+            if _trusted_globals(self.f_globals) and not _state_holder(self.f_globals[name]):
                 return self.wrap_value(self.f_globals[name], None)
             if self.fn_source is not None:
                 return self.wrap_source(ItemSource(AttrSource(self.fn_source, "__globals__"), name))
@@ -402,6 +402,16 @@ class Translator(OperatorsMixin, InliningMixin):
             cell.written = value
             return
         raise Unsupported("side_effect", f"assigning nonlocal {name!r}")
+
+
+def _state_holder(value: Any) -> bool:
+    """An instance of a Python class that a library keeps as module state (torch.distributed's
+    `_world`): its attributes change at run time, so it is read through a Source, guarded."""
+    return (
+        hasattr(value, "__dict__")
+        and not callable(value)
+        and not isinstance(value, (types.ModuleType, type))
+    )
 
 
 def _trusted_globals(f_globals: dict[str, Any]) -> bool:

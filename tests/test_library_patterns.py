@@ -756,3 +756,63 @@ def test_in_place_operator_on_a_number_with_a_tensor():
         jitted = framejit.jit(number_accumulates_tensors, backend=backend, fullgraph=True)
         for a, b in zip(jitted(x, 4), number_accumulates_tensors(x, 4), strict=True):
             torch.testing.assert_close(a, b)
+
+
+class _Registry:
+    """Module state a library keeps in a global object (as torch.distributed keeps `_world`)."""
+
+    def __init__(self) -> None:
+        self._default = None
+
+    @property
+    def default(self) -> object:
+        return self._default
+
+
+_registry = _Registry()
+
+
+class _Meta(type):
+    @property
+    def WORLD(cls) -> object:  # noqa: N802 - the library's name
+        return _registry.default
+
+
+class _Member(metaclass=_Meta):
+    pass
+
+
+def test_metaclass_property_and_module_state_are_read_with_guards() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if _Member.WORLD is None else x * 10
+
+    counter = CompileCounter()
+    fast = framejit.jit(fn, backend=counter)
+    x = torch.ones(2)
+    explained = framejit.explain(fn, x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    torch.testing.assert_close(fast(x), x + 1)
+    _registry._default = object()  # the state changes: the guard on it fails, a new graph
+    try:
+        torch.testing.assert_close(fast(x), x * 10)
+    finally:
+        _registry._default = None
+    torch.testing.assert_close(fast(x), x + 1)
+    assert counter.frame_count == 2
+
+
+def test_torch_distributed_is_initialized_is_captured() -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not built")
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if dist.is_initialized():
+            return x * dist.get_world_size()
+        return x + 1
+
+    explained = framejit.explain(fn, torch.ones(2))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert any("_default_pg" in g for g in explained.guards)
+    torch.testing.assert_close(framejit.jit(fn)(torch.ones(2)), torch.full((2,), 2.0))

@@ -555,6 +555,16 @@ class ClassVariable(VariableTracker):
         return self.cls
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        meta = type(self.cls)
+        if meta is not type:
+            # a property of the metaclass (`GroupMember.WORLD` in torch.distributed) comes
+            # before the class's own attributes, as in Python's lookup
+            on_meta = _class_attr(meta, name)
+            if on_meta is not None and isinstance(on_meta[1], property):
+                getter = on_meta[1].fget
+                if getter is None:
+                    raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
+                return tx.wrap_value(getter, None).call(tx, [self], {})
         found = _class_attr(self.cls, name)
         if found is None:
             if name in ("__name__", "__qualname__", "__module__"):
