@@ -140,15 +140,21 @@ def test_training_forward_and_backward_on_one_path() -> None:
     assert backward.path_ptrs  # saved activations read where the forward wrote them
 
 
-def test_output_saved_by_autograd_is_preserved() -> None:
+def _output_held_by_autograd() -> tuple:
+    """A recorded call's output that autograd saves: (model, fast, w, x1, loss)."""
     model = torch.nn.Linear(4, 4)
     fast = framejit.jit(model, mode="reduce-overhead")
     w = torch.randn(4, requires_grad=True)
     with torch.no_grad():
-        fast(torch.randn(2, 4))
+        fast(torch.randn(2, 4))  # warm-up
         x1 = torch.randn(2, 4)
-        y1 = fast(x1)
+        y1 = fast(x1)  # recorded
     loss = (y1 * w).sum()  # mul saves y1 for the gradient of w
+    return model, fast, w, x1, loss
+
+
+def test_output_saved_by_autograd_is_preserved() -> None:
+    model, fast, w, x1, loss = _output_held_by_autograd()
     with torch.no_grad():
         fast(torch.randn(2, 4))  # overwrites y1's graph memory
     loss.backward()
@@ -404,14 +410,7 @@ def test_without_a_storage_swap_held_outputs_keep_their_values(
     monkeypatch.setattr(outputs, "_swap", None)
     monkeypatch.setattr(tree, "CAN_PRESERVE", False)
     framejit.set_logs(cudagraphs=True)
-    model = torch.nn.Linear(4, 4)
-    fast = framejit.jit(model, mode="reduce-overhead")
-    w = torch.randn(4, requires_grad=True)
-    with torch.no_grad():
-        fast(torch.randn(2, 4))
-        x1 = torch.randn(2, 4)
-        y1 = fast(x1)
-    loss = (y1 * w).sum()  # autograd keeps y1
+    model, fast, w, x1, loss = _output_held_by_autograd()
     with torch.no_grad():
         for _ in range(2):
             x = torch.randn(2, 4)
@@ -419,7 +418,7 @@ def test_without_a_storage_swap_held_outputs_keep_their_values(
     loss.backward()
     with torch.no_grad():
         torch.testing.assert_close(w.grad, model(x1).sum(0))
-    del loss, y1
+    del loss
     with torch.no_grad():
         x = torch.randn(2, 4)
         torch.testing.assert_close(fast(x), model(x))  # graphs again
