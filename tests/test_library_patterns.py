@@ -816,3 +816,32 @@ def test_torch_distributed_is_initialized_is_captured() -> None:
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     assert any("_default_pg" in g for g in explained.guards)
     torch.testing.assert_close(framejit.jit(fn)(torch.ones(2)), torch.full((2,), 2.0))
+
+
+class _Processors(list):
+    """A list subclass kept outside the frame, as Hugging Face's LogitsProcessorList."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for p in self:
+            x = p(x)
+        return x
+
+
+def test_list_subclass_from_outside_is_read_with_a_length_guard() -> None:
+    procs = _Processors([torch.relu, torch.sigmoid])
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = procs(x * 2)
+        return y + len(procs) + (1 if torch.sigmoid in procs else 0) + procs[0](x).sum()
+
+    x = torch.randn(5)
+    explained = framejit.explain(fn, x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    counter = CompileCounter()
+    fast = framejit.jit(fn, backend=counter)
+    torch.testing.assert_close(fast(x), fn(x))
+    procs.append(torch.tanh)  # the length guard fails: compiled again
+    torch.testing.assert_close(fast(x), fn(x))
+    procs[2] = torch.exp  # an item changed: its identity guard fails
+    torch.testing.assert_close(fast(x), fn(x))
+    assert counter.frame_count == 3

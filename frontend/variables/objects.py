@@ -28,6 +28,7 @@ from framejit.frontend.sources import (
     DictItemSource,
     EnvSource,
     GenericAttrSource,
+    ItemSource,
     Source,
     TypeSource,
     buffer_source,
@@ -177,6 +178,26 @@ class UserObjectVariable(VariableTracker):
         items = {k: tx.wrap_source(DictItemSource(source, k)) for k in keys}
         return _ReadOnlyDict(items, what)
 
+    def list_items(self, tx: Translator, what: str) -> list[VariableTracker]:
+        """The items of a list subclass from outside the frame (`LogitsProcessorList`), read
+        (and guarded) with list's own lookups, length guarded. Only reads; a subclass that
+        overrides iteration, length or indexing in Python is not read this way."""
+        cls = type(self.obj)
+        if not issubclass(cls, list) or any(
+            isinstance(_python_method_of(cls, n), types.FunctionType)
+            for n in ("__iter__", "__len__", "__getitem__")
+        ):
+            raise Unsupported("unsupported_object", f"{what} of {cls.__name__}")
+        source = self._need_source(what)
+        n = list.__len__(self.obj)
+        tx.output.add_guard(source, GuardKind.LENGTH_CHECK, n, tx.location_text())
+        return [tx.wrap_source(ItemSource(source, i)) for i in range(n)]
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if isinstance(self.obj, list):
+            return self.list_items(tx, "iterating over")
+        return super().unpack(tx)
+
     def generic_getattr(self, tx: Translator, name: str) -> VariableTracker:
         """`object.__getattribute__(obj, name)`: data descriptors, the instance dict, then
         the class."""
@@ -277,8 +298,17 @@ class UserObjectVariable(VariableTracker):
             return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, args, kwargs)
         if found is not None and found[0] in _DICT_BASES and name in _DICT_READS:
             return _DictReadMethod(self, name).call(tx, args, kwargs)
+        if found is not None and found[0] is list and name in _LIST_READS and not kwargs:
+            from framejit.frontend.variables.containers import ListVariable
+
+            items = ListVariable(self.list_items(tx, f"list.{name}"))
+            return items.call_method(tx, name, args, kwargs)
         return self.getattr(tx, name).call(tx, args, kwargs)
 
+
+# list methods that only read: answered from `UserObjectVariable.list_items` for a list
+# subclass from outside the frame.
+_LIST_READS = frozenset({"__len__", "__getitem__", "__contains__", "index", "count", "copy"})
 
 # Containers whose __iter__/__len__/__getitem__ are answered from `_modules`.
 _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
