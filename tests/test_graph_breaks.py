@@ -412,17 +412,16 @@ def work_then_unknown_context(x, cm):
 
 
 def test_work_before_and_inside_a_with_over_an_unknown_context_is_compiled() -> None:
-    import contextlib
+    import threading
 
     x = torch.rand(4)
+    lock = threading.Lock()  # a C context manager: not inlined
     counter = CompileCounter()
     jitted = framejit.jit(work_then_unknown_context, backend=counter)
     for _ in range(2):
-        same(
-            jitted(x, contextlib.nullcontext()),
-            work_then_unknown_context(x, contextlib.nullcontext()),
-        )
+        same(jitted(x, lock), work_then_unknown_context(x, lock))
     assert counter.frame_count == 3  # before, inside (entered for real), after
+    assert not lock.locked()
 
 
 # --- breaks inside try, with, and frames with closures ----------------------------------------

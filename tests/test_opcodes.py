@@ -8,13 +8,13 @@ its opcode when the compiler changes what it emits.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dis
 import inspect
 import math
 import opcode
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -781,11 +781,13 @@ def test_with_over_an_unknown_context_manager_enters_it_for_real_at_a_break(
     counter = CompileCounter()
     jitted = framejit.jit(with_block, backend=counter)
     x = t(3)
+    lock = threading.Lock()  # a C context manager: not inlined
     for _ in range(2):
-        assert_same(jitted(x, contextlib.nullcontext()), with_block(x, contextlib.nullcontext()))
+        assert_same(jitted(x, lock), with_block(x, lock))
     assert counter.frame_count == 2  # `x + 1` before the block; `y * 2` inside it
+    assert not lock.locked()
     err = capsys.readouterr().err
-    assert "`with` over a nullcontext" in err
+    assert "`with` over a lock" in err
     assert f"{__file__}:{inspect.getsourcelines(with_block)[1] + 2}" in err
 
 

@@ -1,12 +1,15 @@
 """`with` blocks over context managers the translator understands (variables/contexts.py).
 
 BEFORE_WITH enters the context and pushes its exit and the `__enter__` result; the normal end
-of the block calls the exit with three Nones (CALL 2 on 3.11 and 3.12). The exception paths of a
-`with` block (PUSH_EXC_INFO, WITH_EXCEPT_START) are never reached while tracing.
+of the block calls the exit with three Nones (CALL 2 on 3.11 and 3.12). Contexts: grad mode,
+autocast, and objects whose class writes `__enter__`/`__exit__` in Python (inlined). The
+exception paths of a `with` block (PUSH_EXC_INFO, WITH_EXCEPT_START) are never reached while
+tracing.
 """
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
@@ -22,6 +25,24 @@ if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
 
 
+def _python_context(ctx: Any) -> bool:
+    """An object (made in the frame or reached through a Source) whose class defines
+    `__enter__` and `__exit__` as Python functions, outside torch."""
+    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+
+    if not isinstance(ctx, (NewObjectVariable, UserObjectVariable)):
+        return False
+    cls = ctx.python_type()
+    for name in ("__enter__", "__exit__"):
+        fn = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        if not isinstance(fn, types.FunctionType):
+            return False
+        module = fn.__module__ or ""
+        if module == "torch" or module.startswith("torch."):
+            return False
+    return True
+
+
 @handler("BEFORE_WITH")
 def before_with(tx: Translator, inst: Any) -> None:
     ctx = tx.pop()
@@ -29,11 +50,20 @@ def before_with(tx: Translator, inst: Any) -> None:
         exit_vt: Any = WithExitVariable(ctx)
     elif isinstance(ctx, AutocastVariable):
         exit_vt = AutocastExitVariable(ctx)
+    elif _python_context(ctx):
+        # A class with `__enter__`/`__exit__` written in Python (`contextlib.nullcontext`, a
+        # user's): both are inlined, the exit at the block's normal end (CALL 2 with Nones).
+        exit_vt = ctx.getattr(tx, "__exit__")
+        entered = ctx.getattr(tx, "__enter__").call(tx, [], {})
+        tx.push(exit_vt)
+        tx.push(entered)
+        return
     else:
         raise Unsupported(
             "unsupported_context",
             f"`with` over a {ctx.type_name()}",
-            "only grad-mode and autocast contexts are captured in `with` blocks",
+            "only grad-mode and autocast contexts and classes whose __enter__ and __exit__ are "
+            "written in Python are captured in `with` blocks",
         )
     entered = ctx.enter(tx)
     tx.push(exit_vt)
