@@ -568,3 +568,27 @@ def test_recurrent_module_on_unbatched_input(cls, batch_first: bool, with_state:
         torch.testing.assert_close(jitted(*args), module(*args))
     explained = framejit.explain(module, *args)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def test_sorted_orders_tensors_by_constant_keys() -> None:
+    def fn(x):
+        d = {"b": x * 2, "a": x + 1, "c": x}
+        parts = [v for _, v in sorted(d.items())]  # keys decide: values are never compared
+        by_size = sorted([x[:2], x, x[:1]], key=lambda t: t.shape[0], reverse=True)
+        by_name = sorted(d.items(), key=lambda kv: kv[0], reverse=True)
+        names = sorted(["z", "y", "x"])
+        return torch.cat(parts), by_size[0] * len(by_size[2]), by_name[0][1], names
+
+    explained = framejit.explain(fn, torch.randn(4))
+    assert explained.graph_break_count == 0
+    check(fn, torch.randn(4))
+
+
+def test_sorted_of_tensors_compared_by_value_breaks() -> None:
+    def fn(x):
+        return sorted([x[0], x[1]])[0] + 1  # compares tensor values: data dependent
+
+    explained = framejit.explain(fn, torch.randn(4))
+    assert explained.graph_break_count == 1
+    assert "sorted() of non-constant values" in str(explained.break_reasons[0])
+    check(fn, torch.randn(4), graphs=None)

@@ -600,18 +600,41 @@ def _op_is_not(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
 
 @builtin(sorted)
 def _sorted(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) != 1 or not all_constant([], kwargs):
+    """`sorted(items, key=..., reverse=...)`: the order comes from constant sort keys, so the
+    items themselves may be anything (tensors too). A key is `key(item)` when a key function
+    is given (traced), else the item when it is a constant, else the first element of a tuple
+    item when those are distinct constants (`sorted(d.items())`: tuple order never looks past
+    them)."""
+    if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
+        return None
+    reverse = kwargs.get("reverse", ConstantVariable(False))
+    if not reverse.is_constant():
         return None
     items = _iterable_items(tx, args[0])
-    if not all(i.is_constant() for i in items):
-        raise Unsupported(
-            "data_dependent" if any(i.has_tensors() for i in items) else "unsupported_builtin",
-            "sorted() of non-constant values",
+    key_fn = kwargs.get("key")
+    if all(i.is_constant() for i in items) and all_constant([], kwargs):
+        values = sorted(
+            (i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()}
         )
-    values = sorted(
-        (i.as_constant() for i in items), **{k: v.as_constant() for k, v in kwargs.items()}
-    )
-    return ListVariable([ConstantVariable(v) for v in values])
+        return ListVariable([ConstantVariable(v) for v in values])
+    if key_fn is not None and not (key_fn.is_constant() and key_fn.as_constant() is None):
+        keys = [key_fn.call(tx, [item], {}) for item in items]
+    else:
+        firsts = [i.items[0] if isinstance(i, TupleVariable) and i.items else None for i in items]
+        distinct = all(f is not None and f.is_constant() for f in firsts) and len(
+            {repr(f.as_constant()) for f in firsts}  # type: ignore[union-attr]
+        ) == len(firsts)
+        if not distinct:
+            raise Unsupported(
+                "data_dependent" if any(i.has_tensors() for i in items) else "unsupported_builtin",
+                "sorted() of non-constant values",
+            )
+        keys = firsts  # type: ignore[assignment]
+    if not all(k.is_constant() for k in keys):
+        raise Unsupported("unsupported_builtin", "sorted() with a key that is not a constant")
+    values = [k.as_constant() for k in keys]
+    order = sorted(range(len(items)), key=values.__getitem__, reverse=reverse.as_constant())
+    return ListVariable([items[k] for k in order])
 
 
 def _to_python_number(kind: type) -> Handler:
