@@ -498,6 +498,40 @@ def restore_global_state(state: GlobalState) -> None:
             torch.set_autocast_dtype(device, dtype)
 
 
+# Errors of these types raised by framejit's own run-time code (CUDA graph trees, the AOT
+# runners, guards) are its bugs, not the user's program failing: `_internal_origin`.
+_BUG_TYPES = (AttributeError, NameError, TypeError, AssertionError, KeyError, IndexError)
+
+
+def _framejit_dirs() -> tuple[str, ...]:
+    import os
+
+    import framejit
+    from framejit import backend, cudagraphs, frontend, guards
+
+    return tuple(
+        os.path.dirname(m.__file__) + os.sep
+        for m in (framejit, frontend, backend, cudagraphs, guards)
+        if m.__file__
+    )
+
+
+def _internal_origin(error: BaseException) -> str | None:
+    """`file:line` when `error` is of a bug's type and was raised in framejit's own code (its
+    innermost frame), else None."""
+    if not isinstance(error, _BUG_TYPES):
+        return None
+    tb = error.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    if not filename.startswith(_framejit_dirs()):
+        return None
+    return f"{filename}:{tb.tb_lineno}"
+
+
 class EagerRerun:
     """The frame run again as plain Python: a copy of its code (never compiled: the frame hook
     skips it and no JitFunction holds it, so the rerun cannot re-enter the entry that failed),
@@ -522,7 +556,21 @@ class EagerRerun:
             # about an earlier call (a deferred index check): running this one again eagerly
             # would lose it
             raise error
-        if log.isEnabledFor(logging.DEBUG):
+        where = _internal_origin(error)
+        if where is not None:
+            from framejit.config import config
+
+            if config.raise_internal_errors:
+                raise error
+            log.warning(
+                "framejit: internal error at %s while running the compiled graph of %s: %s: %s; "
+                "the call ran again eagerly (please report this)",
+                where,
+                self.code.co_qualname,
+                type(error).__name__,
+                error,
+            )
+        elif log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "the compiled graph of %s raised %s: %s; running the frame again eagerly",
                 self.code.co_qualname,

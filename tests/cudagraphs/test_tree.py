@@ -437,3 +437,23 @@ def test_storage_swap_is_available_here() -> None:
     outputs._swap(a.untyped_storage(), b.untyped_storage())
     torch.testing.assert_close(view, torch.zeros(3))
     torch.testing.assert_close(b, torch.arange(4.0))
+
+
+def test_an_internal_error_at_run_time_is_reported_not_hidden(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in framejit's run-time code (here: the storage swap missing, as torch 2.11's was)
+    must not pass unseen behind the eager rerun: it raises under raise_internal_errors (as in
+    these tests) and is logged as a warning otherwise, while the call still gets eager's answer."""
+    from framejit.cudagraphs import outputs
+
+    # a swap that cannot be called with the storages: the TypeError is raised in outputs.py
+    monkeypatch.setattr(outputs, "_swap", lambda storage: None)
+    model, fast, w, x1, loss = _output_held_by_autograd()
+    with torch.no_grad(), pytest.raises(TypeError):
+        fast(torch.randn(2, 4))
+    framejit.config.raise_internal_errors = False
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(fast(x), model(x))
+    assert "internal error at" in caplog.text and "outputs.py" in caplog.text
