@@ -136,6 +136,7 @@ class Node:
         self.layout: list[Any] = []
         self.container: type = tuple
         self.in_memory: list[int] = []  # outputs in the recorded memory
+        self.out_blocks: list[Block] = []  # the Block under each of those outputs
 
     def path(self) -> list[Node]:
         node: Node | None = self
@@ -286,7 +287,7 @@ class CUDAGraphTreeManager:
         node: Node | None = None,
     ) -> None:
         """Remember outputs `tracked` of a call (those in memory a later call may reuse)."""
-        blocks = [node.blocks[node.layout[k][0]] for k in tracked] if node is not None else ()
+        blocks = node.out_blocks if node is not None else ()
         outputs = OutputSet(
             function.name, self.generation, _flat(result), tracked, overwritable, blocks
         )
@@ -494,6 +495,7 @@ class CUDAGraphTreeManager:
             )
         node.outputs = [None if isinstance(o, torch.Tensor) else o for o in outputs]
         node.in_memory = [k for k, place in enumerate(node.layout) if isinstance(place, tuple)]
+        node.out_blocks = [node.blocks[node.layout[k][0]] for k in node.in_memory]
         node.container = type(result) if isinstance(result, (tuple, list)) else object
         return node, node.hand_out(args)
 

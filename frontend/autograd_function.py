@@ -36,7 +36,6 @@ _PURE_BUILTINS = frozenset(
         "bool", "str", "min", "max", "abs", "zip", "enumerate", "getattr", "hasattr", "super",
         "any", "all", "sum", "reversed", "sorted", "slice", "type", "divmod", "round", "map",
         "NotImplementedError", "ValueError", "TypeError", "RuntimeError", "AssertionError",
-        "None", "True", "False",
     }
 )  # fmt: skip
 _PURE_MODULES = (torch, math, operator)

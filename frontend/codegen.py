@@ -24,7 +24,7 @@ always propagate.
 
 from __future__ import annotations
 
-import inspect
+import functools
 import logging
 import types
 from collections.abc import Callable, Sequence
@@ -337,10 +337,7 @@ class CodeGen:
         a graph output it no longer uses) must die as it would in eager, not stay alive in this
         frame's arguments or temporaries (the graph's output tuple) until the frame returns."""
         code = self.code
-        nargs = code.co_argcount + code.co_kwonlyargcount
-        nargs += bool(code.co_flags & inspect.CO_VARARGS)
-        nargs += bool(code.co_flags & inspect.CO_VARKEYWORDS)
-        names = dict.fromkeys(code.co_varnames[:nargs])
+        names = dict.fromkeys(argnames_of(code))
         for inst in self.instructions:
             if isinstance(inst, Instr) and inst.name == "STORE_FAST":
                 names[inst.arg] = None
@@ -503,6 +500,7 @@ def restore_global_state(state: GlobalState) -> None:
 _BUG_TYPES = (AttributeError, NameError, TypeError, AssertionError, KeyError, IndexError)
 
 
+@functools.cache
 def _framejit_dirs() -> tuple[str, ...]:
     import os
 

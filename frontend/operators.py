@@ -17,6 +17,7 @@ from framejit.frontend.variables.base import (
     ConstantVariable,
     VariableTracker,
 )
+from framejit.frontend.variables.builtins import BINARY_OPERATORS, DUNDER_OPERATORS
 from framejit.frontend.variables.containers import (
     BaseSequence,
     DictVariable,
@@ -216,25 +217,8 @@ class OperatorsMixin:
         obj.call_method(self, "__setitem__", [index, value], {})
 
 
-# operator-module names of the binary operators (`and_` is `&`); user classes' dunders are
-# followed for the first group
-_DUNDER_OPERATORS = (
-    "add",
-    "sub",
-    "mul",
-    "truediv",
-    "floordiv",
-    "mod",
-    "pow",
-    "matmul",
-    "and_",
-    "or_",
-    "xor",
-)
-_BINARY_OPERATORS = (*_DUNDER_OPERATORS, "lshift", "rshift")
-
 _DUNDERS: dict[Any, tuple[str, str, str | None]] = {}
-for _op in _DUNDER_OPERATORS:
+for _op in DUNDER_OPERATORS:
     _name = _op.rstrip("_")
     _DUNDERS[getattr(operator, _op)] = (f"__{_name}__", f"__r{_name}__", None)
     _DUNDERS[getattr(operator, "i" + _name)] = (
@@ -245,7 +229,7 @@ for _op in _DUNDER_OPERATORS:
 
 # `n += t` on a number: Python computes `n + t`
 _OUT_OF_PLACE = {
-    getattr(operator, "i" + name.rstrip("_")): getattr(operator, name) for name in _BINARY_OPERATORS
+    getattr(operator, "i" + name.rstrip("_")): getattr(operator, name) for name in BINARY_OPERATORS
 }
 
 

@@ -28,13 +28,17 @@ if TYPE_CHECKING:
 def _python_context(ctx: Any) -> bool:
     """An object (made in the frame or reached through a Source) whose class defines
     `__enter__` and `__exit__` as Python functions, outside torch."""
-    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+    from framejit.frontend.variables.objects import (
+        NewObjectVariable,
+        UserObjectVariable,
+        _python_method_of,
+    )
 
     if not isinstance(ctx, (NewObjectVariable, UserObjectVariable)):
         return False
     cls = ctx.python_type()
     for name in ("__enter__", "__exit__"):
-        fn = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        fn = _python_method_of(cls, name)
         if not isinstance(fn, types.FunctionType):
             return False
         module = fn.__module__ or ""

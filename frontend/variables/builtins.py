@@ -542,7 +542,9 @@ for _op in (operator.neg, operator.pos, operator.invert):
     builtin(_op)(_unary(_op))
 builtin(abs, operator.abs)(_unary(operator.abs))
 builtin(pow)(_binary(operator.pow))
-for _opname in (
+# operator-module names of the binary operators (`and_` is `&`); user classes' dunders are
+# followed for the first group (frontend/operators.py)
+DUNDER_OPERATORS = (
     "add",
     "sub",
     "mul",
@@ -554,20 +556,9 @@ for _opname in (
     "and_",
     "or_",
     "xor",
-    "lshift",
-    "rshift",
-    "iadd",
-    "isub",
-    "imul",
-    "itruediv",
-    "ifloordiv",
-    "imod",
-    "ipow",
-    "imatmul",
-    "iand",
-    "ior",
-    "ixor",
-):
+)
+BINARY_OPERATORS = (*DUNDER_OPERATORS, "lshift", "rshift")
+for _opname in (*BINARY_OPERATORS, *("i" + n.rstrip("_") for n in DUNDER_OPERATORS)):
     builtin(getattr(operator, _opname))(_binary(getattr(operator, _opname)))
 for _opname in ("lt", "le", "eq", "ne", "gt", "ge"):
     builtin(getattr(operator, _opname))(_binary(getattr(operator, _opname), compare=True))
@@ -620,16 +611,14 @@ def _sorted(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
     if key_fn is not None and not (key_fn.is_constant() and key_fn.as_constant() is None):
         keys = [key_fn.call(tx, [item], {}) for item in items]
     else:
-        firsts = [i.items[0] if isinstance(i, TupleVariable) and i.items else None for i in items]
-        distinct = all(f is not None and f.is_constant() for f in firsts) and len(
-            {repr(f.as_constant()) for f in firsts}  # type: ignore[union-attr]
-        ) == len(firsts)
-        if not distinct:
+        firsts = [i.items[0] for i in items if isinstance(i, TupleVariable) and i.items]
+        constant = len(firsts) == len(items) and all(f.is_constant() for f in firsts)
+        if not constant or len({repr(f.as_constant()) for f in firsts}) < len(firsts):
             raise Unsupported(
                 "data_dependent" if any(i.has_tensors() for i in items) else "unsupported_builtin",
                 "sorted() of non-constant values",
             )
-        keys = firsts  # type: ignore[assignment]
+        keys = firsts
     if not all(k.is_constant() for k in keys):
         raise Unsupported("unsupported_builtin", "sorted() with a key that is not a constant")
     values = [k.as_constant() for k in keys]
