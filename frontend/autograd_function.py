@@ -19,27 +19,14 @@ and the call runs as Python, as before.
 
 from __future__ import annotations
 
-import builtins
-import dis
-import math
-import operator
 import types
 import weakref
 from typing import Any
 
 import torch
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.purity import scan
 
-_PURE_BUILTINS = frozenset(
-    {
-        "len", "range", "isinstance", "issubclass", "tuple", "list", "dict", "int", "float",
-        "bool", "str", "min", "max", "abs", "zip", "enumerate", "getattr", "hasattr", "super",
-        "any", "all", "sum", "reversed", "sorted", "slice", "type", "divmod", "round", "map",
-        "NotImplementedError", "ValueError", "TypeError", "RuntimeError", "AssertionError",
-    }
-)  # fmt: skip
-_PURE_MODULES = (torch, math, operator)
-_STORES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF"})
 _METHODS = frozenset({"forward", "backward", "setup_context"})
 
 _verdicts: weakref.WeakKeyDictionary[type, str | None] = weakref.WeakKeyDictionary()
@@ -66,61 +53,6 @@ def _functions(cls: type) -> list[types.FunctionType]:
     return found
 
 
-def _global_ok(value: Any) -> bool:
-    if isinstance(value, types.ModuleType):
-        return True
-    if isinstance(value, type):
-        return True
-    module = getattr(value, "__module__", None) or ""
-    if module == "torch" or module.startswith("torch."):
-        return True
-    return any(getattr(m, getattr(value, "__name__", ""), None) is value for m in _PURE_MODULES)
-
-
-def _scan(fn: types.FunctionType, ctx_name: str | None, depth: int) -> str | None:
-    """Why `fn` may have an effect besides its tensors (None: it has none that we can see)."""
-    where = f"{fn.__qualname__} ({fn.__code__.co_filename}:{fn.__code__.co_firstlineno})"
-    codes = [fn.__code__]
-    while codes:
-        code = codes.pop()
-        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-        previous = None
-        for inst in dis.get_instructions(code):
-            op = inst.opname
-            if op in _STORES:
-                return f"{where} writes `{inst.argval}` outside itself"
-            if op in ("STORE_ATTR", "DELETE_ATTR"):
-                own = code is fn.__code__ and ctx_name is not None
-                if not (own and previous is not None and previous.opname == "LOAD_FAST"
-                        and previous.argval == ctx_name):  # fmt: skip
-                    return f"{where} sets the attribute `{inst.argval}` of something not ctx"
-            if op in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(inst.argval, str):
-                name = inst.argval
-                if name.endswith("_") and not name.endswith("__") or name == "mark_dirty":
-                    return f"{where} calls `{name}`, which may write to a tensor in place"
-            if op in ("YIELD_VALUE", "RETURN_GENERATOR"):
-                return f"{where} is a generator"
-            if op == "LOAD_GLOBAL":
-                name = inst.argval
-                if name in fn.__globals__:
-                    value = fn.__globals__[name]
-                elif name in _PURE_BUILTINS and hasattr(builtins, name):
-                    previous = inst
-                    continue
-                else:
-                    return f"{where} uses `{name}`"
-                if isinstance(value, types.FunctionType) and not _global_ok(value):
-                    if depth >= 3:
-                        return f"{where} calls `{name}` (too deep to check)"
-                    why = _scan(value, None, depth + 1)
-                    if why is not None:
-                        return why
-                elif not _global_ok(value):
-                    return f"{where} uses the global `{name}` ({type(value).__name__})"
-            previous = inst
-    return None
-
-
 def _impure(cls: type) -> str | None:
     if cls in _verdicts:
         return _verdicts[cls]
@@ -129,7 +61,7 @@ def _impure(cls: type) -> str | None:
         verdict = f"{cls.__qualname__} defines apply, vmap or jvp"
     for fn in _functions(cls) if verdict is None else ():
         ctx = fn.__code__.co_varnames[0] if fn.__code__.co_argcount else None
-        verdict = _scan(fn, ctx, 0)
+        verdict = scan(fn, ctx)
         if verdict is not None:
             break
     _verdicts[cls] = verdict

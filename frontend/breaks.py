@@ -349,10 +349,11 @@ def resume_function(fn: types.FunctionType, code: types.CodeType) -> types.Funct
 
 def stack_kind(item: VariableTracker | None) -> str:
     from framejit.frontend.variables.containers import IteratorVariable
+    from framejit.frontend.variables.generators import LazyIteratorVariable
 
     if item is NULL:
         return "null"
-    return "iter" if isinstance(item, IteratorVariable) else "value"
+    return "iter" if isinstance(item, (IteratorVariable, LazyIteratorVariable)) else "value"
 
 
 def layout_after(gb: GraphBreak) -> tuple[list[VariableTracker | None], int]:

@@ -59,6 +59,11 @@ from framejit.frontend.variables.functions import (
     PartialVariable,
     UserMethodVariable,
 )
+from framejit.frontend.variables.generators import (
+    GeneratorEscapes,
+    LazyIteratorVariable,
+    live_generators,
+)
 from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
@@ -104,11 +109,38 @@ def compile_frame(
     `dynamic` is jit's option (frontend/dynamic.py); `cache` is the code's CodeCache, whose
     history of input sizes drives automatic dynamic shapes.
     """
+    eager_generators: dict[types.CodeType, str] = {}
+    while True:
+        try:
+            return _compile_frame_once(
+                fn, args, backend, fullgraph, wrap_resume, dynamic, cache, eager_generators
+            )
+        except GeneratorEscapes as exc:
+            # a generator made in the frame outlives what can be traced of it: trace again with
+            # its function run as Python (variables/generators.py); each retry adds one code
+            log.debug("tracing %s again with %s run as Python", fn.__qualname__, exc.gen_code)
+            eager_generators = {**eager_generators, exc.gen_code: exc.detail}
+
+
+MAX_GENERATOR_RETRIES = 8
+
+
+def _compile_frame_once(
+    fn: types.FunctionType,
+    args: tuple[Any, ...],
+    backend: Any,
+    fullgraph: bool,
+    wrap_resume: Callable[[types.FunctionType], Any] | None,
+    dynamic: bool | None,
+    cache: Any,
+    eager_generators: dict[types.CodeType, str],
+) -> CompileResult:
     start = time.perf_counter()
     code = fn.__code__
     argnames = argnames_of(code)
     frame_args = dict(zip(argnames, args))
     output = OutputGraph(fn, frame_args, DynamicInputs(dynamic, cache, frame_args))
+    output.eager_generators = eager_generators
     tx = root_translator(code, fn, output, argnames)
     for name in passed_cells(code):  # a resume function's cells: real cells, read through them
         tx.locals.pop(name, None)
@@ -136,6 +168,12 @@ def compile_frame(
             entry, graphs = _finish_break(fn, code, output, gb, backend, argnames, wrap_resume)
             return CompileResult(entry, graphs, [gb.reason], time.perf_counter() - start)
     except Unsupported as exc:
+        if (
+            isinstance(exc, GeneratorEscapes)
+            and exc.gen_code not in eager_generators
+            and len(eager_generators) < MAX_GENERATOR_RETRIES
+        ):
+            raise
         if fullgraph:
             raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
         if logs.enabled("graph_breaks"):
@@ -206,6 +244,9 @@ def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
             _collect_outputs(item, out)
     elif isinstance(vt, IteratorVariable):
         for item in vt.items[vt.index :]:
+            _collect_outputs(item, out)
+    elif isinstance(vt, LazyIteratorVariable):
+        for item in vt.reachable():
             _collect_outputs(item, out)
     elif isinstance(vt, (BoundMethodVariable, UserMethodVariable)):
         _collect_outputs(vt.obj, out)  # `tensor.item` waiting for its call
@@ -340,6 +381,8 @@ def _finish(
     backend: Any,
     argnames: tuple[str, ...],
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
+    for gen in output.generators:
+        gen.check_left_open()
     outputs: list[TensorVariable] = []
     for vt in [result, *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
@@ -365,10 +408,15 @@ def _finish_break(
     Inside a `try`/`with` range the instruction runs under a copy of the range's handler, with
     the live locals in their own slots, so an exception it raises is handled as in eager (the
     frame then goes on as plain Python); the resume functions carry the handlers themselves."""
-    outputs: list[TensorVariable] = []
     frame_cells = _frame_cells(gb.cells)
     cell_values = [c.contents for c in frame_cells.values() if c.contents is not None]
-    for vt in [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]:
+    roots = [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]
+    for gen in live_generators(roots):  # they go on after the break: drained, or run as Python
+        gen.drain_ahead()
+    for gen in output.generators:
+        gen.check_left_open()
+    outputs: list[TensorVariable] = []
+    for vt in roots:
         _collect_outputs(vt, outputs)
     for vt in reversed(gb.stack):  # autocast blocks the break interrupts: the graph leaves them
         if isinstance(vt, AutocastExitVariable):

@@ -33,13 +33,13 @@ from framejit.frontend.variables.base import (
 )
 from framejit.frontend.variables.containers import (
     DictVariable,
-    IteratorVariable,
     TupleVariable,
 )
 from framejit.frontend.variables.functions import (
     NestedFunctionVariable,
     UserFunctionVariable,
 )
+from framejit.frontend.variables.generators import GeneratorVariable
 from framejit.frontend.variables.objects import (
     NNModuleVariable,
 )
@@ -437,13 +437,15 @@ class InliningMixin:
 
         child = Translator(code, f_globals, self.output, bound, freevars, parent=self)
         child.fn_source = fn_source
-        if generator:  # run to exhaustion now; the caller iterates over what it yielded
-            child.yielded = []
+        if generator:  # run lazily, one item per `next` (variables/generators.py)
+            if code in self.output.eager_generators:
+                why = self.output.eager_generators[code]
+                raise Unsupported("generator", f"calling generator {code.co_qualname}", why)
+            child.is_generator = True
+            return GeneratorVariable(child)
         child.steps = self.steps
         result = child.run()
         self.steps = child.steps
-        if generator:
-            return IteratorVariable(child.yielded)
         return result
 
 

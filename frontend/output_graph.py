@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import os
+import types
 import warnings
 from contextlib import nullcontext
 from typing import Any
@@ -94,6 +95,10 @@ class OutputGraph:
         # list/object share one variable, so a write through one is seen through the other.
         # The object is held so that its id cannot be reused while tracing.
         self.objects_by_id: dict[int, tuple[Any, VariableTracker]] = {}
+        # Generators made while tracing (variables/generators.py), and the generator functions
+        # that must run as Python in this attempt (compile_frame's retry fills it).
+        self.generators: list[Any] = []
+        self.eager_generators: dict[types.CodeType, str] = {}  # code -> why
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:

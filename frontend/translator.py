@@ -148,8 +148,11 @@ class Translator(OperatorsMixin, InliningMixin):
         self.steps = 0
         self.breaks_allowed = False  # the root frame may break its graph (compile_frame sets it)
         self.handling = 0  # `except` clauses entered and not yet left (PUSH_EXC_INFO, POP_EXCEPT)
-        # Set for an inlined generator: the values it yields, in order (YIELD_VALUE appends).
-        self.yielded: list[VariableTracker] | None = None
+        # An inlined generator's frame (variables/generators.py): YIELD_VALUE stores the value
+        # and pauses `run`, which the GeneratorVariable resumes for the next item.
+        self.is_generator = False
+        self.paused = False
+        self.yield_value: VariableTracker | None = None
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self) -> VariableTracker:
@@ -157,7 +160,7 @@ class Translator(OperatorsMixin, InliningMixin):
         unsupported = unsupported_opcodes()
         caught: tuple[Any, ...] | None = None  # see the root frame's `except` clauses below
         try:
-            while self.return_value is None:
+            while self.return_value is None and not self.paused:
                 inst = instructions[self.ip]
                 self.ip += 1
                 self.inst = inst

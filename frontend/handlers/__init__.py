@@ -60,7 +60,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "END_SEND": "generators run eagerly",
     "PRINT_EXPR": "interactive printing",
     "DELETE_GLOBAL": "deleting a global is a side effect",
-    "DELETE_ATTR": "deleting an attribute is a side effect",
     "DELETE_DEREF": "deleting a closure variable",
     "DELETE_NAME": "name-based code (class bodies, exec)",
     "LOAD_NAME": "name-based code (class bodies, exec)",

@@ -94,12 +94,9 @@ def call_intrinsic_2(tx: Translator, inst: Any) -> None:
     )
 
 
-MAX_YIELDS = 100_000
-
-
 @handler("RETURN_GENERATOR")
 def return_generator(tx: Translator, inst: Any) -> None:
-    if tx.yielded is None:
+    if not tx.is_generator:
         raise Unsupported(
             "generator",
             "a generator function's own frame",
@@ -110,11 +107,8 @@ def return_generator(tx: Translator, inst: Any) -> None:
 
 @handler("YIELD_VALUE")
 def yield_value(tx: Translator, inst: Any) -> None:
-    if tx.yielded is None:
+    if not tx.is_generator:
         raise Unsupported("generator", "yield outside an inlined generator")
-    if len(tx.yielded) >= MAX_YIELDS:
-        raise Unsupported(
-            "generator", "a generator yielding without end", f"more than {MAX_YIELDS} values"
-        )
-    tx.yielded.append(tx.pop())
-    tx.push(ConstantVariable(None))  # what `send` would have passed in
+    tx.yield_value = tx.pop()
+    tx.push(ConstantVariable(None))  # replaced by what `send` passes in when it resumes
+    tx.paused = True

@@ -14,7 +14,8 @@ from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import ConstantVariable, ExceptionVariable
 from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
-from framejit.frontend.variables.objects import ClassVariable
+from framejit.frontend.variables.generators import LazyIteratorVariable
+from framejit.frontend.variables.objects import ClassVariable, NewObjectVariable
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -76,7 +77,9 @@ handler("JUMP_IF_FALSE_OR_POP", until=(3, 11))(_jump_or_pop(False))
 @handler("GET_ITER")
 def get_iter(tx: Translator, inst: Any) -> None:
     value = tx.pop()
-    if isinstance(value, IteratorVariable):
+    if isinstance(value, NewObjectVariable):  # a class whose __iter__ is a generator: lazy
+        value = value.python_iter(tx) or value
+    if isinstance(value, (IteratorVariable, LazyIteratorVariable)):
         tx.push(value)
     else:
         tx.push(IteratorVariable(value.unpack(tx)))
@@ -85,10 +88,13 @@ def get_iter(tx: Translator, inst: Any) -> None:
 @handler("FOR_ITER")
 def for_iter(tx: Translator, inst: Any) -> None:
     it = tx.stack[-1]
-    if not isinstance(it, IteratorVariable):
-        it = IteratorVariable(it.unpack(tx))
-        tx.stack[-1] = it
-    item = it.next()
+    if isinstance(it, LazyIteratorVariable):
+        item = it.next_item(tx)
+    else:
+        if not isinstance(it, IteratorVariable):
+            it = IteratorVariable(it.unpack(tx))
+            tx.stack[-1] = it
+        item = it.next()
     if item is None:
         tx.pop()
         tx.jump_to(versions.for_iter_exit_offset(inst, tx.decoded.next_offset))

@@ -143,6 +143,11 @@ def store_attr(tx: Translator, inst: Any) -> None:
     obj.setattr(tx, inst.argval, value)
 
 
+@handler("DELETE_ATTR")
+def delete_attr(tx: Translator, inst: Any) -> None:
+    tx.pop().delattr(tx, inst.argval)
+
+
 @handler("IMPORT_NAME")
 def import_name(tx: Translator, inst: Any) -> None:
     level, fromlist = tx.popn(2)

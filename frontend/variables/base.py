@@ -73,6 +73,9 @@ class VariableTracker:
             "objects from outside the frame are not mutated while tracing",
         )
 
+    def delattr(self, tx: Translator, name: str) -> None:
+        raise Unsupported("side_effect", f"deleting {self.type_name()}.{name}")
+
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         """The items this value yields when iterated or star-unpacked."""
         raise Unsupported("unsupported_object", f"iterating over {self.type_name()}")

@@ -32,6 +32,14 @@ from framejit.frontend.variables.containers import (
     ListVariable,
     TupleVariable,
 )
+from framejit.frontend.variables.generators import (
+    LazyEnumerate,
+    LazyFilter,
+    LazyIteratorVariable,
+    LazyMap,
+    LazyZip,
+    pull,
+)
 from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
@@ -348,9 +356,14 @@ def _hasattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | No
 
 
 def _iterable_items(tx: Translator, x: VariableTracker) -> list[VariableTracker]:
-    if isinstance(x, IteratorVariable):
-        return x.unpack(tx)
     return x.unpack(tx)
+
+
+def _pullable(tx: Translator, x: VariableTracker) -> VariableTracker:
+    """An iterator over `x` whose items can be pulled one at a time (lazy ones stay lazy)."""
+    if isinstance(x, (IteratorVariable, LazyIteratorVariable)):
+        return x
+    return IteratorVariable(x.unpack(tx))
 
 
 @builtin(list)
@@ -419,6 +432,8 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
     if not args or not start.is_constant():
         return None
     first = start.as_constant()
+    if isinstance(args[0], LazyIteratorVariable):
+        return LazyEnumerate(args[0], first)
     return IteratorVariable(
         [
             TupleVariable([ConstantVariable(first + i), item])
@@ -430,6 +445,8 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
 @builtin(zip)
 def _zip(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     strict = kwargs.get("strict", ConstantVariable(False)).as_constant()
+    if any(isinstance(a, LazyIteratorVariable) for a in args):
+        return LazyZip([_pullable(tx, a) for a in args], bool(strict))
     columns = [_iterable_items(tx, a) for a in args]
     if strict and len({len(c) for c in columns}) > 1:
         raise Unsupported("exception", "zip(strict=True)", "ValueError: lengths differ")
@@ -447,16 +464,22 @@ def _reversed(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | N
 def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 1 or kwargs:
         return None
-    if isinstance(args[0], IteratorVariable):
+    if isinstance(args[0], (IteratorVariable, LazyIteratorVariable)):
         return args[0]
+    from framejit.frontend.variables.objects import NewObjectVariable
+
+    if isinstance(args[0], NewObjectVariable):
+        it = args[0].python_iter(tx)
+        if it is not None:
+            return it
     return IteratorVariable(_iterable_items(tx, args[0]))
 
 
 @builtin(next)
 def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if not args or not isinstance(args[0], IteratorVariable):
+    if not args or not isinstance(args[0], (IteratorVariable, LazyIteratorVariable)):
         return None
-    item = args[0].next()
+    item = pull(tx, args[0])
     if item is None:
         if len(args) == 2:
             return args[1]
@@ -468,6 +491,8 @@ def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 def _map(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) < 2 or kwargs:
         return None
+    if any(isinstance(a, LazyIteratorVariable) for a in args[1:]):
+        return LazyMap(args[0], [_pullable(tx, a) for a in args[1:]])
     fn, columns = args[0], [_iterable_items(tx, a) for a in args[1:]]
     return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
 
@@ -476,6 +501,8 @@ def _map(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 def _filter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 2 or kwargs:
         return None
+    if isinstance(args[1], LazyIteratorVariable):
+        return LazyFilter(args[0], args[1])
     fn, items = args[0], _iterable_items(tx, args[1])
     if fn.is_constant() and fn.as_constant() is None:
         return IteratorVariable([i for i in items if i.truth(tx)])

@@ -290,8 +290,11 @@ def _make_partial(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
 
 def _constant_items(tx: Translator, vt: VariableTracker) -> VariableTracker:
     """An iterator or container of constants, as one constant list (else `vt` itself)."""
-    from framejit.frontend.variables.containers import IteratorVariable
+    from framejit.frontend.variables.containers import IteratorVariable, ListVariable
+    from framejit.frontend.variables.generators import LazyIteratorVariable
 
+    if isinstance(vt, LazyIteratorVariable):  # "".join(generator): drained, as join does
+        vt = ListVariable(vt.unpack(tx))
     if isinstance(vt, IteratorVariable) and all(i.is_constant() for i in vt.items[vt.index :]):
         return ConstantVariable([i.as_constant() for i in vt.unpack(tx)])
     return vt

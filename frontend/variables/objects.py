@@ -876,6 +876,18 @@ class NewObjectVariable(VariableTracker):
         note_mutation(self)
         self.attrs[name] = value
 
+    def delattr(self, tx: Translator, name: str) -> None:
+        """`del obj.name` (contextlib's `__enter__` does it): plain instance attributes only."""
+        found = _class_attr(self.cls, name)
+        if _class_attr(self.cls, "__delattr__")[0] is not object or (
+            found is not None and hasattr(type(found[1]), "__delete__")
+        ):
+            raise Unsupported("side_effect", f"deleting {self.cls.__name__}.{name}")
+        if name not in self.attrs:
+            raise Unsupported("exception", f"deleting {self.cls.__name__}.{name}", "AttributeError")
+        note_mutation(self)
+        del self.attrs[name]
+
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         call = _class_attr(self.cls, "__call__")
         if call is None or not isinstance(call[1], types.FunctionType):
@@ -904,10 +916,20 @@ class NewObjectVariable(VariableTracker):
                 self.call_method(tx, "__getitem__", [ConstantVariable(i)], {})
                 for i in range(n.as_constant())
             ]
-        if found is not None and isinstance(found[1], types.FunctionType):
-            it = UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, [], {})
+        it = self.python_iter(tx)
+        if it is not None:
             return it.unpack(tx)
         return super().unpack(tx)
+
+    def python_iter(self, tx: Translator) -> VariableTracker | None:
+        """`iter(obj)` for a class whose `__iter__` is written in Python (often a generator):
+        its result, not yet consumed; None for other classes."""
+        found = _class_attr(self.cls, "__iter__")
+        if found is None or not isinstance(found[1], types.FunctionType):
+            return None
+        if found[1] is collections.abc.Sequence.__iter__:  # unpack() reads it item by item
+            return None
+        return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, [], {})
 
     def truth(self, tx: Translator) -> bool:
         for name in ("__bool__", "__len__"):

@@ -1,0 +1,472 @@
+"""Generators made inside the traced frame, run lazily as Python runs them.
+
+Calling a generator function that the translator inlines makes a `GeneratorVariable` that holds
+the generator's own, suspended child Translator. Each `next()` (FOR_ITER, `next(g)`,
+`enumerate(g)`'s next item) resumes the child up to its next YIELD_VALUE, so what the generator
+does and what its consumer does between two items happen in Python's order: a generator that
+appends to a list its consumer reads sees the consumer's state, and the other way round.
+`list(g)`, `sum(g)`, `tuple(g)`, star-unpacking and the like drain it at once, as Python does.
+
+A suspended generator cannot be rebuilt as a real generator after the graph (CPython has no way to
+make a frame stopped at a given `yield`). So when one is still live at a graph break, or is
+returned, or was left suspended inside a `try`/`with` of its own (whose `finally` Python runs
+when the generator is closed), the translation is abandoned with `GeneratorEscapes`, and
+`compile_frame` traces the frame again with that generator's code run as Python: its call is
+then the graph break, and the resume function iterates over a real generator.
+
+`enumerate`, `zip`, `map` and `filter` over a generator stay lazy too (`LazyIteratorVariable`).
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.purity import scan
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_undoable
+from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
+
+if TYPE_CHECKING:
+    from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.translator import Translator
+
+MAX_ITEMS = 100_000  # items drained from one generator at once (`list(g)` of an endless one)
+
+
+class GeneratorEscapes(Unsupported):
+    """A generator made in the frame outlives what can be traced of it: trace the frame again
+    with `code` (the generator function's code) run as Python."""
+
+    def __init__(self, code: types.CodeType, why: str) -> None:
+        super().__init__("generator", f"generator {code.co_qualname}", why)
+        self.gen_code = code
+
+
+class LazyIteratorVariable(VariableTracker):
+    """An iterator whose items are computed when asked for, in the consumer's order."""
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        """The next item, or None when the iterator is exhausted (StopIteration)."""
+        raise NotImplementedError
+
+    def python_type(self) -> type:
+        return type(iter(()))
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        items: list[VariableTracker] = []
+        while (item := self.next_item(tx)) is not None:
+            items.append(item)
+            if len(items) > MAX_ITEMS:
+                raise Unsupported(
+                    "generator", "an iterator yielding without end", f"over {MAX_ITEMS} items"
+                )
+        return items
+
+    def truth(self, tx: Translator) -> bool:
+        return True
+
+    def reachable(self) -> list[VariableTracker]:
+        """The values this iterator holds (for the graph's outputs at a break)."""
+        return []
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name == "__next__":
+            return _BoundNext(self)
+        if name == "__iter__":
+            return _BoundIter(self)
+        return super().getattr(tx, name)
+
+
+class GeneratorVariable(LazyIteratorVariable):
+    """A generator object: the suspended translator of the generator function's frame."""
+
+    NEW, SUSPENDED, DONE, RAISED, LOST = "new", "suspended", "done", "raised", "lost"
+    DRAINED = "drained"  # run to its end ahead of a graph break; `drained` holds the items left
+
+    def __init__(self, child: Translator) -> None:
+        self.child = child
+        self.code = child.code
+        self.state = self.NEW
+        self.drained: IteratorVariable | None = None
+        # may it be drained ahead of its consumer (drain_ahead)? Decided on what it was given
+        self.why_not_drained = _why_not_drainable(child)
+        child.output.generators.append(self)
+
+    def __repr__(self) -> str:
+        return f"Generator({self.code.co_qualname}, {self.state})"
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("send", "close"):
+            return _BoundMethod(self, name)
+        return super().getattr(tx, name)
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        # A graph break that rewinds the instruction which advanced this generator cannot rewind
+        # the generator's own frame: from then on its state is unknown, and it must run as Python.
+        note_undoable(lambda: setattr(self, "state", self.LOST))
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        return self._resume(tx, ConstantVariable(None))
+
+    def _resume(self, tx: Translator, sent: VariableTracker) -> VariableTracker | None:
+        if self.state in (self.DONE, self.RAISED):
+            return None
+        if self.state == self.DRAINED:
+            assert self.drained is not None
+            return self.drained.next()
+        if self.state == self.LOST:
+            raise GeneratorEscapes(self.code, "its state was lost at a graph break")
+        child = self.child
+        if self.state == self.SUSPENDED:
+            child.stack[-1] = sent  # the value of the `yield` expression
+        child.steps = tx.steps
+        child.paused = False
+        try:
+            child.run()
+        except Unsupported as exc:
+            self._set_state(self.RAISED if exc.python_exception() is not None else self.LOST)
+            if exc.python_exception() is StopIteration:
+                # PEP 479: a StopIteration escaping a generator becomes a RuntimeError
+                raise Unsupported("generator", "StopIteration raised inside a generator") from None
+            raise
+        finally:
+            tx.steps = child.steps
+        if child.paused:
+            self._set_state(self.SUSPENDED)
+            value, child.yield_value = child.yield_value, None
+            return value
+        self._set_state(self.DONE)
+        return None
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name == "close" and not args and not kwargs:
+            if self.state == self.LOST or (
+                self.state == self.SUSPENDED and _inside_block(self.child)
+            ):  # GeneratorExit would run the generator's own handlers
+                raise GeneratorEscapes(self.code, "closed inside a try/with block")
+            if self.state != self.RAISED:
+                self._set_state(self.DONE)
+            return ConstantVariable(None)
+        if name == "send" and len(args) == 1 and not kwargs:
+            sent = args[0]
+            if self.state == self.NEW and not (sent.is_constant() and sent.as_constant() is None):
+                raise Unsupported("exception", "send() to a just-started generator", "TypeError")
+            item = self._resume(tx, sent)
+            if item is None:
+                raise Unsupported("exception", "send() to an exhausted generator", "StopIteration")
+            return item
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.state in (self.DONE, self.RAISED):
+            cg.call_const(iter, lambda: cg.load_const(()), 1)  # an exhausted iterator
+            return
+        if self.state == self.DRAINED:
+            assert self.drained is not None
+            self.drained.reconstruct(cg)
+            return
+        raise GeneratorEscapes(self.code, "still running where the graph ends")
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.drained] if self.drained is not None else []
+
+    def drain_ahead(self) -> None:
+        """At a graph break, with this generator live and not finished: run it to its end now,
+        inside the graph, and hand the rest of the frame an iterator over the items left. Only
+        for a generator whose code has no effect (frontend/purity.py), that has no closure, was
+        given only tensors and immutable constants, and draws no random numbers: what it yields
+        then does not depend on when it runs. Any other raises GeneratorEscapes."""
+        if self.state not in (self.NEW, self.SUSPENDED):
+            return
+        if self.why_not_drained is not None:
+            raise GeneratorEscapes(self.code, f"live at a graph break ({self.why_not_drained})")
+        output = self.child.output
+        first = len(output.created)
+        items: list[VariableTracker] = []
+        try:
+            while (item := self.next_item(self.child)) is not None:
+                items.append(item)
+                if len(items) > MAX_DRAINED:
+                    raise Unsupported("generator", "a long generator", f"over {MAX_DRAINED} items")
+        except Unsupported as exc:
+            raise GeneratorEscapes(self.code, f"live at a graph break ({exc})") from None
+        for node in output.created[first:]:
+            if _draws_random_numbers(node):
+                why = f"live at a graph break (it draws random numbers: {node.target})"
+                raise GeneratorEscapes(self.code, why)
+        self.state = self.DRAINED
+        self.drained = IteratorVariable(items)
+
+    def check_left_open(self) -> None:
+        """Called when the trace ends: a generator suspended inside a `try`/`with` block of its
+        own would run that block's `finally`/`__exit__` when Python closes it."""
+        if self.state == self.SUSPENDED and _inside_block(self.child):
+            raise GeneratorEscapes(self.code, "left suspended inside a try/with block")
+        if self.state == self.LOST:
+            raise GeneratorEscapes(self.code, "its state was lost at a graph break")
+
+
+MAX_DRAINED = 4096  # items a generator may yield when drained ahead of a graph break
+
+_RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform",
+                 "exponential", "cauchy", "geometric", "poisson", "rrelu")  # fmt: skip
+_IMMUTABLE = (int, float, bool, complex, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def _draws_random_numbers(node: Any) -> bool:
+    if node.op == "call_module":
+        name = node.target
+    else:
+        name = getattr(node.target, "__name__", str(node.target))
+    return any(word in str(name).lower() for word in _RANDOM_WORDS)
+
+
+def _immutable(vt: VariableTracker) -> bool:
+    from framejit.frontend.variables.base import LazyNumberVariable
+    from framejit.frontend.variables.symbolic import SymNodeVariable
+    from framejit.frontend.variables.tensor import TensorVariable
+
+    if isinstance(vt, (TensorVariable, SymNodeVariable, LazyNumberVariable)):
+        return True
+    if isinstance(vt, ConstantVariable):
+        return _immutable_value(vt.value)
+    if type(vt) is TupleVariable or type(vt).__name__ == "SizeVariable":
+        return all(_immutable(i) for i in vt.items)
+    return False
+
+
+def _immutable_value(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_immutable_value(v) for v in value)
+    return isinstance(value, _IMMUTABLE)
+
+
+_verdicts: weakref.WeakKeyDictionary[types.CodeType, str | None] = weakref.WeakKeyDictionary()
+
+
+def _why_not_drainable(child: Translator) -> str | None:
+    code = child.code
+    if code.co_freevars:
+        return "it reads variables of an enclosing function"
+    for name, vt in child.locals.items():
+        if not _immutable(vt):
+            return f"its argument {name!r} is a {vt.type_name()}, which may change"
+    if code not in _verdicts:
+        fn = types.FunctionType(code, child.f_globals, code.co_name)
+        _verdicts[code] = scan(fn, generator=True)
+    return _verdicts[code]
+
+
+def _inside_block(child: Translator) -> bool:
+    """Is the suspended generator's current instruction inside a try/with block?"""
+    offset = child.decoded.instructions[child.ip - 1].offset
+    entry = child.decoded.handler_for(offset)
+    if entry is None:
+        return False
+    # the generator's own implicit handler (3.12 wraps the whole body to turn StopIteration into
+    # RuntimeError) is not a user block: its target re-raises through CALL_INTRINSIC_1
+    target = child.decoded.instructions[child.decoded.index_of[entry.target]]
+    return target.opname not in ("CALL_INTRINSIC_1",)
+
+
+def _next_or_stop(tx: Translator, it: LazyIteratorVariable) -> VariableTracker:
+    item = it.next_item(tx)
+    if item is None:
+        raise Unsupported("exception", "next() on an exhausted generator", "StopIteration")
+    return item
+
+
+class _BoundNext(VariableTracker):
+    def __init__(self, it: LazyIteratorVariable) -> None:
+        self.it = it
+
+    def call(self, tx: Translator, args: Any, kwargs: Any) -> VariableTracker:
+        if args or kwargs:
+            raise Unsupported("unsupported_call", "__next__ with arguments")
+        return _next_or_stop(tx, self.it)
+
+
+class _BoundMethod(VariableTracker):
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+    def call(self, tx: Translator, args: Any, kwargs: Any) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+class _BoundIter(VariableTracker):
+    def __init__(self, it: LazyIteratorVariable) -> None:
+        self.it = it
+
+    def call(self, tx: Translator, args: Any, kwargs: Any) -> VariableTracker:
+        if args or kwargs:
+            raise Unsupported("unsupported_call", "__iter__ with arguments")
+        return self.it
+
+
+def as_lazy(vt: VariableTracker) -> LazyIteratorVariable | IteratorVariable | None:
+    """`vt` as an iterator whose items may be pulled one at a time: a lazy one as it is, an
+    IteratorVariable as it is; None for anything else (the caller unpacks it)."""
+    if isinstance(vt, (LazyIteratorVariable, IteratorVariable)):
+        return vt
+    return None
+
+
+def pull(tx: Translator, it: LazyIteratorVariable | IteratorVariable) -> VariableTracker | None:
+    if isinstance(it, LazyIteratorVariable):
+        return it.next_item(tx)
+    return it.next()
+
+
+class LazyEnumerate(LazyIteratorVariable):
+    def __init__(self, inner: LazyIteratorVariable, start: int) -> None:
+        self.inner = inner
+        self.count = start
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.inner]
+
+    def python_type(self) -> type:
+        return enumerate
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        item = self.inner.next_item(tx)
+        if item is None:
+            return None
+        count = self.count
+        self.count += 1
+        note_undoable(lambda: setattr(self, "count", count))
+        return TupleVariable([ConstantVariable(count), item])
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def emit() -> None:
+            cg.reconstruct(self.inner)
+            cg.load_const(self.count)
+
+        cg.call_const(enumerate, emit, 2)
+
+
+class LazyZip(LazyIteratorVariable):
+    def __init__(self, inners: list[Any], strict: bool) -> None:
+        self.inners = inners
+        self.strict = strict
+
+    def reachable(self) -> list[VariableTracker]:
+        return list(self.inners)
+
+    def python_type(self) -> type:
+        return zip
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        row: list[VariableTracker] = []
+        for inner in self.inners:
+            item = pull(tx, inner)
+            if item is None:
+                if self.strict and (row or any(pull(tx, r) is not None for r in self.inners[1:])):
+                    raise Unsupported("exception", "zip(strict=True)", "ValueError: lengths differ")
+                return None
+            row.append(item)
+        return TupleVariable(row)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.strict:
+            raise Unsupported("reconstruct", "a zip(strict=True) over a generator")
+
+        def emit() -> None:
+            for inner in self.inners:
+                cg.reconstruct(inner)
+
+        cg.call_const(zip, emit, len(self.inners))
+
+
+class LazyMap(LazyIteratorVariable):
+    def __init__(self, fn: VariableTracker, inners: list[Any]) -> None:
+        self.fn = fn
+        self.inners = inners
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.fn, *self.inners]
+
+    def python_type(self) -> type:
+        return map
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        row: list[VariableTracker] = []
+        for inner in self.inners:
+            item = pull(tx, inner)
+            if item is None:
+                return None
+            row.append(item)
+        return self.fn.call(tx, row, {})
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def emit() -> None:
+            cg.reconstruct(self.fn)
+            for inner in self.inners:
+                cg.reconstruct(inner)
+
+        cg.call_const(map, emit, 1 + len(self.inners))
+
+
+class LazyFilter(LazyIteratorVariable):
+    def __init__(self, fn: VariableTracker, inner: LazyIteratorVariable) -> None:
+        self.fn = fn
+        self.inner = inner
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.fn, self.inner]
+
+    def python_type(self) -> type:
+        return filter
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        identity = self.fn.is_constant() and self.fn.as_constant() is None
+        while (item := self.inner.next_item(tx)) is not None:
+            keep = item if identity else self.fn.call(tx, [item], {})
+            if keep.truth(tx):
+                return item
+        return None
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def emit() -> None:
+            cg.reconstruct(self.fn)
+            cg.reconstruct(self.inner)
+
+        cg.call_const(filter, emit, 2)
+
+
+def live_generators(roots: list[Any]) -> list[GeneratorVariable]:
+    """The generators reachable from `roots` (the stack, locals and cells at a graph break)."""
+    found: list[GeneratorVariable] = []
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        value = todo.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, GeneratorVariable):
+            found.append(value)
+        elif isinstance(value, LazyIteratorVariable):
+            todo.extend(value.reachable())
+        elif isinstance(value, VariableTracker):
+            todo.extend(getattr(value, "__dict__", {}).values())
+        elif isinstance(value, (list, tuple)):
+            todo.extend(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+    return found

@@ -1,0 +1,363 @@
+"""Generators made inside the compiled frame run lazily, item by item, as in Python: what the
+generator does and what its consumer does between two items happen in eager's order. Also
+`@contextlib.contextmanager`, which is a generator driven by `with`. Every test compares with
+eager on real tensors."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter
+
+
+def compiled(fn: Any) -> Any:
+    framejit.reset()
+    return framejit.jit(fn, backend="eager")
+
+
+def counts(fn: Any, *args: Any) -> tuple[int, int]:
+    explained = framejit.explain(fn, *args)
+    return explained.graph_count, explained.graph_break_count
+
+
+def appends(state: list[int], n: int) -> Any:
+    for i in range(n):
+        state.append(i)
+        yield i
+
+
+def test_a_generator_and_its_consumer_interleave_as_in_eager() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen: list[int] = []
+        for v in appends(seen, 3):
+            x = x + len(seen) * (v + 1)  # the generator appended exactly v + 1 items so far
+        return x
+
+    x = torch.zeros(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))  # 1*1 + 2*2 + 3*3, not 3*(1+2+3)
+    assert counts(fn, x) == (1, 0)
+
+
+def test_the_generator_sees_what_the_consumer_wrote() -> None:
+    def scaled(cfg: dict[str, float], x: torch.Tensor) -> Any:
+        for _ in range(3):
+            yield x * cfg["scale"]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        cfg = {"scale": 1.0}
+        out = []
+        for y in scaled(cfg, x):
+            out.append(y)
+            cfg["scale"] = cfg["scale"] * 10
+        return torch.stack(out)
+
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_enumerate_zip_map_filter_over_generators_stay_lazy() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        a: list[int] = []
+        b: list[int] = []
+        for i, (p, q) in enumerate(zip(appends(a, 4), appends(b, 3)), start=1):
+            x = x + i * (p + q) * len(a) - len(b)
+        evens = list(filter(lambda v: v % 2 == 0, appends(a, 5)))
+        doubled = list(map(lambda v: v * 2 + len(a), appends(b, 2)))
+        return x * sum(evens) + sum(doubled) + len(a) * 100 + len(b)
+
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_send_next_and_close() -> None:
+    def running_total() -> Any:
+        total = 0
+        while True:
+            v = yield total
+            total = total + v
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        acc = running_total()
+        next(acc)
+        acc.send(1)
+        acc.send(2)
+        t = acc.send(3)
+        acc.close()
+        return x * t + next(iter([5]))
+
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_a_class_whose_iter_is_a_generator() -> None:
+    class Blocks:
+        def __init__(self, n: int, log: list[int]) -> None:
+            self.n, self.log = n, log
+
+        def __iter__(self) -> Any:
+            for i in range(self.n):
+                self.log.append(i)
+                yield i
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        log: list[int] = []
+        for i in Blocks(3, log):
+            x = x * 2 + len(log) + i
+        return x
+
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_generator_expressions_drain_as_in_eager() -> None:
+    def fn(xs: list[torch.Tensor]) -> torch.Tensor:
+        total = sum(t * 2 for t in xs)
+        joined = "-".join(str(t.shape[0]) for t in xs)
+        if any(t.shape[0] == 3 for t in xs):
+            total = total + len(joined)
+        return total
+
+    xs = [torch.randn(3), torch.randn(3)]
+    torch.testing.assert_close(compiled(fn)(xs), fn(xs))
+    assert counts(fn, xs) == (1, 0)
+
+
+def test_a_generator_that_breaks_runs_as_python_in_eager_order(capsys: Any) -> None:
+    def noisy(x: torch.Tensor) -> Any:
+        for i in range(3):
+            print(f"gen {i}")
+            yield x * i
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        out = x
+        for v in noisy(x):
+            print("use")
+            out = out + v
+        return out
+
+    x = torch.randn(3)
+    expected = fn(x)
+    eager_lines = capsys.readouterr().out
+    torch.testing.assert_close(compiled(fn)(x), expected)
+    assert capsys.readouterr().out == eager_lines  # gen 0, use, gen 1, use, ...
+
+
+def test_a_generator_returned_from_the_frame_is_a_real_generator() -> None:
+    def numbers(x: torch.Tensor) -> Any:
+        for i in range(3):
+            yield x + i
+
+    def fn(x: torch.Tensor) -> Any:
+        y = x * 2
+        return numbers(y)
+
+    x = torch.randn(2)
+    got = compiled(fn)(x)
+    assert isinstance(got, type(fn(x)))
+    for a, b in zip(got, fn(x), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_an_exception_from_a_generator_reaches_the_consumer() -> None:
+    def two_then_fail(x: torch.Tensor) -> Any:
+        yield x
+        yield x * 2
+        raise KeyError("done")
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        out = x
+        try:
+            for v in two_then_fail(x):
+                out = out + v
+        except KeyError:
+            out = out * 10
+        return out
+
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+
+
+def test_stop_iteration_inside_a_generator_is_a_runtime_error() -> None:
+    def bad(x: torch.Tensor) -> Any:
+        yield x
+        next(iter([]))  # PEP 479: a RuntimeError in the consumer
+
+    def fn(x: torch.Tensor) -> list[torch.Tensor]:
+        return list(bad(x))
+
+    with pytest.raises(RuntimeError, match="generator raised StopIteration"):
+        fn(torch.randn(2))
+    with pytest.raises(RuntimeError, match="generator raised StopIteration"):
+        compiled(fn)(torch.randn(2))
+
+
+def test_an_exhausted_generator_at_a_break() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        g = appends([], 2)
+        n = len(list(g))
+        print("break")
+        return x * n + next(g, 7)
+
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+
+
+def test_fullgraph_names_a_generator_that_outlives_the_graph() -> None:
+    def fn(x: torch.Tensor) -> Any:
+        return appends([], 3), x + 1
+
+    with pytest.raises(framejit.FullGraphError, match="appends"):
+        framejit.jit(fn, fullgraph=True)(torch.randn(2))
+
+
+STATE = {"on": 0}
+
+
+@contextlib.contextmanager
+def switched_on(scale: float) -> Any:
+    STATE["on"] += 1
+    try:
+        yield scale * 2
+    finally:
+        STATE["on"] -= 1
+
+
+def test_contextmanager_generators_are_inlined() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with switched_on(3.0) as k:
+            y = x * k * (2 if STATE["on"] else 5)
+            with contextlib.nullcontext(), switched_on(1.0):
+                y = y + STATE["on"]
+        return y + STATE["on"]
+
+    x = torch.randn(4)
+    expected = fn(x)
+    assert STATE["on"] == 0
+    counter = CompileCounter()
+    fast = framejit.jit(fn, backend=counter)
+    for _ in range(2):
+        torch.testing.assert_close(fast(x), expected)
+        assert STATE["on"] == 0
+    assert counter.frame_count == 1
+    assert counts(fn, x) == (1, 0)
+
+
+def test_a_break_inside_a_contextmanager_block() -> None:
+    seen: list[int] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with switched_on(2.0) as k:
+            y = x * k
+            seen.append(STATE["on"])
+            print("inside")  # the generator runs as Python around this break
+            y = y + STATE["on"]
+        return y + STATE["on"]
+
+    x = torch.randn(4)
+    expected = fn(x)
+    fast = compiled(fn)
+    for _ in range(2):
+        seen.clear()
+        torch.testing.assert_close(fast(x), expected)
+        assert seen == [1] and STATE["on"] == 0
+
+
+def test_an_exception_inside_a_contextmanager_block_runs_its_finally() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with switched_on(2.0):
+            return x.view(7)  # wrong size: raises
+
+    with pytest.raises(RuntimeError):
+        compiled(fn)(torch.randn(4))
+    assert STATE["on"] == 0
+
+
+def slices(data: torch.Tensor, size: int) -> Any:
+    for start in range(0, data.shape[0], size):
+        yield data[start : start + size] * 2
+
+
+@framejit.disable
+def observe(t: torch.Tensor, log: list[float]) -> None:
+    log.append(float(t.sum()))
+
+
+def test_a_pure_generator_is_drained_ahead_of_a_break_in_its_loop() -> None:
+    """The training-loop shape: the loop body breaks (here a call run as Python), the generator
+    only slices its tensor argument, so it runs to its end inside the first graph and the rest
+    of the loop iterates over what it yielded; the body is still compiled."""
+
+    def fn(data: torch.Tensor, log: list[float]) -> torch.Tensor:
+        total = data.new_zeros(())
+        for i, part in enumerate(slices(data, 3)):
+            y = part.sin() + i
+            observe(y, log)
+            total = total + y.sum()
+        return total
+
+    data = torch.randn(8, 4)
+    eager_log: list[float] = []
+    expected = fn(data, eager_log)
+    log: list[float] = []
+    torch.testing.assert_close(compiled(fn)(data, log), expected)
+    assert log == pytest.approx(eager_log)
+    graphs, breaks = counts(fn, data, [])
+    assert breaks == 3 and graphs >= 3  # one break per item, and no generator break
+
+
+def test_a_generator_drawing_random_numbers_is_not_drained_ahead() -> None:
+    def noisy(data: torch.Tensor) -> Any:
+        for row in data:
+            yield row + torch.randn(row.shape)
+
+    def fn(data: torch.Tensor, log: list[float]) -> torch.Tensor:
+        total = data.new_zeros(())
+        for part in noisy(data):
+            observe(part, log)
+            total = total + (part * torch.rand(part.shape)).sum()  # the consumer draws too
+        return total
+
+    data = torch.randn(3, 4)
+    torch.manual_seed(0)
+    eager_log: list[float] = []
+    expected = fn(data, eager_log)
+    fast = compiled(fn)
+    torch.manual_seed(0)
+    log: list[float] = []
+    torch.testing.assert_close(fast(data, log), expected)  # the same random stream, in order
+    assert log == pytest.approx(eager_log)
+    reasons = " ".join(str(r) for r in framejit.explain(fn, data, []).break_reasons)
+    assert "random numbers" in reasons
+
+
+def test_a_generator_reading_a_mutable_argument_is_not_drained_ahead() -> None:
+    def scaled(x: torch.Tensor, cfg: dict[str, float]) -> Any:
+        for _ in range(3):
+            yield x * cfg["scale"]
+
+    def fn(x: torch.Tensor, log: list[float]) -> torch.Tensor:
+        cfg = {"scale": 1.0}
+        out = x
+        for y in scaled(x, cfg):
+            observe(y, log)  # a break while the generator is live
+            cfg["scale"] = cfg["scale"] + 1  # and the generator reads what the loop writes
+            out = out + y
+        return out
+
+    x = torch.randn(4)
+    eager_log: list[float] = []
+    expected = fn(x, eager_log)
+    log: list[float] = []
+    torch.testing.assert_close(compiled(fn)(x, log), expected)
+    assert log == pytest.approx(eager_log)
+    reasons = " ".join(str(r) for r in framejit.explain(fn, x, []).break_reasons)
+    assert "argument 'cfg' is a dict, which may change" in reasons
