@@ -361,3 +361,21 @@ def test_a_generator_reading_a_mutable_argument_is_not_drained_ahead() -> None:
     assert log == pytest.approx(eager_log)
     reasons = " ".join(str(r) for r in framejit.explain(fn, x, []).break_reasons)
     assert "argument 'cfg' is a dict, which may change" in reasons
+
+
+def test_a_generator_made_inside_a_rewound_call_is_forgotten() -> None:
+    def helper(x: torch.Tensor, flags: tuple[bool, ...]) -> torch.Tensor:
+        if all(f for f in flags):  # a generator expression, finished or left suspended
+            x = x + 1
+        first = (f for f in flags)
+        next(first)
+        print("break inside the inlined call")  # the caller breaks at its call of helper
+        return x * 2
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return helper(x.sin(), (True, False)) + 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    reasons = [str(r) for r in framejit.explain(fn, x).break_reasons]
+    assert reasons and not any("calling generator" in r for r in reasons)

@@ -82,7 +82,9 @@ def get_iter(tx: Translator, inst: Any) -> None:
     if isinstance(value, (IteratorVariable, LazyIteratorVariable)):
         tx.push(value)
     else:
-        tx.push(IteratorVariable(value.unpack(tx)))
+        it = IteratorVariable(value.unpack(tx))
+        it.private = True  # made here, for one loop or generator expression: no one else has it
+        tx.push(it)
 
 
 @handler("FOR_ITER")

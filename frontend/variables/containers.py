@@ -451,6 +451,7 @@ class IteratorVariable(VariableTracker):
     def __init__(self, items: list[VariableTracker]) -> None:
         self.items = items
         self.index = 0
+        self.private = False  # made by GET_ITER from a container: only its loop can advance it
 
     def python_type(self) -> type:
         return type(iter(()))

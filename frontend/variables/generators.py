@@ -85,6 +85,7 @@ class GeneratorVariable(LazyIteratorVariable):
 
     NEW, SUSPENDED, DONE, RAISED, LOST = "new", "suspended", "done", "raised", "lost"
     DRAINED = "drained"  # run to its end ahead of a graph break; `drained` holds the items left
+    DROPPED = "dropped"  # made by an instruction that a graph break rewound: it never existed
 
     def __init__(self, child: Translator) -> None:
         self.child = child
@@ -94,6 +95,7 @@ class GeneratorVariable(LazyIteratorVariable):
         # may it be drained ahead of its consumer (drain_ahead)? Decided on what it was given
         self.why_not_drained = _why_not_drainable(child)
         child.output.generators.append(self)
+        note_undoable(lambda: setattr(self, "state", self.DROPPED))
 
     def __repr__(self) -> str:
         return f"Generator({self.code.co_qualname}, {self.state})"
@@ -215,8 +217,6 @@ class GeneratorVariable(LazyIteratorVariable):
         own would run that block's `finally`/`__exit__` when Python closes it."""
         if self.state == self.SUSPENDED and _inside_block(self.child):
             raise GeneratorEscapes(self.code, "left suspended inside a try/with block")
-        if self.state == self.LOST:
-            raise GeneratorEscapes(self.code, "its state was lost at a graph break")
 
 
 MAX_DRAINED = 4096  # items a generator may yield when drained ahead of a graph break
@@ -245,6 +245,8 @@ def _immutable(vt: VariableTracker) -> bool:
         return _immutable_value(vt.value)
     if type(vt) is TupleVariable or type(vt).__name__ == "SizeVariable":
         return all(_immutable(i) for i in vt.items)
+    if isinstance(vt, IteratorVariable) and vt.private:  # a generator expression's `.0`
+        return all(_immutable(i) for i in vt.items[vt.index :])
     return False
 
 
