@@ -8,6 +8,7 @@ forward hooks the way nn.Module.__call__ does.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from framejit.frontend import autograd_function
+from framejit.frontend import autograd_function, copying
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import (
     AttrSource,
@@ -223,6 +224,8 @@ def _checkpoint(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
 
 # Library functions the translator models instead of inlining their code.
 MODELED_FUNCTIONS: dict[Any, Any] = {
+    copy.deepcopy: copying.deepcopy,
+    copy.copy: copying.shallow_copy,
     dataclasses.replace: _dataclass_replace,
     logging.getLogger: _get_logger,
     torch.utils.checkpoint.checkpoint: _checkpoint,
