@@ -203,6 +203,9 @@ class OperatorsMixin:
             return self.output.call_op("call_function", operator.getitem, [obj, index], {})
         if isinstance(obj, (BaseSequence, DictVariable)):
             return obj.getitem(self, index)
+        annotation = _type_subscript(obj, index)
+        if annotation is not None:  # `Optional[Tensor]`, `List[int]`, `dict[str, Any]`
+            return ConstantVariable(annotation)
         if obj.is_constant() and index.is_constant():
             try:
                 return self.wrap_constant_result(obj.as_constant()[index.as_constant()])
@@ -231,6 +234,41 @@ for _op in DUNDER_OPERATORS:
 _OUT_OF_PLACE = {
     getattr(operator, "i" + name.rstrip("_")): getattr(operator, name) for name in BINARY_OPERATORS
 }
+
+
+_GENERIC_BUILTINS = (list, dict, tuple, set, frozenset, type)
+
+
+def _type_value(vt: VariableTracker) -> Any:
+    """The real class, typing form or None that `vt` stands for, else a marker."""
+    if vt.is_constant():
+        return vt.as_constant()
+    real = getattr(vt, "cls", getattr(vt, "obj", getattr(vt, "fn", _NOT_A_TYPE)))
+    if isinstance(vt, BaseSequence) and type(vt.items) is list:
+        return tuple(_type_value(i) for i in vt.items)
+    return real
+
+
+_NOT_A_TYPE = object()
+
+
+def _type_subscript(obj: VariableTracker, index: VariableTracker) -> Any:
+    """`Optional[X]` and other subscripted types (typing forms, builtin generics): a pure,
+    cached computation on classes, done for real while tracing. None when it is not one."""
+    real = _type_value(obj)
+    is_form = type(real).__module__ == "typing" or isinstance(real, types.GenericAlias)
+    if not (is_form or any(real is g for g in _GENERIC_BUILTINS)):
+        return None
+    args = _type_value(index)
+    flat = args if isinstance(args, tuple) else (args,)
+    ok = (type, types.GenericAlias, type(None), str, int, type(Ellipsis))
+    if any(a is _NOT_A_TYPE or not (isinstance(a, ok) or type(a).__module__ == "typing")
+           for a in flat):  # fmt: skip
+        return None
+    try:
+        return real[args]
+    except Exception:  # noqa: BLE001 - the real subscript runs again at the break
+        return None
 
 
 def _python_method(cls: type, name: str) -> types.FunctionType | None:

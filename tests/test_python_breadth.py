@@ -592,3 +592,24 @@ def test_sorted_of_tensors_compared_by_value_breaks() -> None:
     assert explained.graph_break_count == 1
     assert "sorted() of non-constant values" in str(explained.break_reasons[0])
     check(fn, torch.randn(4), graphs=None)
+
+
+def test_subscripted_types_and_jit_annotate() -> None:
+    # the typing forms of older model code (TorchScript-era annotations), on purpose
+    from typing import Dict, List, Optional, Tuple, Union  # noqa: UP035
+
+    def fn(x, bias=None):
+        kept = torch.jit.annotate(List[torch.Tensor], [])  # noqa: UP006
+        extra = torch.jit.annotate(Optional[torch.Tensor], bias)  # noqa: UP045
+        table = torch.jit.annotate(Dict[str, Tuple[int, int]], {})  # noqa: UP006
+        table["shape"] = (x.shape[0], x.shape[1])
+        kept.append(x * 2)
+        if extra is not None:
+            kept.append(extra)
+        kinds = (list[int], Union[int, str], tuple[int, ...])  # noqa: UP007
+        return torch.cat(kept).sum(0) * len(table) * len(kinds)
+
+    explained = framejit.explain(fn, torch.randn(2, 3))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    check(fn, torch.randn(2, 3))
+    check(fn, torch.randn(2, 3), torch.randn(1, 3))
