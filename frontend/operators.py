@@ -22,6 +22,7 @@ from framejit.frontend.variables.containers import (
     BaseSequence,
     DictVariable,
     ListVariable,
+    SetVariable,
     TupleVariable,
 )
 from framejit.frontend.variables.functions import (
@@ -68,6 +69,8 @@ class OperatorsMixin:
             return self.output.call_op("call_function", op, [a, b], {})
         if _symbolic_operands(a, b):
             return self._sym_op(op, [a, b])
+        if isinstance(a, SetVariable) and op in _SET_INPLACE and type(a.items) is set:
+            return a.mutate(self, _SET_INPLACE[op], [b], {})  # `s |= t` changes s itself
         if a.is_constant() and b.is_constant() and not (_holds_symbols(a) or _holds_symbols(b)):
             try:
                 return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
@@ -237,6 +240,12 @@ _OUT_OF_PLACE = {
 
 
 _GENERIC_BUILTINS = (list, dict, tuple, set, frozenset, type)
+_SET_INPLACE = {
+    operator.ior: "__ior__",
+    operator.iand: "__iand__",
+    operator.isub: "__isub__",
+    operator.ixor: "__ixor__",
+}
 
 
 def _type_value(vt: VariableTracker) -> Any:

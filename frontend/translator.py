@@ -48,9 +48,11 @@ from framejit.frontend.variables.base import (
     undo_mark,
     undo_to,
 )
+from framejit.frontend.variables.builder import CONSTANT_TYPES
 from framejit.frontend.variables.containers import (
     DictVariable,
     ListVariable,
+    SetVariable,
     TupleVariable,
 )
 
@@ -311,6 +313,8 @@ class Translator(OperatorsMixin, InliningMixin):
                 return TupleVariable(items)
         if isinstance(value, dict):
             return DictVariable({k: self.wrap_constant_result(v) for k, v in value.items()})
+        if type(value) in (set, frozenset) and all(type(v) in CONSTANT_TYPES for v in value):
+            return SetVariable(value)  # a new set, made by the folded function
         return self.wrap_value(value, None)
 
     def has_attr(self, vt: VariableTracker, name: str) -> bool:

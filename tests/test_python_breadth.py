@@ -613,3 +613,48 @@ def test_subscripted_types_and_jit_annotate() -> None:
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     check(fn, torch.randn(2, 3))
     check(fn, torch.randn(2, 3), torch.randn(1, 3))
+
+
+def test_sets_of_constants() -> None:
+    names = {"q", "k"}
+
+    def fn(x, names, frozen):
+        seen = set()
+        seen.add("a")
+        seen.update(["b", "c"], ("d",))
+        alias = seen
+        seen |= {"e"}
+        seen -= {"a"}
+        seen.discard("zz")
+        popped_ok = "e" in alias and len(alias) == 4
+        squares = {i * i for i in range(4)}
+        both = names & {"q", "v"}
+        order = [n for n in sorted(names | frozen)]
+        y = x * len(seen) + len(squares) + popped_ok + len(both) + len(order)
+        if names.issubset({"q", "k", "v"}) and not seen.isdisjoint({"b"}):
+            y = y + 100
+        return y, sorted(seen), squares, frozen | {"w"}
+
+    x = torch.randn(3)
+    frozen = frozenset({"o"})
+    explained = framejit.explain(fn, x, names, frozen)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    check(fn, x, names, frozen)
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    same(jitted(x, names, frozen), fn(x, names, frozen))
+    changed = {"q", "k", "extra"}  # a set with other items: guarded, compiled again
+    same(jitted(x, changed, frozen), fn(x, changed, frozen))
+    assert counter.frame_count == 2
+
+
+def test_writes_to_a_set_passed_in_run_as_python() -> None:
+    def fn(x, tags):
+        tags.add("seen")
+        return x * len(tags)
+
+    eager_tags, tags = {"a"}, {"a"}
+    expected = fn(torch.ones(2), eager_tags)
+    got = framejit.jit(fn, backend="eager")(torch.ones(2), tags)
+    same(got, expected)
+    assert tags == eager_tags == {"a", "seen"}

@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_mutation
-from framejit.frontend.variables.containers import DictVariable, ListVariable, TupleVariable
+from framejit.frontend.variables.containers import (
+    DictVariable,
+    ListVariable,
+    SetVariable,
+    TupleVariable,
+)
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -28,7 +33,7 @@ def build_set(tx: Translator, inst: Any) -> None:
     items = tx.popn(inst.arg)
     if not all(i.is_constant() for i in items):
         raise Unsupported("unsupported_object", "a set of non-constant values")
-    tx.push(ConstantVariable({i.as_constant() for i in items}))
+    tx.push(SetVariable({i.as_constant() for i in items}))
 
 
 def _key(vt: VariableTracker) -> Any:
@@ -92,14 +97,9 @@ def list_extend(tx: Translator, inst: Any) -> None:
 def set_add(tx: Translator, inst: Any) -> None:
     value = tx.pop()
     target = tx.stack[-inst.arg]
-    if not (target.is_constant() and value.is_constant()):
-        raise Unsupported("unsupported_object", "a set of non-constant values")
-    items = set(target.as_constant())
-    if inst.opname == "SET_ADD":
-        items.add(value.as_constant())
-    else:
-        items.update(value.as_constant())
-    tx.stack[-inst.arg] = ConstantVariable(items)
+    if not isinstance(target, SetVariable):
+        raise Unsupported("unsupported_object", f"adding to a {target.type_name()}")
+    target.mutate(tx, "add" if inst.opname == "SET_ADD" else "update", [value], {})
 
 
 @handler("MAP_ADD")

@@ -32,6 +32,7 @@ from framejit.frontend.variables.containers import (
     DictVariable,
     ListVariable,
     NamedTupleVariable,
+    SetVariable,
     TupleVariable,
 )
 from framejit.frontend.variables.contexts import GradModeExit, WithExitVariable
@@ -181,6 +182,10 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         if t is list:
             return ListVariable(items, source)
         return NamedTupleVariable(t, items, source)
+    if t in (set, frozenset) and all(type(v) in CONSTANT_TYPES for v in value):
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))  # its items, in iteration order
+        return SetVariable(value if t is frozenset else set(value), source)
     if t is dict or t is collections.OrderedDict:
         if not all(isinstance(k, (str, int)) for k in value):
             raise Unsupported("unsupported_object", "dict with non-str/int keys")
@@ -354,8 +359,10 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
             if t is tuple
             else ListVariable([ConstantVariable(v) for v in value], source)
         )
-    if t is frozenset and all(type(v) in CONSTANT_TYPES for v in value):
-        return ConstantVariable(value, source)
+    if t in (set, frozenset) and all(type(v) in CONSTANT_TYPES for v in value):
+        if source is not None:
+            return _wrap_guarded(tx, value, source)
+        return SetVariable(value if t is frozenset else set(value), readonly=True)
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and source is None:
         raise Unsupported("unsupported_object", f"{t.__qualname__} object without a source")
     if source is not None:

@@ -476,3 +476,117 @@ class IteratorVariable(VariableTracker):
     def reconstruct(self, cg: CodeGen) -> None:
         """An iterator over the items not consumed yet."""
         cg.call_const(iter, lambda: TupleVariable(self.items[self.index :]).reconstruct(cg), 1)
+
+
+_SET_WRITES = frozenset(
+    {
+        "add", "update", "discard", "remove", "pop", "clear", "intersection_update",
+        "difference_update", "symmetric_difference_update", "__ior__", "__iand__", "__isub__",
+        "__ixor__",
+    }
+)  # fmt: skip
+
+
+class SetVariable(VariableTracker):
+    """A set or frozenset of constants (the translator keeps a real Python set of them).
+
+    It counts as a constant for the operations that only read it (`in`, `len`, `|`, `==`,
+    `issubset`, iteration): `as_constant()` hands out a copy, so folding can never change it.
+    Writes (`add`, `update`, `|=`, ...) go through `mutate`, which the undo log can rewind. A set
+    read from outside the frame is guarded on its items in iteration order (the order a loop
+    over it sees) and is read-only here: a write to it is a graph break."""
+
+    def __init__(
+        self, items: set[Any] | frozenset[Any], source: Source | None = None, readonly: bool = False
+    ) -> None:
+        self.items = items
+        self.source = source
+        self.readonly = readonly or source is not None  # a library's set, read without a source
+
+    def __repr__(self) -> str:
+        return f"Set({self.items!r})"
+
+    def python_type(self) -> type:
+        return type(self.items)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.items if type(self.items) is frozenset else set(self.items)
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return [ConstantVariable(v) for v in self.items]
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in _SET_WRITES:
+            return _SetWrite(self, name)
+        return ConstantVariable(self.as_constant()).getattr(tx, name)
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name in _SET_WRITES:
+            return self.mutate(tx, name, args, kwargs)
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def mutate(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if type(self.items) is frozenset:
+            raise Unsupported("exception", f"frozenset.{name}", "AttributeError")
+        if self.readonly:
+            raise Unsupported("side_effect", f"set.{name} on a set from outside the frame")
+        if kwargs:
+            raise Unsupported("unsupported_call", f"set.{name} with keyword arguments")
+        values = []
+        for a in args:
+            if a.is_constant():
+                values.append(a.as_constant())
+                continue
+            items = a.unpack(tx)  # `s.update(k for k in ...)`: its items must be constants
+            if not all(i.is_constant() for i in items):
+                raise Unsupported("unsupported_object", f"set.{name} of non-constant values")
+            values.append([i.as_constant() for i in items])
+        note_mutation(self)
+        old = set(self.items)
+        try:
+            result = getattr(self.items, name)(*values)
+        except Exception as exc:
+            self.items = old
+            raise Unsupported("exception", f"set.{name}", f"{type(exc).__name__}: {exc}") from None
+        note_undoable(lambda: setattr(self, "items", old))
+        if name.startswith("__i"):
+            return self
+        return ConstantVariable(result)  # None, or the item `pop` removed
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:
+            self.source.emit_load(cg)
+            return
+        kind = type(self.items)
+        cg.call_const(kind, lambda: cg.load_const(tuple(self.items)), 1)
+
+
+class _SetWrite(VariableTracker):
+    """`s.add` and the other writes of a set, bound and waiting for their call."""
+
+    def __init__(self, target: SetVariable, name: str) -> None:
+        self.target = target
+        self.name = name
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return self.target.mutate(tx, self.name, args, kwargs)
