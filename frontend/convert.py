@@ -411,8 +411,20 @@ def _finish_break(
     frame_cells = _frame_cells(gb.cells)
     cell_values = [c.contents for c in frame_cells.values() if c.contents is not None]
     roots = [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]
-    for gen in live_generators(roots):  # they go on after the break: drained, or run as Python
-        gen.drain_ahead()
+    # A generator that only a loop on the stack iterates over (`for b in batches(...)`) may be
+    # drained ahead: the code after the break can only take its next items. One that a variable
+    # holds could be sent to or thrown into: it runs as Python (its reconstruct says so).
+    if not gb.run_instruction:
+        kept: list[Any] = list(gb.stack)
+    elif gb.inst.opname in TRUTH_JUMPS:
+        kept = list(gb.stack[:-1])  # the condition is taken
+    else:
+        kept = layout_after(gb)[0]
+    loops = [vt for vt in kept if vt is not None and getattr(vt, "looped", False)]
+    held = {id(g) for g in live_generators([vt for vt in roots if all(vt is not i for i in loops)])}
+    for gen in live_generators(loops):
+        if id(gen) not in held:
+            gen.drain_ahead()
     for gen in output.generators:
         gen.check_left_open()
     outputs: list[TensorVariable] = []
@@ -457,7 +469,9 @@ def _finish_break(
         rcode = resume_code(code, offset, kinds, tuple(name for name, _ in live))
         target = resume_function(fn, rcode)
         if resume_depth(rcode) <= config.max_resume_depth:
-            target = wrap_resume(target)  # else: a long chain (a loop that breaks): eager
+            target = wrap_resume(target)
+        else:  # a long chain (a loop that breaks): the rest runs as Python, hook or not
+            target._framejit_disabled = True
         cg.call_resume(target, kinds, local_values)
 
     if handler is not None:

@@ -377,7 +377,9 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
     settings = current_settings()
     backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)
     start = time.perf_counter()
-    result = compile_frame(fn, args, backend, False, dynamic=config.dynamic, cache=cache)
+    result = compile_frame(
+        fn, args, backend, False, _run_hooked, dynamic=config.dynamic, cache=cache
+    )
     summary.compile_seconds += time.perf_counter() - start
     entry = result.entry
     if not result.graphs and not result.break_reasons and not cache.entries:
@@ -390,6 +392,13 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         _eval_frame.set_code_state(entry.code, None)  # never hook framejit's own code
     cache.add(entry)
     return cache, entry
+
+
+def _run_hooked(target: Any) -> Any:
+    """What transformed code calls at a graph break in whole-script mode: the resume function
+    (or the callee the break runs for real) itself. Its frame comes back through this hook,
+    which compiles it on its own, so no wrapper is needed."""
+    return target
 
 
 def _reason_text(reason: Any) -> str:

@@ -291,6 +291,33 @@ def observe(t: torch.Tensor, log: list[float]) -> None:
     log.append(float(t.sum()))
 
 
+def test_a_generator_a_variable_holds_at_a_break_stays_a_generator() -> None:
+    def counter(x: torch.Tensor) -> Any:
+        total = x
+        for _ in range(5):  # finite: it could be drained, if draining it were right
+            got = yield total
+            total = total + (1 if got is None else got)
+
+    def fn(x: torch.Tensor, log: list[float]) -> list[torch.Tensor]:
+        g = counter(x)
+        out = [next(g), next(g)]
+        observe(out[-1], log)  # a break while `g` is live: the rest may send to it
+        out.append(g.send(10))
+        try:
+            g.throw(ValueError("stop"))
+        except ValueError as exc:
+            log.append(len(str(exc)))
+        return out
+
+    x = torch.randn(3)
+    eager_log: list[float] = []
+    expected = fn(x, eager_log)
+    log: list[float] = []
+    for a, b in zip(compiled(fn)(x, log), expected, strict=True):
+        torch.testing.assert_close(a, b)
+    assert log == pytest.approx(eager_log)
+
+
 def test_a_pure_generator_is_drained_ahead_of_a_break_in_its_loop() -> None:
     """The training-loop shape: the loop body breaks (here a call run as Python), the generator
     only slices its tensor argument, so it runs to its end inside the first graph and the rest
@@ -367,8 +394,8 @@ def test_a_generator_made_inside_a_rewound_call_is_forgotten() -> None:
     def helper(x: torch.Tensor, flags: tuple[bool, ...]) -> torch.Tensor:
         if all(f for f in flags):  # a generator expression, finished or left suspended
             x = x + 1
-        first = (f for f in flags)
-        next(first)
+        if next(f for f in flags):  # left suspended, and held by nothing
+            x = x * 3
         print("break inside the inlined call")  # the caller breaks at its call of helper
         return x * 2
 

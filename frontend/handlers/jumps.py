@@ -91,6 +91,7 @@ def get_iter(tx: Translator, inst: Any) -> None:
 def for_iter(tx: Translator, inst: Any) -> None:
     it = tx.stack[-1]
     if isinstance(it, LazyIteratorVariable):
+        it.looped = True  # a `for` loop's own iterator (a graph break may drain it ahead)
         item = it.next_item(tx)
     else:
         if not isinstance(it, IteratorVariable):

@@ -48,6 +48,8 @@ class GeneratorEscapes(Unsupported):
 class LazyIteratorVariable(VariableTracker):
     """An iterator whose items are computed when asked for, in the consumer's order."""
 
+    looped = False  # FOR_ITER has taken items from it: the iterator of a `for` loop
+
     def next_item(self, tx: Translator) -> VariableTracker | None:
         """The next item, or None when the iterator is exhausted (StopIteration)."""
         raise NotImplementedError

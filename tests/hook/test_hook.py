@@ -51,6 +51,35 @@ def test_compiles_a_tensor_function_and_reuses_it():
     assert counter.frame_count == 1
 
 
+def test_a_graph_break_resumes_in_a_compiled_frame(capsys):
+    """A break in a hooked frame compiles the graph before it and a resume function after it
+    (the hook compiles that function's frame when it runs), not the whole frame eagerly."""
+
+    def f(x, log):
+        y = x.sin() * 2
+        print("between")  # a break
+        log.append(y.shape[0])
+        for i in range(3):
+            if i == 1:
+                print("again")  # a break in a loop: one resume function per iteration
+            y = y + i
+        return y.cos() + 1
+
+    x = torch.randn(4)
+    eager_log: list[int] = []
+    expected = f(x, eager_log)
+    eager_out = capsys.readouterr().out
+    counter = CompileCounter()
+    log: list[int] = []
+    with framejit.enabled(backend=counter):
+        results = [f(x, log) for _ in range(3)]
+    for r in results:
+        torch.testing.assert_close(r, expected)
+    assert capsys.readouterr().out == eager_out * 3 and log == eager_log * 3
+    assert counter.frame_count == 3  # before the print, between the prints, after
+    assert _compiled(f)
+
+
 def test_recompiles_on_new_shapes_and_after_reset():
     def f(x):
         return x.sin() + 1
