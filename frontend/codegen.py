@@ -24,10 +24,11 @@ always propagate.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +223,16 @@ class CodeGen:
             self._built[id(vt)] = name
             self._keep.append(vt)
             self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
+
+    @contextlib.contextmanager
+    def branch(self) -> Iterator[None]:
+        """Code for one of several alternative paths (the two arms of a jump at a break): an
+        object it builds is stored for reuse on that path only, never loaded on another."""
+        built = dict(self._built)
+        try:
+            yield
+        finally:
+            self._built = built
 
     # --- cells ---------------------------------------------------------------------------------
     def store_frame_cell(self, name: str, contents: VariableTracker | None) -> None:
@@ -525,6 +536,10 @@ def _internal_origin(error: BaseException) -> str | None:
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = tb.tb_frame.f_code.co_filename
+    if filename.startswith("<eval_with_key>") and isinstance(error, NameError):
+        # the Python code torch.fx generated for a graph framejit built: a name it reads was
+        # never defined, so a node the graph uses was dropped
+        return f"{filename}:{tb.tb_lineno} (graph code)"
     if not filename.startswith(_framejit_dirs()):
         return None
     return f"{filename}:{tb.tb_lineno}"

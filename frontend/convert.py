@@ -276,6 +276,7 @@ def _compile_graph(
         return []
     graph = output.graph
     graph.output(tuple(o.node for o in outputs))
+    output.prune_symbolic()
     gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=f"{code.co_name}_graph")
     inputs: list[Source] = [src for src, _ in output.placeholders]
     _log_graph(code, gm, inputs)
@@ -472,7 +473,8 @@ def _finish_break(
             target = wrap_resume(target)
         else:  # a long chain (a loop that breaks): the rest runs as Python, hook or not
             target._framejit_disabled = True
-        cg.call_resume(target, kinds, local_values)
+        with cg.branch():
+            cg.call_resume(target, kinds, local_values)
 
     if handler is not None:
         cg.append_items([handler[1]])

@@ -373,11 +373,14 @@ class OutputGraph:
         value = op(*values)
         return self._sym_node(op, tuple(_to_node(a) for a in args), value)
 
-    def erase_if_unused(self, vt: VariableTracker) -> None:
-        """Drop a symbolic node nothing uses (a condition the translator already decided)."""
-        if isinstance(vt, SymNodeVariable) and not vt.node.users and vt.node in self.created:
-            self.created.remove(vt.node)
-            self.graph.erase_node(vt.node)
+    def prune_symbolic(self) -> None:
+        """Drop the symbolic-size nodes nothing uses (a condition the translator decided while
+        tracing), once the graph is complete: before that, a variable may still hold one and
+        pass it to a later op (`done = n >= m; if not done: ...; torch.full(s, done)`)."""
+        for node in reversed(list(self.created)):
+            if node.op == "call_function" and not node.users and _is_sym_node(node):
+                self.created.remove(node)
+                self.graph.erase_node(node)
 
     # --- rewinding (graph breaks) ---------------------------------------------------------------
     def checkpoint(self) -> tuple[int, ...]:
@@ -442,6 +445,12 @@ _PURE = {
     operator.ilshift: operator.lshift,
     operator.irshift: operator.rshift,
 }
+
+
+def _is_sym_node(node: torch.fx.Node) -> bool:
+    """A node `_sym_node` made: a symbolic int/float/bool, never a tensor or an effect."""
+    val = node.meta.get("val")
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def _is_structseq(cls: type) -> bool:

@@ -500,3 +500,25 @@ def test_size_plus_tuple_keeps_sizes_symbolic():
         torch.testing.assert_close(got, want)
         assert merged == want_merged and type(merged) is torch.Size
     assert counter.frame_count == 2  # the first size, then one graph for every length
+
+
+def test_a_decided_size_condition_held_by_a_variable_stays_in_the_graph() -> None:
+    """`done = n >= limit` is decided by `not done` (a guard), and still used afterwards as a
+    value: its node must stay in the graph (it was once dropped as soon as it was decided, and
+    the graph then failed at run time and ran again eagerly)."""
+
+    def fn(ids, limit, cap):
+        n = ids.shape[1]
+        done = n >= limit
+        if cap is not None and not done and n >= cap:
+            done = True
+        return torch.full((ids.shape[0],), done, dtype=torch.bool), ids.sum(1) * n
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter, dynamic=True)
+    for n in (6, 7, 8, 11):
+        ids = torch.ones(2, n, dtype=torch.long)
+        got, want = jitted(ids, 11, 2048), fn(ids, 11, 2048)
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a, b)
+    assert counter.frame_count <= 2

@@ -90,6 +90,27 @@ def test_both_arms_compile_once_each() -> None:
     assert counter.frame_count == 3  # condition graph + one graph per arm
 
 
+def closure_across_arms(x, scale):
+    def helper(t):
+        return t * scale
+
+    y = helper(x)
+    if (y > 0).any():  # a break with a closure made in the frame live: rebuilt on each arm
+        y = helper(y) + 1
+    else:
+        y = helper(y) - 1
+    return y, helper
+
+
+def test_an_object_made_in_the_frame_is_rebuilt_on_either_arm_of_a_break() -> None:
+    jitted = framejit.jit(closure_across_arms, backend="eager")
+    for sign in (1.0, -1.0, -1.0, 1.0):  # the jump's target arm first, too
+        x = torch.ones(3) * sign
+        got, helper = jitted(x, 2.0)
+        same(got, closure_across_arms(x, 2.0)[0])
+        same(helper(x), x * 2.0)
+
+
 def item_then_math(x):
     s = x.abs().max().item()
     return x / s

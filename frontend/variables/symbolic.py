@@ -99,7 +99,6 @@ class SymNodeVariable(VariableTracker):
         return value
 
     def truth(self, tx: Translator) -> bool:
-        tx.output.erase_if_unused(self)  # the condition is decided: the graph need not compute it
         return bool(self.value)  # records `expr` or `not expr` as a guard
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
