@@ -658,3 +658,25 @@ def test_writes_to_a_set_passed_in_run_as_python() -> None:
     got = framejit.jit(fn, backend="eager")(torch.ones(2), tags)
     same(got, expected)
     assert tags == eager_tags == {"a", "seen"}
+
+
+class _Plain:
+    def __init__(self) -> None:
+        self.a = 1
+        self.b = 2
+
+
+def test_vars_reads_and_writes_the_instance_dict() -> None:
+    def fn(x, obj):
+        d = vars(obj)
+        made = _Plain()
+        vars(made)["c"] = 3  # the object made in the frame sees it
+        d["a"] = d["a"] + 10  # replayed on the real object
+        return x * (len(d) + made.c + obj.b), made
+
+    eager_obj, obj = _Plain(), _Plain()
+    expected, eager_made = fn(torch.ones(2), eager_obj)
+    got, made = framejit.jit(fn, backend="eager")(torch.ones(2), obj)
+    same(got, expected)
+    assert vars(made) == vars(eager_made) and vars(obj) == vars(eager_obj) == {"a": 11, "b": 2}
+    assert framejit.explain(fn, torch.ones(2), _Plain()).graph_break_count == 0

@@ -234,6 +234,13 @@ def _callable(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | N
     return ConstantVariable(any("__call__" in k.__dict__ for k in t.__mro__))
 
 
+@builtin(vars)
+def _vars(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs:
+        return None  # vars() of the caller's locals: not modelled
+    return args[0].getattr(tx, "__dict__")
+
+
 @builtin(getattr)
 def _getattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if not (2 <= len(args) <= 3) or not args[1].is_constant():
