@@ -523,7 +523,9 @@ class SetVariable(VariableTracker):
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in _SET_WRITES:
-            return _SetWrite(self, name)
+            from framejit.frontend.variables.functions import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)  # its call comes back to call_method
         return ConstantVariable(self.as_constant()).getattr(tx, name)
 
     def call_method(
@@ -577,16 +579,3 @@ class SetVariable(VariableTracker):
             return
         kind = type(self.items)
         cg.call_const(kind, lambda: cg.load_const(tuple(self.items)), 1)
-
-
-class _SetWrite(VariableTracker):
-    """`s.add` and the other writes of a set, bound and waiting for their call."""
-
-    def __init__(self, target: SetVariable, name: str) -> None:
-        self.target = target
-        self.name = name
-
-    def call(
-        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
-    ) -> VariableTracker:
-        return self.target.mutate(tx, self.name, args, kwargs)

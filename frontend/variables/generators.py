@@ -28,6 +28,7 @@ from framejit.frontend.errors import Unsupported
 from framejit.frontend.purity import scan
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_undoable
 from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
+from framejit.frontend.variables.functions import BoundMethodVariable
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
@@ -75,11 +76,20 @@ class LazyIteratorVariable(VariableTracker):
         return []
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
-        if name == "__next__":
-            return _BoundNext(self)
-        if name == "__iter__":
-            return _BoundIter(self)
+        if name in ("__next__", "__iter__"):
+            return BoundMethodVariable(self, name)  # its call comes back to call_method
         return super().getattr(tx, name)
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name in ("__next__", "__iter__") and not args and not kwargs:
+            return _next_or_stop(tx, self) if name == "__next__" else self
+        return super().call_method(tx, name, args, kwargs)
 
 
 class GeneratorVariable(LazyIteratorVariable):
@@ -107,7 +117,7 @@ class GeneratorVariable(LazyIteratorVariable):
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         if name in ("send", "close"):
-            return _BoundMethod(self, name)
+            return BoundMethodVariable(self, name)
         return super().getattr(tx, name)
 
     def _set_state(self, state: str) -> None:
@@ -291,43 +301,6 @@ def _next_or_stop(tx: Translator, it: LazyIteratorVariable) -> VariableTracker:
     if item is None:
         raise Unsupported("exception", "next() on an exhausted generator", "StopIteration")
     return item
-
-
-class _BoundNext(VariableTracker):
-    def __init__(self, it: LazyIteratorVariable) -> None:
-        self.it = it
-
-    def call(self, tx: Translator, args: Any, kwargs: Any) -> VariableTracker:
-        if args or kwargs:
-            raise Unsupported("unsupported_call", "__next__ with arguments")
-        return _next_or_stop(tx, self.it)
-
-
-class _BoundMethod(VariableTracker):
-    def __init__(self, obj: VariableTracker, name: str) -> None:
-        self.obj = obj
-        self.name = name
-
-    def call(self, tx: Translator, args: Any, kwargs: Any) -> VariableTracker:
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-
-class _BoundIter(VariableTracker):
-    def __init__(self, it: LazyIteratorVariable) -> None:
-        self.it = it
-
-    def call(self, tx: Translator, args: Any, kwargs: Any) -> VariableTracker:
-        if args or kwargs:
-            raise Unsupported("unsupported_call", "__iter__ with arguments")
-        return self.it
-
-
-def as_lazy(vt: VariableTracker) -> LazyIteratorVariable | IteratorVariable | None:
-    """`vt` as an iterator whose items may be pulled one at a time: a lazy one as it is, an
-    IteratorVariable as it is; None for anything else (the caller unpacks it)."""
-    if isinstance(vt, (LazyIteratorVariable, IteratorVariable)):
-        return vt
-    return None
 
 
 def pull(tx: Translator, it: LazyIteratorVariable | IteratorVariable) -> VariableTracker | None:
