@@ -680,3 +680,30 @@ def test_vars_reads_and_writes_the_instance_dict() -> None:
     same(got, expected)
     assert vars(made) == vars(eager_made) and vars(obj) == vars(eager_obj) == {"a": 11, "b": 2}
     assert framejit.explain(fn, torch.ones(2), _Plain()).graph_break_count == 0
+
+
+class _Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4), nn.Tanh())
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+
+    def forward(self, x):
+        x = self.seq[:-1](x) + self.seq[1:3][0](x)  # a Sequential slice is a module
+        for block in self.blocks[::-1][1:]:
+            x = block(x)
+        head = self.blocks[::-1][::2]
+        return x * len(head) + head[0](x), type(head).__name__, head
+
+
+def test_slices_of_sequential_and_module_list_are_modules() -> None:
+    torch.manual_seed(0)
+    model = _Stack()
+    x = torch.randn(2, 4)
+    expected = model(x)
+    got = framejit.jit(model, backend="eager")(x)
+    same(got[0], expected[0])
+    assert got[1] == expected[1] == "ModuleList"
+    assert type(got[2]) is nn.ModuleList and list(got[2]) == list(expected[2])
+    explained = framejit.explain(model, x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)

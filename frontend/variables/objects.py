@@ -361,9 +361,7 @@ class NNModuleVariable(UserObjectVariable):
                 if isinstance(key, int):
                     return tx.wrap_source(submodule_source(self._need_source("[]"), keys[key]))
                 if isinstance(key, slice):
-                    from framejit.frontend.variables.containers import ListVariable
-
-                    return ListVariable(self._children(tx)[key])
+                    return ModuleSliceVariable(self, key, self._children(tx)[key])
             if isinstance(mod, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
                 from framejit.frontend.variables.containers import TupleVariable
 
@@ -438,6 +436,61 @@ class NNModuleVariable(UserObjectVariable):
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         return tx.call_module(self, args, kwargs)
+
+
+class ModuleSliceVariable(VariableTracker):
+    """`seq[1:]` / `layers[:-1]` of an nn.Sequential or nn.ModuleList: eager makes a new
+    container of the same class holding the same submodules. Iterated, indexed and measured
+    like one; a Sequential slice is called as Sequential.forward does (each child in turn). When
+    it escapes the graph it is rebuilt by slicing the real container again."""
+
+    def __init__(self, container: NNModuleVariable, key: slice, children: list[Any]) -> None:
+        self.container = container
+        self.key = key
+        self.children = children
+
+    def __repr__(self) -> str:
+        return f"ModuleSlice({type(self.container.obj).__name__}[{self.key}])"
+
+    def python_type(self) -> type:
+        return type(self.container.obj)
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        return list(self.children)
+
+    def truth(self, tx: Translator) -> bool:
+        return True  # a module, whatever its length (nn.Module defines no __len__ truth)
+
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.children))
+        if name == "__getitem__" and len(args) == 1 and args[0].is_constant():
+            key = args[0].as_constant()
+            if isinstance(key, int):
+                return self.children[key]
+            if isinstance(key, slice):
+                r = range(len(self.container.obj))[self.key][key]
+                stop = r.stop if r.stop >= 0 else None  # range(3, -1, -1) is [3::-1]
+                whole = slice(r.start, stop, r.step) if r else slice(0, 0)
+                return ModuleSliceVariable(self.container, whole, self.children[key])
+        raise Unsupported("unsupported_call", f"{type(self.container.obj).__name__} slice.{name}")
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        cls = type(self.container.obj)
+        plain = issubclass(cls, torch.nn.Sequential) and cls.forward is torch.nn.Sequential.forward
+        if not plain:
+            raise Unsupported("unsupported_call", f"calling a slice of a {cls.__name__}")
+        if len(args) != 1 or kwargs:
+            raise Unsupported("exception", "Sequential slice called", "TypeError: one input")
+        value = args[0]
+        for child in self.children:
+            value = child.call(tx, [value], {})
+        return value
+
+    def reconstruct(self, cg: Any) -> None:
+        cg.reconstruct(self.container)
+        cg.load_const(self.key)
+        cg.subscr()
 
 
 class FreshModuleVariable(NNModuleVariable):
