@@ -707,3 +707,35 @@ def test_slices_of_sequential_and_module_list_are_modules() -> None:
     assert type(got[2]) is nn.ModuleList and list(got[2]) == list(expected[2])
     explained = framejit.explain(model, x)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+def test_itertools_over_containers() -> None:
+    import itertools
+
+    def fn(xs, ys):
+        chained = list(itertools.chain(xs, ys, [xs[0] * 3]))
+        sliced = list(itertools.islice(chained, 1, None, 2))
+        sums = list(itertools.accumulate(xs))
+        prods = list(itertools.accumulate(ys, lambda a, b: a * b, initial=ys[0]))
+        longest = [a if b is None else a + b for a, b in itertools.zip_longest(xs, ys[:1])]
+        steps = [b - a for a, b in itertools.pairwise(xs)]
+        twice = list(itertools.repeat(ys[0], 2))
+        return chained, sliced, sums, prods, longest, steps, twice
+
+    xs = [torch.randn(3) for _ in range(3)]
+    ys = [torch.randn(3) for _ in range(2)]
+    explained = framejit.explain(fn, xs, ys)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    check(fn, xs, ys)
+
+
+def test_itertools_over_a_shared_iterator_keep_its_position() -> None:
+    import itertools
+
+    def fn(xs):
+        it = iter(xs)
+        head = list(itertools.islice(it, 2))  # takes two items from `it`, no more
+        return torch.stack(head).sum(0) + next(it)
+
+    xs = [torch.randn(3) for _ in range(4)]
+    check(fn, xs, graphs=None)

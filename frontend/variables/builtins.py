@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import functools
 import inspect
+import itertools
 import math
 import operator
 import sys
@@ -745,3 +746,87 @@ def _reduce(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
     for item in items:
         acc = fn.call(tx, [acc, item], {})
     return acc
+
+
+# --- itertools: the finite, pure ones. Each takes items from its inputs only as far as Python's
+# would (islice stops early, so an iterator passed in keeps the rest).
+
+
+def _lazy_input(args: Args) -> bool:
+    """An iterator among the inputs (a generator, `iter(xs)`): its consumer could see how far it
+    was read, which the eager forms below do not keep. Containers are fine."""
+    return any(
+        isinstance(a, LazyIteratorVariable) or (isinstance(a, IteratorVariable) and not a.private)
+        for a in args
+    )
+
+
+@builtin(itertools.chain)
+def _chain(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if kwargs or _lazy_input(args):
+        return None
+    return IteratorVariable([item for a in args for item in _iterable_items(tx, a)])
+
+
+@builtin(itertools.islice)
+def _islice(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if kwargs or not 2 <= len(args) <= 4 or _lazy_input(args[:1]):
+        return None
+    if not all(a.is_constant() for a in args[1:]):
+        return None
+    bounds = slice(*[a.as_constant() for a in args[1:]])
+    return IteratorVariable(_iterable_items(tx, args[0])[bounds])
+
+
+@builtin(itertools.accumulate)
+def _accumulate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) not in (1, 2) or _lazy_input(args[:1]) or set(kwargs) - {"func", "initial"}:
+        return None
+    fn = args[1] if len(args) == 2 else kwargs.get("func")
+    items = _iterable_items(tx, args[0])
+    initial = kwargs.get("initial")
+    if initial is not None and not (initial.is_constant() and initial.as_constant() is None):
+        items = [initial, *items]
+    out: list[VariableTracker] = []
+    for item in items:
+        if not out:
+            out.append(item)
+        elif fn is None or (fn.is_constant() and fn.as_constant() is None):
+            out.append(tx.binary_op(operator.add, out[-1], item))
+        else:
+            out.append(fn.call(tx, [out[-1], item], {}))
+    return IteratorVariable(out)
+
+
+@builtin(itertools.zip_longest)
+def _zip_longest(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if set(kwargs) - {"fillvalue"} or _lazy_input(args):
+        return None
+    fill = kwargs.get("fillvalue", ConstantVariable(None))
+    columns = [_iterable_items(tx, a) for a in args]
+    rows = itertools.zip_longest(*columns, fillvalue=fill)
+    return IteratorVariable([TupleVariable(list(row)) for row in rows])
+
+
+@builtin(itertools.starmap)
+def _starmap(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 2 or kwargs or _lazy_input(args[1:]):
+        return None
+    fn, rows = args[0], _iterable_items(tx, args[1])
+    return IteratorVariable([fn.call(tx, row.unpack(tx), {}) for row in rows])
+
+
+@builtin(itertools.pairwise)
+def _pairwise(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 1 or kwargs or _lazy_input(args):
+        return None
+    items = _iterable_items(tx, args[0])
+    return IteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
+
+
+@builtin(itertools.repeat)
+def _repeat(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    times = kwargs.get("times", args[1] if len(args) == 2 else None)
+    if not args or times is None or not times.is_constant():
+        return None  # an endless repeat: only Python knows when its consumer stops
+    return IteratorVariable([args[0]] * max(times.as_constant(), 0))
