@@ -845,3 +845,41 @@ def test_list_subclass_from_outside_is_read_with_a_length_guard() -> None:
     procs[2] = torch.exp  # an item changed: its identity guard fails
     torch.testing.assert_close(fast(x), fn(x))
     assert counter.frame_count == 3
+
+
+def test_torch_distributions_without_validation_are_one_graph() -> None:
+    import torch.distributions as D
+
+    def fn(x, labels):
+        normal = D.Normal(x, torch.ones_like(x) * 0.5)
+        cat = D.Categorical(logits=x)  # probs is a lazy_property
+        indep = D.Independent(D.Normal(x, 1.0), 1)
+        mvn = D.MultivariateNormal(torch.zeros(x.shape[-1]), scale_tril=torch.eye(x.shape[-1]))
+        bern = D.Bernoulli(logits=x)
+        return (
+            normal.log_prob(x) + normal.entropy(),
+            cat.log_prob(labels) + cat.entropy(),
+            cat.probs,
+            indep.log_prob(x) + mvn.log_prob(x),
+            bern.log_prob((x > 0).float()),
+            normal.rsample().shape,
+        )
+
+    x, labels = torch.randn(4, 6), torch.tensor([0, 1, 2, 5])
+    previous = D.Distribution._validate_args
+    D.Distribution.set_default_validate_args(False)
+    try:
+        explained = framejit.explain(fn, x, labels)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+        for backend in ("eager", "aot_eager"):
+            got, want = framejit.jit(fn, backend=backend)(x, labels), fn(x, labels)
+            for a, b in zip(got, want, strict=True):
+                if isinstance(a, torch.Tensor):
+                    torch.testing.assert_close(a, b)
+                else:
+                    assert a == b
+    finally:
+        D.Distribution.set_default_validate_args(previous)
+    # with validation (the default) the checks read tensor values: breaks, same results
+    got, want = framejit.jit(fn, backend="eager")(x, labels), fn(x, labels)
+    torch.testing.assert_close(got[0], want[0])

@@ -363,6 +363,9 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         if source is not None:
             return _wrap_guarded(tx, value, source)
         return SetVariable(value if t is frozenset else set(value), readonly=True)
+    if t is tuple and source is None and all(isinstance(v, type) for v in value):
+        # a library's tuple of classes (`_Number = (numbers.Number, ...)` for isinstance)
+        return TupleVariable([ClassVariable(v) for v in value])
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and source is None:
         raise Unsupported("unsupported_object", f"{t.__qualname__} object without a source")
     if source is not None:

@@ -25,6 +25,7 @@ from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import LOGGER_METHODS, ReplayedCallVariable
 from framejit.frontend.sources import (
     AttrSource,
+    ConstSource,
     DictItemSource,
     EnvSource,
     GenericAttrSource,
@@ -888,7 +889,19 @@ class NewObjectVariable(VariableTracker):
             return UserMethodVariable(tx.wrap_value(attr.__func__, None), ClassVariable(self.cls))
         if isinstance(attr, types.FunctionType):
             return UserMethodVariable(UserFunctionVariable(attr), self)
-        return tx.wrap_value(attr, None)
+        owner_source = ConstSource(owner, owner.__qualname__)
+        getter = _python_method_of(type(attr), "__get__")
+        if isinstance(getter, types.FunctionType) and not hasattr(type(attr), "__set__"):
+            # a descriptor written in Python (torch.distributions' lazy_property): its
+            # __get__(descriptor, obj, cls), inlined, on the descriptor object itself
+            descriptor = tx.wrap_source(ConstSource(attr, f"{owner.__qualname__}.{name}"))
+            return UserFunctionVariable(getter).call(
+                tx, [descriptor, self, ClassVariable(self.cls)], {}
+            )
+        try:
+            return tx.wrap_value(attr, None)
+        except Unsupported:  # a class attribute such as a dict of constraints: read and guarded
+            return tx.wrap_source(AttrSource(owner_source, name))
 
     def mapping_items(self) -> dict[Any, VariableTracker] | None:
         """The items `dict(obj)` and `{**obj}` copy: for a dict subclass that keeps dict's own

@@ -59,6 +59,7 @@ FOLDABLE = {
     # a CUDA stream capture): the answer when the frame is compiled, as torch gives it
     torch.jit.is_tracing,
     torch.jit.is_scripting,
+    torch._C._get_tracing_state,
     getattr(torch.compiler, "is_exporting", torch.jit.is_scripting),
     torch.cuda.is_current_stream_capturing,
 }
