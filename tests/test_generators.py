@@ -406,3 +406,30 @@ def test_a_generator_made_inside_a_rewound_call_is_forgotten() -> None:
     torch.testing.assert_close(compiled(fn)(x), fn(x))
     reasons = [str(r) for r in framejit.explain(fn, x).break_reasons]
     assert reasons and not any("calling generator" in r for r in reasons)
+
+
+def test_yield_from_delegates_lazily_and_returns_the_value() -> None:
+    def inner(x: torch.Tensor, n: int, log: list[int]) -> Any:
+        for i in range(n):
+            log.append(i)
+            got = yield x * i
+            if got is not None:
+                x = x + got
+        return n * 10
+
+    def outer(x: torch.Tensor, log: list[int]) -> Any:
+        result = yield from inner(x, 2, log)  # send() goes through to inner
+        yield x + result
+        yield from [x, x * 2]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        log: list[int] = []
+        g = outer(x, log)
+        out = [next(g) + len(log)]
+        out.append(g.send(torch.ones(3)) + len(log))
+        out.extend(g)
+        return torch.stack(out) + len(log)
+
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)

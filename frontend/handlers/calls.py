@@ -5,11 +5,13 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any
 
+from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import NULL, CellVariable, ConstantVariable, VariableTracker
-from framejit.frontend.variables.containers import DictVariable, TupleVariable
+from framejit.frontend.variables.containers import DictVariable, IteratorVariable, TupleVariable
 from framejit.frontend.variables.functions import NestedFunctionVariable
+from framejit.frontend.variables.generators import GeneratorVariable, LazyIteratorVariable, pull
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -112,3 +114,39 @@ def yield_value(tx: Translator, inst: Any) -> None:
     tx.yield_value = tx.pop()
     tx.push(ConstantVariable(None))  # replaced by what `send` passes in when it resumes
     tx.paused = True
+
+
+@handler("GET_YIELD_FROM_ITER")
+def get_yield_from_iter(tx: Translator, inst: Any) -> None:
+    """`yield from xs`: the iterator it delegates to (a generator stays itself, lazily)."""
+    value = tx.pop()
+    if isinstance(value, (IteratorVariable, LazyIteratorVariable)):
+        tx.push(value)
+    else:
+        tx.push(IteratorVariable(value.unpack(tx)))
+
+
+@handler("SEND")
+def send(tx: Translator, inst: Any) -> None:
+    """Stack `iterator, sent`: the iterator's next item (it yields on), or, when it is done, its
+    return value and a jump past the loop (3.11 drops the iterator here, 3.12 in END_SEND)."""
+    sent, it = tx.stack[-1], tx.stack[-2]
+    if isinstance(it, GeneratorVariable):
+        item = it.send_item(tx, sent)
+    elif sent.is_constant() and sent.as_constant() is None:
+        item = pull(tx, it)
+    else:
+        raise Unsupported("generator", "send() through `yield from` to a non-generator")
+    if item is not None:
+        tx.stack[-1] = item
+        return
+    result = it.returned if isinstance(it, GeneratorVariable) else ConstantVariable(None)
+    tx.stack[-1] = result
+    if versions.PY < (3, 12):
+        del tx.stack[-2]
+    tx.jump_to(inst.argval)
+
+
+@handler("END_SEND", since=(3, 12))
+def end_send(tx: Translator, inst: Any) -> None:
+    del tx.stack[-2]

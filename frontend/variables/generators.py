@@ -104,6 +104,7 @@ class GeneratorVariable(LazyIteratorVariable):
         self.code = child.code
         self.state = self.NEW
         self.drained: IteratorVariable | None = None
+        self.returned: VariableTracker = ConstantVariable(None)  # its `return` value, once done
         # may it be drained ahead of its consumer (drain_ahead)? Decided on what it was given
         self.why_not_drained = _why_not_drainable(child)
         child.output.generators.append(self)
@@ -128,6 +129,12 @@ class GeneratorVariable(LazyIteratorVariable):
 
     def next_item(self, tx: Translator) -> VariableTracker | None:
         return self._resume(tx, ConstantVariable(None))
+
+    def send_item(self, tx: Translator, sent: VariableTracker) -> VariableTracker | None:
+        """`g.send(sent)`: the next item, or None once it returned (`self.returned`)."""
+        if self.state == self.NEW and not (sent.is_constant() and sent.as_constant() is None):
+            raise Unsupported("exception", "send() to a just-started generator", "TypeError")
+        return self._resume(tx, sent)
 
     def _resume(self, tx: Translator, sent: VariableTracker) -> VariableTracker | None:
         if self.state in (self.DONE, self.RAISED):
@@ -157,6 +164,8 @@ class GeneratorVariable(LazyIteratorVariable):
             value, child.yield_value = child.yield_value, None
             return value
         self._set_state(self.DONE)
+        if child.return_value is not None:
+            self.returned = child.return_value
         return None
 
     def call_method(
@@ -175,10 +184,7 @@ class GeneratorVariable(LazyIteratorVariable):
                 self._set_state(self.DONE)
             return ConstantVariable(None)
         if name == "send" and len(args) == 1 and not kwargs:
-            sent = args[0]
-            if self.state == self.NEW and not (sent.is_constant() and sent.as_constant() is None):
-                raise Unsupported("exception", "send() to a just-started generator", "TypeError")
-            item = self._resume(tx, sent)
+            item = self.send_item(tx, args[0])
             if item is None:
                 raise Unsupported("exception", "send() to an exhausted generator", "StopIteration")
             return item
@@ -293,7 +299,8 @@ def _inside_block(child: Translator) -> bool:
     # the generator's own implicit handler (3.12 wraps the whole body to turn StopIteration into
     # RuntimeError) is not a user block: its target re-raises through CALL_INTRINSIC_1
     target = child.decoded.instructions[child.decoded.index_of[entry.target]]
-    return target.opname not in ("CALL_INTRINSIC_1",)
+    # ... nor is 3.12's CLEANUP_THROW around a `yield from`, which only `throw()` reaches
+    return target.opname not in ("CALL_INTRINSIC_1", "CLEANUP_THROW")
 
 
 def _next_or_stop(tx: Translator, it: LazyIteratorVariable) -> VariableTracker:
