@@ -316,6 +316,18 @@ def pull(tx: Translator, it: LazyIteratorVariable | IteratorVariable) -> Variabl
     return it.next()
 
 
+def _pull_row(tx: Translator, inners: list[Any]) -> tuple[list[VariableTracker], bool]:
+    """One item from each iterator in turn, up to the first that is done (as zip and map take
+    them): the items taken, and whether every iterator had one."""
+    row: list[VariableTracker] = []
+    for inner in inners:
+        item = pull(tx, inner)
+        if item is None:
+            return row, False
+        row.append(item)
+    return row, True
+
+
 class LazyEnumerate(LazyIteratorVariable):
     def __init__(self, inner: LazyIteratorVariable, start: int) -> None:
         self.inner = inner
@@ -356,15 +368,12 @@ class LazyZip(LazyIteratorVariable):
         return zip
 
     def next_item(self, tx: Translator) -> VariableTracker | None:
-        row: list[VariableTracker] = []
-        for inner in self.inners:
-            item = pull(tx, inner)
-            if item is None:
-                if self.strict and (row or any(pull(tx, r) is not None for r in self.inners[1:])):
-                    raise Unsupported("exception", "zip(strict=True)", "ValueError: lengths differ")
-                return None
-            row.append(item)
-        return TupleVariable(row)
+        row, full = _pull_row(tx, self.inners)
+        if full:
+            return TupleVariable(row)
+        if self.strict and (row or any(pull(tx, r) is not None for r in self.inners[1:])):
+            raise Unsupported("exception", "zip(strict=True)", "ValueError: lengths differ")
+        return None
 
     def reconstruct(self, cg: CodeGen) -> None:
         if self.strict:
@@ -389,13 +398,8 @@ class LazyMap(LazyIteratorVariable):
         return map
 
     def next_item(self, tx: Translator) -> VariableTracker | None:
-        row: list[VariableTracker] = []
-        for inner in self.inners:
-            item = pull(tx, inner)
-            if item is None:
-                return None
-            row.append(item)
-        return self.fn.call(tx, row, {})
+        row, full = _pull_row(tx, self.inners)
+        return self.fn.call(tx, row, {}) if full else None
 
     def reconstruct(self, cg: CodeGen) -> None:
         def emit() -> None:
