@@ -187,3 +187,31 @@ def test_gradient_checkpointing_is_one_graph_that_saves_less(reentrant):
         (runner,) = runners
         saved[checkpointed] = runner.saved_bytes
     assert saved[True] < saved[False] / 2
+
+
+def _hook_or_skip():
+    from framejit.frontend import hook
+
+    if not hook.available():
+        pytest.skip(hook.unavailable_reason())
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_generate_under_the_frame_hook_matches_eager(sample):
+    """`generate` in whole-script mode: its helpers break (tensor conditions, `.item()`), are
+    resumed in compiled resume functions, and the tokens (the random ones too) are eager's.
+    This caught a closure memo loaded on the wrong arm of a break (an UnboundLocalError) and a
+    dropped symbolic node (a rerun that drew the random numbers twice)."""
+    _hook_or_skip()
+    torch.manual_seed(0)
+    model = llama().eval()
+    ids = torch.randint(1, 60, (2, 5))
+    kwargs = dict(max_new_tokens=6, pad_token_id=0, do_sample=sample)
+    if sample:
+        kwargs["top_k"] = 20
+    torch.manual_seed(1)
+    expected = model.generate(ids, **kwargs)
+    with framejit.enabled(backend="eager"):
+        for _ in range(2):
+            torch.manual_seed(1)
+            assert torch.equal(model.generate(ids, **kwargs), expected)
