@@ -648,16 +648,27 @@ def test_sets_of_constants() -> None:
     assert counter.frame_count == 2
 
 
-def test_writes_to_a_set_passed_in_run_as_python() -> None:
+def test_writes_to_a_set_passed_in_are_replayed() -> None:
     def fn(x, tags):
         tags.add("seen")
-        return x * len(tags)
+        tags.update(["b", "c"])
+        tags.discard("a")
+        tags |= {"d"}
+        return x * len(tags) + ("a" in tags)
 
     eager_tags, tags = {"a"}, {"a"}
     expected = fn(torch.ones(2), eager_tags)
     got = framejit.jit(fn, backend="eager")(torch.ones(2), tags)
     same(got, expected)
-    assert tags == eager_tags == {"a", "seen"}
+    assert tags == eager_tags == {"seen", "b", "c", "d"}
+    assert framejit.explain(fn, torch.ones(2), {"a"}).graph_break_count == 0
+
+    def pops(x, tags):
+        return x * len(tags.pop())  # which item: the real set's order decides, so a break
+
+    eager_tags, tags = {"ab"}, {"ab"}
+    same(framejit.jit(pops, backend="eager")(torch.ones(2), tags), pops(torch.ones(2), eager_tags))
+    assert tags == eager_tags == set()
 
 
 class _Plain:
@@ -739,3 +750,18 @@ def test_itertools_over_a_shared_iterator_keep_its_position() -> None:
 
     xs = [torch.randn(3) for _ in range(4)]
     check(fn, xs, graphs=None)
+
+
+def test_tuple_keys_and_nested_constant_tuples_across_a_break() -> None:
+    @framejit.disable
+    def outside(t):
+        return t
+
+    def fn(x):
+        table = {(1, "a"): x, "k": 2, (2, ("b", None)): 3}
+        pads = ((1, 1), (2, 2))
+        outside(x)  # a break: the dict reaches the resume function as an argument
+        return table[(1, "a")] * table["k"] + table[(2, ("b", None))] + pads[1][0]
+
+    assert framejit.explain(fn, torch.randn(3)).graph_break_count == 1
+    check(fn, torch.randn(3), graphs=1)  # nothing to compute before the break

@@ -187,7 +187,7 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))  # its items, in iteration order
         return SetVariable(value if t is frozenset else set(value), source)
     if t is dict or t is collections.OrderedDict:
-        if not all(isinstance(k, (str, int)) for k in value):
+        if not all(_literal_key(k) for k in value):
             raise Unsupported("unsupported_object", "dict with non-str/int keys")
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))
@@ -324,6 +324,24 @@ def _replayed(value: Any) -> bool:
         return False
 
 
+def _literal_key(key: Any) -> bool:
+    """A dict key the guards can print: str or int (a str or int enum too, printed as a named
+    constant), or a tuple of str, int and None (`d[(1, "a")]`)."""
+    if type(key) is tuple:
+        return all(_literal_key(k) if type(k) is tuple else type(k) in _KEY_TYPES for k in key)
+    return isinstance(key, (str, int))
+
+
+_KEY_TYPES = (str, int, bool, type(None))
+
+
+def _constant_item(value: Any) -> bool:
+    """A constant, or a tuple of them at any depth (`LOAD_CONST ((1, "a"), "k")`)."""
+    if type(value) is tuple:
+        return all(_constant_item(v) for v in value)
+    return type(value) in CONSTANT_TYPES
+
+
 def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTracker:
     """Wrap without installing guards (the caller already guarded, or the value is fixed)."""
     t = type(value)
@@ -353,7 +371,7 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         return HasTorchFunctionVariable(value, source)
     if isinstance(value, _C_CALLABLES):
         return OpaqueCallableVariable(value, source)
-    if t in (tuple, list) and all(type(v) in CONSTANT_TYPES for v in value):
+    if t in (tuple, list) and all(_constant_item(v) for v in value):
         return (
             ConstantVariable(value, source)
             if t is tuple

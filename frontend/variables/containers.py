@@ -548,7 +548,8 @@ class SetVariable(VariableTracker):
     ) -> VariableTracker:
         if type(self.items) is frozenset:
             raise Unsupported("exception", f"frozenset.{name}", "AttributeError")
-        if self.readonly:
+        if self.readonly and (self.source is None or name == "pop"):
+            # `pop` takes an item by the real set's order; a library's set has no source
             raise Unsupported("side_effect", f"set.{name} on a set from outside the frame")
         if kwargs:
             raise Unsupported("unsupported_call", f"set.{name} with keyword arguments")
@@ -569,6 +570,11 @@ class SetVariable(VariableTracker):
             self.items = old
             raise Unsupported("exception", f"set.{name}", f"{type(exc).__name__}: {exc}") from None
         note_undoable(lambda: setattr(self, "items", old))
+        if self.source is not None:  # a set passed in: the same call, made on it after the graph
+            from framejit.frontend.variables.functions import BoundMethodVariable
+
+            replay = (BoundMethodVariable(self, name), [ConstantVariable(v) for v in values], {})
+            tx.output.side_effects.calls.append((*replay, tx.lineno))
         if name.startswith("__i"):
             return self
         return ConstantVariable(result)  # None, or the item `pop` removed
