@@ -356,6 +356,17 @@ def stack_kind(item: VariableTracker | None) -> str:
     return "iter" if isinstance(item, (IteratorVariable, LazyIteratorVariable)) else "value"
 
 
+def kept_stack(gb: GraphBreak) -> list[VariableTracker]:
+    """The stack items the break leaves in place for the code after it: all of them when the
+    resume function starts at the instruction itself, else those below what it consumes (a
+    truth jump takes its condition)."""
+    if not gb.run_instruction:
+        return list(gb.stack)
+    if gb.inst.opname in TRUTH_JUMPS:
+        return list(gb.stack[:-1])
+    return [vt for vt in layout_after(gb)[0] if vt is not None]
+
+
 def layout_after(gb: GraphBreak) -> tuple[list[VariableTracker | None], int]:
     """The stack after the break instruction ran without jumping: known items (None = a value
     only the real run knows), and how many items the instruction consumed."""

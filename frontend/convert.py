@@ -28,6 +28,7 @@ from framejit.frontend.breaks import (
     CellArgSource,
     GraphBreak,
     body_and_handler,
+    kept_stack,
     layout_after,
     passed_cells,
     resume_code,
@@ -62,7 +63,8 @@ from framejit.frontend.variables.functions import (
 from framejit.frontend.variables.generators import (
     GeneratorEscapes,
     LazyIteratorVariable,
-    live_generators,
+    settle_at_break,
+    settle_at_end,
 )
 from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
@@ -382,8 +384,7 @@ def _finish(
     backend: Any,
     argnames: tuple[str, ...],
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
-    for gen in output.generators:
-        gen.check_left_open()
+    settle_at_end(output)
     outputs: list[TensorVariable] = []
     for vt in [result, *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
@@ -412,22 +413,7 @@ def _finish_break(
     frame_cells = _frame_cells(gb.cells)
     cell_values = [c.contents for c in frame_cells.values() if c.contents is not None]
     roots = [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]
-    # A generator that only a loop on the stack iterates over (`for b in batches(...)`) may be
-    # drained ahead: the code after the break can only take its next items. One that a variable
-    # holds could be sent to or thrown into: it runs as Python (its reconstruct says so).
-    if not gb.run_instruction:
-        kept: list[Any] = list(gb.stack)
-    elif gb.inst.opname in TRUTH_JUMPS:
-        kept = list(gb.stack[:-1])  # the condition is taken
-    else:
-        kept = layout_after(gb)[0]
-    loops = [vt for vt in kept if vt is not None and getattr(vt, "looped", False)]
-    held = {id(g) for g in live_generators([vt for vt in roots if all(vt is not i for i in loops)])}
-    for gen in live_generators(loops):
-        if id(gen) not in held:
-            gen.drain_ahead()
-    for gen in output.generators:
-        gen.check_left_open()
+    settle_at_break(output, roots, kept_stack(gb))  # generators live after the break
     outputs: list[TensorVariable] = []
     for vt in roots:
         _collect_outputs(vt, outputs)
@@ -482,7 +468,7 @@ def _finish_break(
     if not gb.run_instruction:  # the resume function starts at the instruction itself
         resume_at(resume_offset(decode(code), inst.offset), list(gb.stack))
     elif inst.opname in TRUTH_JUMPS:
-        rest: list[VariableTracker | None] = list(gb.stack[:-1])
+        rest: list[VariableTracker | None] = list(kept_stack(gb))
         jump = cg.pop_jump_if(TRUTH_JUMPS[inst.opname])
         _end_try(cg, handler)
         resume_at(next_offset, rest)

@@ -438,12 +438,12 @@ class InliningMixin:
             )
         from framejit.frontend.translator import Translator
 
+        if generator and code in self.output.eager_generators:
+            why = self.output.eager_generators[code]
+            raise Unsupported("generator", f"calling generator {code.co_qualname}", why)
         child = Translator(code, f_globals, self.output, bound, freevars, parent=self)
         child.fn_source = fn_source
         if generator:  # run lazily, one item per `next` (variables/generators.py)
-            if code in self.output.eager_generators:
-                why = self.output.eager_generators[code]
-                raise Unsupported("generator", f"calling generator {code.co_qualname}", why)
             child.is_generator = True
             return GeneratorVariable(child)
         child.steps = self.steps

@@ -377,10 +377,13 @@ class OutputGraph:
         """Drop the symbolic-size nodes nothing uses (a condition the translator decided while
         tracing), once the graph is complete: before that, a variable may still hold one and
         pass it to a later op (`done = n >= m; if not done: ...; torch.full(s, done)`)."""
-        for node in reversed(list(self.created)):
+        dropped = set()
+        for node in reversed(self.created):  # users first: their inputs may then be unused
             if node.op == "call_function" and not node.users and _is_sym_node(node):
-                self.created.remove(node)
+                dropped.add(node)
                 self.graph.erase_node(node)
+        if dropped:
+            self.created = [n for n in self.created if n not in dropped]
 
     # --- rewinding (graph breaks) ---------------------------------------------------------------
     def checkpoint(self) -> tuple[int, ...]:

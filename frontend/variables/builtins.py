@@ -367,6 +367,11 @@ def _iterable_items(tx: Translator, x: VariableTracker) -> list[VariableTracker]
     return x.unpack(tx)
 
 
+def _has_lazy(args: Args) -> bool:
+    """A generator (or a lazy iterator over one) among the arguments."""
+    return any(isinstance(a, LazyIteratorVariable) for a in args)
+
+
 def _pullable(tx: Translator, x: VariableTracker) -> VariableTracker:
     """An iterator over `x` whose items can be pulled one at a time (lazy ones stay lazy)."""
     if isinstance(x, (IteratorVariable, LazyIteratorVariable)):
@@ -453,7 +458,7 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
 @builtin(zip)
 def _zip(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     strict = kwargs.get("strict", ConstantVariable(False)).as_constant()
-    if any(isinstance(a, LazyIteratorVariable) for a in args):
+    if _has_lazy(args):
         return LazyZip([_pullable(tx, a) for a in args], bool(strict))
     columns = [_iterable_items(tx, a) for a in args]
     if strict and len({len(c) for c in columns}) > 1:
@@ -499,7 +504,7 @@ def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 def _map(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) < 2 or kwargs:
         return None
-    if any(isinstance(a, LazyIteratorVariable) for a in args[1:]):
+    if _has_lazy(args[1:]):
         return LazyMap(args[0], [_pullable(tx, a) for a in args[1:]])
     fn, columns = args[0], [_iterable_items(tx, a) for a in args[1:]]
     return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
@@ -752,25 +757,22 @@ def _reduce(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
 # would (islice stops early, so an iterator passed in keeps the rest).
 
 
-def _lazy_input(args: Args) -> bool:
+def _iterator_input(args: Args) -> bool:
     """An iterator among the inputs (a generator, `iter(xs)`): its consumer could see how far it
     was read, which the eager forms below do not keep. Containers are fine."""
-    return any(
-        isinstance(a, LazyIteratorVariable) or (isinstance(a, IteratorVariable) and not a.private)
-        for a in args
-    )
+    return _has_lazy(args) or any(isinstance(a, IteratorVariable) and not a.private for a in args)
 
 
 @builtin(itertools.chain)
 def _chain(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if kwargs or _lazy_input(args):
+    if kwargs or _iterator_input(args):
         return None
     return IteratorVariable([item for a in args for item in _iterable_items(tx, a)])
 
 
 @builtin(itertools.islice)
 def _islice(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if kwargs or not 2 <= len(args) <= 4 or _lazy_input(args[:1]):
+    if kwargs or not 2 <= len(args) <= 4 or _iterator_input(args[:1]):
         return None
     if not all(a.is_constant() for a in args[1:]):
         return None
@@ -780,7 +782,7 @@ def _islice(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
 
 @builtin(itertools.accumulate)
 def _accumulate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) not in (1, 2) or _lazy_input(args[:1]) or set(kwargs) - {"func", "initial"}:
+    if len(args) not in (1, 2) or _iterator_input(args[:1]) or set(kwargs) - {"func", "initial"}:
         return None
     fn = args[1] if len(args) == 2 else kwargs.get("func")
     items = _iterable_items(tx, args[0])
@@ -800,7 +802,7 @@ def _accumulate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker |
 
 @builtin(itertools.zip_longest)
 def _zip_longest(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if set(kwargs) - {"fillvalue"} or _lazy_input(args):
+    if set(kwargs) - {"fillvalue"} or _iterator_input(args):
         return None
     fill = kwargs.get("fillvalue", ConstantVariable(None))
     columns = [_iterable_items(tx, a) for a in args]
@@ -810,7 +812,7 @@ def _zip_longest(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker 
 
 @builtin(itertools.starmap)
 def _starmap(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) != 2 or kwargs or _lazy_input(args[1:]):
+    if len(args) != 2 or kwargs or _iterator_input(args[1:]):
         return None
     fn, rows = args[0], _iterable_items(tx, args[1])
     return IteratorVariable([fn.call(tx, row.unpack(tx), {}) for row in rows])
@@ -818,7 +820,7 @@ def _starmap(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | No
 
 @builtin(itertools.pairwise)
 def _pairwise(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) != 1 or kwargs or _lazy_input(args):
+    if len(args) != 1 or kwargs or _iterator_input(args):
         return None
     items = _iterable_items(tx, args[0])
     return IteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])

@@ -437,6 +437,26 @@ class LazyFilter(LazyIteratorVariable):
         cg.call_const(filter, emit, 2)
 
 
+def settle_at_break(output: Any, roots: list[Any], kept: list[Any]) -> None:
+    """Before a graph break is compiled. A generator that only a `for` loop on the stack iterates
+    (`for b in batches(...)`) may be drained ahead: the code after the break can only take its
+    next items. One that a variable holds could be sent to or thrown into: it stays live, and
+    its reconstruct makes it run as Python. Then as at the end of any trace (settle_at_end)."""
+    loops = [vt for vt in kept if isinstance(vt, LazyIteratorVariable) and vt.looped]
+    held = {id(g) for g in live_generators([vt for vt in roots if all(vt is not i for i in loops)])}
+    for gen in live_generators(loops):
+        if id(gen) not in held:
+            gen.drain_ahead()
+    settle_at_end(output)
+
+
+def settle_at_end(output: Any) -> None:
+    """When a trace ends: no generator made in it may be left suspended inside its own
+    try/with block."""
+    for gen in output.generators:
+        gen.check_left_open()
+
+
 def live_generators(roots: list[Any]) -> list[GeneratorVariable]:
     """The generators reachable from `roots` (the stack, locals and cells at a graph break)."""
     found: list[GeneratorVariable] = []
