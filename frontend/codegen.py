@@ -38,6 +38,7 @@ from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
 from framejit.frontend.variables.base import VariableTracker
+from framejit.frontend.variables.classdef import UnbuiltClassVariable
 from framejit.frontend.variables.containers import (
     DataclassVariable,
     DictVariable,
@@ -71,6 +72,7 @@ _BUILT_ONCE = (
     FreshModuleVariable,
     IteratorVariable,
     NestedFunctionVariable,
+    UnbuiltClassVariable,
 )
 
 GRAPH_OUT = "___graph_out"

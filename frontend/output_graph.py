@@ -44,7 +44,7 @@ from framejit.frontend.sources import (
     TypeSource,
     is_module_state,
 )
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker, is_numpy_scalar
 from framejit.frontend.variables.containers import TupleVariable
 from framejit.frontend.variables.symbolic import (
     SYM_TYPES,
@@ -266,6 +266,10 @@ class OutputGraph:
                 raise Unsupported(
                     "symbolic_sizes", f"{label}", "dynamic=False avoids the break"
                 ) from None
+            if "data is not allocated" in str(exc):
+                # a kernel that reads a tensor argument's values on the host (tensor_split
+                # given its indices as a tensor): the op itself is fine eagerly
+                raise Unsupported("data_dependent", f"{label}") from None
             raise Unsupported(
                 "tensor_op_failed", f"{label}", f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
@@ -540,7 +544,8 @@ def _convert(vt: VariableTracker, fake: bool) -> Any:
     if isinstance(vt, SymNodeVariable):
         return vt.value if fake else vt.node
     if isinstance(vt, ConstantVariable):
-        return vt.value
+        # a numpy scalar is the Python number torch's argument parser would make of it
+        return vt.value.item() if is_numpy_scalar(vt.value) else vt.value
     if isinstance(vt, TupleVariable):
         return tuple(_convert(i, fake) for i in vt.items)
     if isinstance(vt, ListVariable):

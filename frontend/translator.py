@@ -242,7 +242,10 @@ class Translator(OperatorsMixin, InliningMixin):
         del self.stack[entry.depth :]
         if entry.lasti:
             self.push(ConstantVariable(inst.offset))
-        self.push(ExceptionVariable(exc_type, [ConstantVariable(exc.construct)]))
+        # the exception object: the one a traced `raise` built, else one whose arguments are
+        # unknown (a KeyError of a modelled dict lookup): reading them is a break
+        value = getattr(exc, "exc_value", None)
+        self.push(value if value is not None else ExceptionVariable(exc_type, None))
         self.ip = self.decoded.index_of[entry.target]
         return True
 
@@ -340,7 +343,13 @@ class Translator(OperatorsMixin, InliningMixin):
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
                 return self.wrap_source(GlobalSource(name))
             if _trusted_globals(self.f_globals) and not _state_holder(self.f_globals[name]):
-                return self.wrap_value(self.f_globals[name], None)
+                try:
+                    return self.wrap_value(self.f_globals[name], None)
+                except Unsupported as exc:
+                    if exc.code != "unsupported_object":
+                        raise
+                    # a library's table (a dict keyed by (device, dtype)): read through a
+                    # source below, and guarded
             if self.fn_source is not None:
                 return self.wrap_source(ItemSource(AttrSource(self.fn_source, "__globals__"), name))
             # a function reached by value (a method found on a class): its module's globals

@@ -654,13 +654,14 @@ def test_a_class_statement_is_a_break_not_an_eager_frame() -> None:
         y = x * 2
 
         class Local:
-            scale = 3
+            scale = _DELETED + 3  # reads a global: the class statement itself runs as Python
 
         return y * Local.scale + 1
 
     explained = framejit.explain(fn, torch.ones(3))
     assert explained.graph_count == 2 and explained.graph_break_count >= 1
-    assert "LOAD_BUILD_CLASS" in explained.break_reasons[0]
+    assert "`class Local` inside the function" in explained.break_reasons[0]
+    assert "its body reads `_DELETED`" in explained.break_reasons[0]
     jitted = framejit.jit(fn, backend="eager")
     for _ in range(2):
         x = torch.randn(3)

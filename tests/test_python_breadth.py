@@ -765,3 +765,179 @@ def test_tuple_keys_and_nested_constant_tuples_across_a_break() -> None:
 
     assert framejit.explain(fn, torch.randn(3)).graph_break_count == 1
     check(fn, torch.randn(3), graphs=1)  # nothing to compute before the break
+
+
+# --- class statements inside the function (frontend/variables/classdef.py) ---------------------
+
+
+def defines_an_unused_autograd_function(x):
+    class Combine(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    return x.sin() + 1
+
+
+def uses_a_class_defined_in_the_function(x):
+    class Scaled:
+        def __init__(self, v):
+            self.v = v
+
+        def get(self):
+            return self.v * 3
+
+    y = x.cos()
+    return Scaled(y).get() + 1, Scaled
+
+
+def test_an_unused_class_statement_costs_no_break() -> None:
+    check(defines_an_unused_autograd_function, torch.randn(4))
+    explained = framejit.explain(defines_an_unused_autograd_function, torch.randn(4))
+    assert explained.graph_break_count == 0
+
+
+def test_a_class_made_in_the_function_is_built_at_its_first_use_once_per_call() -> None:
+    x = torch.randn(4)
+    jitted = framejit.jit(uses_a_class_defined_in_the_function, backend="eager")
+    (a, cls_a), (b, cls_b) = jitted(x), jitted(x)
+    expected, cls_e = uses_a_class_defined_in_the_function(x)
+    torch.testing.assert_close(a, expected)
+    torch.testing.assert_close(b, expected)
+    assert cls_a is not cls_b  # a new class per call, as in Python
+    assert cls_a.__qualname__ == cls_e.__qualname__ and cls_a.__module__ == cls_e.__module__
+    explained = framejit.explain(uses_a_class_defined_in_the_function, x)
+    assert explained.graph_count == 2 and explained.graph_break_count == 1
+    assert "class `Scaled` defined in the function" in explained.break_reasons[0]
+
+
+def test_masked_reductions_are_one_graph() -> None:
+    def fn(x):
+        mask = x > 0
+        return torch.masked.sum(x, 0, mask=mask), torch.masked.softmax(x, 1, mask=mask)
+
+    x = torch.randn(3, 5)
+    check(fn, x)
+
+
+def test_a_class_body_that_reads_a_changing_cell_runs_where_python_runs_it() -> None:
+    def fn(x):
+        k = 1
+
+        class Holder:
+            v = k
+
+        k = 2
+        return x + Holder.v + k
+
+    check(fn, torch.randn(3), graphs=None)
+    explained = framejit.explain(fn, torch.randn(3))
+    assert "`class Holder` inside the function" in explained.break_reasons[0]
+
+
+# --- numpy scalars, memory formats, torch's private namespaces ---------------------------------
+
+
+def test_numpy_scalars_fold_and_enter_the_graph_as_python_numbers() -> None:
+    np = pytest.importorskip("numpy")
+
+    def fn(x, s):
+        return x * np.sqrt(4.0) + np.pi + x * np.float32(0.1) * 3 + float(s * 3) + x * s
+
+    x = torch.randn(4, dtype=torch.float16)
+    check(fn, x, np.float32(0.25))
+    check(fn, x, np.int64(3))
+    # the scalar's type is guarded: float32 and float64 scalars of one value are two graphs
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    for s in (np.float32(0.5), np.float64(0.5), np.float32(0.5)):
+        same(jitted(x, s), fn(x, s))
+    assert counter.frame_count == 2
+
+
+def test_a_numpy_array_result_is_a_break_with_the_right_answer() -> None:
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        return x * np.array([1.0, 2.0]).sum()
+
+    check(fn, torch.randn(3), graphs=None)
+
+
+@pytest.mark.parametrize(
+    "fmt", [torch.channels_last, torch.contiguous_format, torch.preserve_format]
+)
+def test_a_memory_format_passed_in_is_a_guarded_constant(fmt) -> None:
+    def fn(x, mf):
+        y = x.contiguous(memory_format=mf) if mf is not torch.preserve_format else x
+        return y.double(memory_format=mf) + 1
+
+    x = torch.randn(2, 3, 4, 5)
+    counter = check(fn, x, fmt)
+    out = framejit.jit(fn, backend=counter)(x, fmt)
+    assert out.stride() == fn(x, fmt).stride()
+
+
+def test_tensor_dunder_methods_reach_torchs_function_namespace() -> None:
+    def fn(x):
+        return x.__rsub__(2) + torch.Tensor.__rsub__(x, 3)
+
+    check(fn, torch.randn(4))
+
+
+def test_a_torch_python_function_given_a_callback_is_inlined() -> None:
+    def fn(a, p, n, dist):
+        return nn.functional.triplet_margin_with_distance_loss(a, p, n, distance_function=dist)
+
+    a, p, n = torch.randn(5, 8), torch.randn(5, 8), torch.randn(5, 8)
+    check(fn, a, p, n, nn.PairwiseDistance())
+    check(fn, a, p, n, lambda u, v: (u - v).abs().sum(-1))
+
+
+def test_str_of_a_caught_exception_and_stdlib_module_methods() -> None:
+    import random
+
+    def caught(x):
+        try:
+            raise ValueError("seven")
+        except ValueError as err:
+            return x + len(str(err)) + len(repr(err))
+
+    check(caught, torch.randn(3))
+
+    def seeds(x):
+        random.seed(0)  # a method of random's hidden instance: a break, then a graph
+        return x + 1
+
+    counter = CompileCounter()
+    jitted = framejit.jit(seeds, backend=counter)
+    same(jitted(torch.ones(2)), seeds(torch.ones(2)))
+    assert counter.frame_count == 1
+
+
+def _checks_rank(x):
+    if x.dim() != 3:
+        raise ValueError(f"expected 3 dims, got {x.dim()} for shape {tuple(x.shape)}")
+    return x
+
+
+def test_a_caught_exception_carries_the_arguments_it_was_raised_with() -> None:
+    def fn(x):
+        try:
+            return _checks_rank(x), ""
+        except ValueError as err:
+            return x + 1, str(err) + "|" + repr(err.args)
+
+    check(fn, torch.randn(2, 3))
+
+    def lookup(x, table):
+        try:
+            return x * table["missing"]
+        except KeyError as err:  # raised by the modelled lookup: its args are read for real
+            return x + len(err.args)
+
+    check(lookup, torch.randn(3), {"a": 2}, graphs=None)

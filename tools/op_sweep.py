@@ -338,6 +338,9 @@ def main() -> int:
     )
     parser.add_argument("--start", default="", help="skip ops before this name")
     parser.add_argument("--report", default="", help="also write the non-ok lines here")
+    parser.add_argument(
+        "--show-aten", action="store_true", help="also list the ok-aten samples (no Triton kernel)"
+    )
     a = parser.parse_args()
 
     from torch.testing._internal.common_methods_invocations import op_db
@@ -383,7 +386,9 @@ def main() -> int:
                 finally:
                     signal.alarm(0)
                 counts[outcome] += 1
-                if outcome not in ("ok", "ok-aten", "same-error", "skip"):
+                if outcome not in ("ok", "ok-aten", "same-error", "skip") or (
+                    a.show_aten and outcome == "ok-aten"
+                ):
                     line = f"{outcome} {name} {str(dtype)[6:]} sample {i}: {why}"
                     bad_lines.append(line)
                     print(line, flush=True)

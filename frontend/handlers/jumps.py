@@ -116,6 +116,7 @@ def raise_varargs(tx: Translator, inst: Any) -> None:
         raised = tx.stack[-1]
         if isinstance(raised, ExceptionVariable):
             err.exc_type = raised.exc_type
+            err.exc_value = raised  # what an `except ... as e:` of the frame will see
         elif isinstance(raised, ClassVariable) and issubclass(raised.cls, BaseException):
             err.exc_type = raised.cls
     raise err

@@ -171,3 +171,10 @@ def import_from(tx: Translator, inst: Any) -> None:
 @handler("LOAD_ASSERTION_ERROR")
 def load_assertion_error(tx: Translator, inst: Any) -> None:
     tx.push(tx.wrap_value(AssertionError, None))
+
+
+@handler("LOAD_BUILD_CLASS")
+def load_build_class(tx: Translator, inst: Any) -> None:
+    from framejit.frontend.variables.classdef import BuildClassVariable
+
+    tx.push(BuildClassVariable())

@@ -12,6 +12,7 @@ it again after the graph runs) or knows how to rebuild itself (`reconstruct`).
 from __future__ import annotations
 
 import operator
+import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -340,9 +341,9 @@ class ExceptionVariable(VariableTracker):
     """An exception the traced code raised and an `except` clause of an inlined frame caught
     (or one it built: `KeyError(key)`)."""
 
-    def __init__(self, exc_type: type[BaseException], args: list[VariableTracker]) -> None:
+    def __init__(self, exc_type: type[BaseException], args: list[VariableTracker] | None) -> None:
         self.exc_type = exc_type
-        self.args = args
+        self.args = args  # None: raised by an operation the translator models; not known
 
     def __repr__(self) -> str:
         return f"Exception({self.exc_type.__name__})"
@@ -353,16 +354,26 @@ class ExceptionVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         from framejit.frontend.variables.containers import TupleVariable
 
-        if name == "args":
+        if name == "args" and self.args is not None:
             return TupleVariable(list(self.args))
         raise Unsupported("unsupported_attr", f"{self.exc_type.__name__}.{name}")
 
     def has_tensors(self) -> bool:
-        return any(a.has_tensors() for a in self.args)
+        return any(a.has_tensors() for a in self.args or ())
 
     def reconstruct(self, cg: CodeGen) -> None:
+        if self.args is None:
+            raise Unsupported("reconstruct", f"a caught {self.exc_type.__name__}")
+
         def emit() -> None:
             for a in self.args:
                 cg.reconstruct(a)
 
         cg.call_const(self.exc_type, emit, len(self.args))
+
+
+def is_numpy_scalar(value: Any) -> bool:
+    """A numpy number or bool scalar (`np.float32(2.0)`): an immutable constant, which torch
+    ops take as a Python number."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, (np.number, np.bool_))

@@ -26,6 +26,7 @@ from framejit.frontend.variables.base import (
     ExternalCallableVariable,
     LazyNumberVariable,
     VariableTracker,
+    is_numpy_scalar,
 )
 from framejit.frontend.variables.builtins import is_builtin
 from framejit.frontend.variables.containers import (
@@ -151,10 +152,10 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if t is int and tx.output.int_is_dynamic(source, value):  # dynamic shapes: a graph input
         _guard(tx, source, GuardKind.TYPE_MATCH, int)
         return tx.output.add_sym_input(source, value)
-    if t in CONSTANT_TYPES:
+    if t in CONSTANT_TYPES or is_numpy_scalar(value):
         _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
         return ConstantVariable(value, source)
-    if t is torch.dtype or isinstance(value, enum.Enum) or t is torch.layout:
+    if t in (torch.dtype, torch.layout, torch.memory_format) or isinstance(value, enum.Enum):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return ConstantVariable(value, source)
     if value is os.environ:
@@ -349,6 +350,7 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         t in CONSTANT_TYPES
         or t in (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
         or isinstance(value, enum.Enum)
+        or is_numpy_scalar(value)
     ):
         return ConstantVariable(value, source)
     if t in (torch.finfo, torch.iinfo, types.CodeType):
@@ -357,7 +359,8 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         return EnvironVariable()
     if isinstance(value, type):
         return ClassVariable(value, source)
-    if isinstance(value, types.ModuleType):
+    if isinstance(value, types.ModuleType) or value is torch._C._VariableFunctions:
+        # `_C._VariableFunctions.rsub(...)` (torch/_tensor.py): a namespace of torch's functions
         return PythonModuleVariable(value, source)
     if _replayed(value):
         return ReplayedCallVariable(value, source)

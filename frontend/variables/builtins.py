@@ -23,9 +23,11 @@ import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import (
     ConstantVariable,
+    ExceptionVariable,
     VariableTracker,
     all_constant,
     constant_fold,
+    is_numpy_scalar,
 )
 from framejit.frontend.variables.containers import (
     DictVariable,
@@ -112,9 +114,19 @@ def builtin(*fns: Any) -> Callable[[Handler], Handler]:
 
 def is_builtin(fn: Any) -> bool:
     try:
-        return fn in BUILTINS or fn in PURE
+        return fn in BUILTINS or fn in PURE or numpy_pure(fn)
     except TypeError:  # unhashable values are never builtins
         return False
+
+
+def numpy_pure(fn: Any) -> bool:
+    """A numpy ufunc (`np.sqrt`) or scalar type (`np.float32`): folded on constants."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return False
+    if isinstance(fn, np.ufunc):
+        return True
+    return isinstance(fn, type) and issubclass(fn, (np.number, np.bool_))
 
 
 def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> VariableTracker:
@@ -132,11 +144,13 @@ def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Variabl
         result = handler(tx, args, kwargs)
         if result is not None:
             return result
-    if is_builtin(fn) and fn in PURE and all_constant(args, kwargs):
+    if is_builtin(fn) and (fn in PURE or numpy_pure(fn)) and all_constant(args, kwargs):
         try:
             value = constant_fold(fn, args, kwargs)
         except Exception as exc:
             raise Unsupported("exception", f"{_name(fn)}(...)", f"raises {exc!r}") from None
+        if numpy_pure(fn) and not is_numpy_scalar(value):
+            raise Unsupported("unsupported_call", f"numpy.{_name(fn)}", "a numpy array result")
         return tx.wrap_constant_result(value)
     raise Unsupported(
         "unsupported_builtin", f"{_name(fn)}()", ", ".join(a.type_name() for a in args)
@@ -680,6 +694,24 @@ def _to_python_number(kind: type) -> Handler:
 builtin(int)(_to_python_number(int))
 builtin(float)(_to_python_number(float))
 builtin(bool)(_to_python_number(bool))
+
+
+def _exception_text(fn: Any) -> Handler:
+    # `str(err)` in an `except ValueError as err:` clause: the message of the exception the
+    # trace raised, when its arguments are constants
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if len(args) != 1 or kwargs or not isinstance(args[0], ExceptionVariable):
+            return None
+        exc = args[0]
+        if exc.args is None or not all(a.is_constant() for a in exc.args):
+            return None
+        return ConstantVariable(fn(exc.exc_type(*[a.as_constant() for a in exc.args])))
+
+    return handler
+
+
+builtin(str)(_exception_text(str))
+builtin(repr)(_exception_text(repr))
 
 
 @builtin(print)

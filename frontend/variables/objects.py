@@ -1080,6 +1080,8 @@ def _trusted_class(cls: type) -> bool:
 
 def is_trusted_module(mod: types.ModuleType) -> bool:
     """Library modules whose attributes framejit treats as fixed (no guards)."""
+    if mod is torch._C._VariableFunctions:
+        return True
     root = mod.__name__.split(".")[0]
     return root in TRUSTED_MODULE_ROOTS or root in sys.stdlib_module_names
 
@@ -1090,7 +1092,11 @@ class PythonModuleVariable(VariableTracker):
         self.source = source
 
     def __repr__(self) -> str:
-        return f"PyModule({self.mod.__name__})"
+        return f"PyModule({self.name})"
+
+    @property
+    def name(self) -> str:
+        return getattr(self.mod, "__name__", "torch._C._VariableFunctions")
 
     def reconstruct(self, cg: Any) -> None:
         if self.source is not None:
@@ -1111,11 +1117,15 @@ class PythonModuleVariable(VariableTracker):
         try:
             value = getattr(self.mod, name)
         except AttributeError:
-            raise Unsupported(
-                "exception", f"{self.mod.__name__}.{name}", "AttributeError"
-            ) from None
+            raise Unsupported("exception", f"{self.name}.{name}", "AttributeError") from None
         if is_trusted_module(self.mod) or self.source is None:
-            return tx.wrap_value(value, None)
+            try:
+                return tx.wrap_value(value, None)
+            except Unsupported as exc:
+                if exc.code != "unsupported_object" or self.source is None:
+                    raise
+                # a library's mutable value (`random.seed`, a method of the module's hidden
+                # instance; torch's table of defaults): read through its source, and guarded
         return tx.wrap_source(AttrSource(self.source, name))
 
 

@@ -8,6 +8,7 @@ that change global state or leave the graph (seeding, saving, synchronizing) are
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -155,4 +156,22 @@ def call_torch_function(
         if all_constant(args, kwargs):
             return tx.wrap_constant_result(constant_fold(fn, args, kwargs))
         raise Unsupported("unsupported_call", name)
+    if isinstance(fn, types.FunctionType) and not all(map(_graph_arg, [*args, *kwargs.values()])):
+        # a Python function of torch's given what a graph op cannot hold: a callback into user
+        # code (`F.triplet_margin_with_distance_loss(..., distance_function=module)`) or an
+        # options object. Inlined, so the callback is traced too.
+        from framejit.frontend.variables.functions import UserFunctionVariable
+
+        return tx.inline_user_function(UserFunctionVariable(fn), args, kwargs)
     return tx.output.call_op("call_function", fn, args, kwargs)
+
+
+def _graph_arg(vt: VariableTracker) -> bool:
+    """Can a graph node take `vt` as an argument?"""
+    from framejit.frontend.output_graph import _to_fake
+
+    try:
+        _to_fake(vt)
+    except Unsupported:
+        return False
+    return True
