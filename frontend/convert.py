@@ -160,10 +160,13 @@ def _compile_frame_once(
                 with torch.fx.traceback.preserve_node_meta():
                     result = tx.run()
             finally:  # `with no_grad()` or set_grad_enabled in the trace changed the real mode
+                # autocast and inference-mode blocks left open (at a break inside one): the
+                # code after the graph enters them again itself, so the grad mode it sets is
+                # the one outside them (inference mode turns grad off while it lasts)
+                for ctx in reversed(output.open_contexts):
+                    ctx.__exit__(None, None, None)
                 output.grad_at_exit = torch.is_grad_enabled()
                 torch._C._set_grad_enabled(grad_at_entry)
-                for ctx in reversed(output.open_contexts):  # autocast blocks left open
-                    ctx.__exit__(None, None, None)
             entry, graphs = _finish(fn, code, output, tx, result, backend, argnames)
         except GraphBreak as gb:
             _log_break(code, gb.reason)

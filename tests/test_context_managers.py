@@ -102,3 +102,109 @@ def test_an_exception_in_the_block_reaches_exit() -> None:
     with pytest.raises(RuntimeError):
         fast(torch.randn(4))
     assert exits[-1] is RuntimeError and FLAGS["scale"] == 1.0
+
+
+# --- torch.inference_mode ------------------------------------------------------------------------
+
+
+def _same_inference(got: Any, expected: Any) -> None:
+    got = got if isinstance(got, tuple) else (got,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(g, e)
+            assert g.is_inference() == e.is_inference()
+            assert g.requires_grad == e.requires_grad
+        else:
+            assert g == e
+
+
+def inference_in_the_middle(x: torch.Tensor, w: torch.Tensor) -> Any:
+    y = x @ w
+    with torch.inference_mode():
+        z = (y * 2).relu()
+        flag = z.is_inference()
+    return y + 1, z, flag
+
+
+def inference_whole_function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.nn.functional.gelu(x @ w).sum(0)
+
+
+def inference_mode_false(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode(mode=False):
+        return (x @ w).sin()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])  # triton: tests/backend/triton
+@pytest.mark.parametrize(
+    "fn", [inference_in_the_middle, inference_whole_function, inference_mode_false]
+)
+def test_inference_mode_blocks_are_captured(fn: Any, backend: str) -> None:
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter if backend == "eager" else backend)
+    for _ in range(2):
+        _same_inference(jitted(x, w), fn(x, w))
+    explained = framejit.explain(fn, x, w)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    if backend == "eager":
+        assert counter.frame_count == 1
+
+
+def inference_with_a_break(x: torch.Tensor) -> Any:
+    with torch.inference_mode():
+        y = x.sin() * 2
+        print("", end="")  # a graph break inside the block
+        z = y + 1
+    return z, z.is_inference(), torch.is_inference_mode_enabled(), x + 1
+
+
+def test_a_break_inside_an_inference_mode_block_keeps_the_mode() -> None:
+    x = torch.randn(5)
+    jitted = framejit.jit(inference_with_a_break, backend="aot_eager")
+    for _ in range(2):
+        _same_inference(jitted(x), inference_with_a_break(x))
+    assert not torch.is_inference_mode_enabled()
+    assert torch.is_grad_enabled()  # the mode from before the block, not the block's
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+
+
+def check_model_under_inference_mode(backend: str) -> None:
+    """`with torch.inference_mode(): model(x)`, for normal and inference-tensor inputs, then
+    the same module with grad; and mutations of an inference tensor passed in are kept."""
+    model = _mlp()
+    jitted = framejit.jit(model, backend=backend)
+    x = torch.randn(3, 4)
+    with torch.inference_mode():
+        made_inside = x.clone()
+        for inp in (x, made_inside):
+            _same_inference(jitted(inp), model(inp))
+    out = jitted(x)  # with grad after: another graph, with a backward
+    _same_inference(out, model(x))
+    out.sum().backward()
+    assert model[0].weight.grad is not None
+
+    def bump(t: torch.Tensor) -> torch.Tensor:
+        t.add_(1)
+        return t * 2
+
+    with torch.inference_mode():
+        a, b = torch.zeros(3), torch.zeros(3)
+        _same_inference(framejit.jit(bump, backend=backend)(a), bump(b))
+    torch.testing.assert_close(a, b)
+
+
+def test_a_model_called_under_inference_mode_is_compiled_by_the_aot_stage(monkeypatch) -> None:
+    from framejit.backend.aot import compile as aot
+
+    said: list[str] = []
+    monkeypatch.setattr(aot.log, "info", lambda msg, *args: said.append(msg % args))
+    check_model_under_inference_mode("aot_eager")
+    assert not [m for m in said if "running the captured graph as it is" in m], said

@@ -63,6 +63,7 @@ _AS_CAPTURED = frozenset(
         torch.rnn_relu,
         torch._C._set_grad_enabled,
         torch.amp.autocast_mode._enter_autocast,
+        torch.autograd.grad_mode._enter_inference_mode,
     }
 )
 
@@ -74,6 +75,24 @@ def aot_compile(
 
     A graph the stage cannot trace (an op whose output shape depends on values once
     decomposed, for example) runs as captured: the stage never makes a graph fail."""
+    if torch.is_inference_mode_enabled() or any(_is_inference(v) for v in example_inputs):
+        return _compile_for_inference_mode(gm, example_inputs, inner)
+    inference = _inside_one_inference_block(gm)
+    if inference is not None:
+        inner_gm, mode = inference
+        if mode:  # no tensor records autograd in the block: compile it without a backward
+            memo: dict[int, Any] = {}
+            example_inputs = [
+                memo.setdefault(id(v), v.detach()) if isinstance(v, torch.Tensor) else v
+                for v in example_inputs
+            ]
+        compiled = aot_compile(inner_gm, example_inputs, inner)
+
+        def in_inference_mode(*args: Any) -> Any:
+            with torch.inference_mode(mode):
+                return compiled(*args)
+
+        return in_inference_mode
     special = [
         n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in _AS_CAPTURED
     ]
@@ -100,6 +119,75 @@ def aot_compile(
             exc,
         )
         return gm.forward
+
+
+def _is_inference(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_inference()
+
+
+def _compile_for_inference_mode(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
+) -> Callable[..., Any]:
+    """A graph called under `torch.inference_mode()` (`with torch.inference_mode(): model(x)`),
+    or given inference tensors. Inference tensors keep no version counter, which the stage
+    reads to find mutated inputs, so the stage works on normal tensors that alias the same
+    memory with the same sizes and strides, outside inference mode (and, when the call is
+    under inference mode, without grad: nothing there records autograd). The compiled code
+    does not care: under inference mode the outputs it allocates are inference tensors, as in
+    eager."""
+    memo: dict[int, Any] = {}
+
+    def normal(value: Any) -> Any:
+        if not _is_inference(value):
+            return value
+        if id(value) not in memo:
+            alias = torch.empty(0, dtype=value.dtype, device=value.device)
+            memo[id(value)] = alias.set_(
+                value.untyped_storage(), value.storage_offset(), value.size(), value.stride()
+            )
+        return memo[id(value)]
+
+    grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    with torch.inference_mode(False):
+        try:
+            stand_ins = [normal(v) for v in example_inputs]
+        except (RuntimeError, TypeError) as exc:  # a layout set_ cannot alias (sparse)
+            log.info("aot: running the captured graph as it is: %s", exc)
+            return gm.forward
+        with torch.set_grad_enabled(grad):
+            return aot_compile(gm, stand_ins, inner)
+
+
+def _inside_one_inference_block(
+    gm: torch.fx.GraphModule,
+) -> tuple[torch.fx.GraphModule, bool] | None:
+    """When the whole graph is one `with torch.inference_mode(mode):` block (its first call is
+    the block's enter node and its last the exit): a copy without the two nodes, and the mode.
+    The stage compiles the copy and runs it under the mode, so its outputs are inference
+    tensors as in eager. Any other graph with such a block runs as captured."""
+    grad_mode = torch.autograd.grad_mode
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    if len(calls) < 2:
+        return None
+    enter, leave = calls[0], calls[-1]
+    if (
+        enter.target is not grad_mode._enter_inference_mode
+        or leave.target is not grad_mode._exit_inference_mode
+        or leave.args != (enter,)
+        or list(enter.users) != [leave]
+        or not isinstance(enter.args[0], bool)
+    ):
+        return None
+    if any(n.target in (grad_mode._enter_inference_mode, grad_mode._exit_inference_mode)
+           for n in calls[1:-1]):  # fmt: skip
+        return None
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    out = graph.graph_copy(gm.graph, env)
+    graph.output(out)
+    graph.erase_node(env[leave])
+    graph.erase_node(env[enter])
+    return torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__), enter.args[0]
 
 
 def _any_requires_grad(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:

@@ -18,6 +18,7 @@ from framejit.frontend.variables.contexts import (
     AutocastExitVariable,
     AutocastVariable,
     GradModeVariable,
+    InferenceModeVariable,
     WithExitVariable,
 )
 
@@ -52,7 +53,7 @@ def before_with(tx: Translator, inst: Any) -> None:
     ctx = tx.pop()
     if isinstance(ctx, GradModeVariable):
         exit_vt: Any = WithExitVariable(ctx)
-    elif isinstance(ctx, AutocastVariable):
+    elif isinstance(ctx, (AutocastVariable, InferenceModeVariable)):
         exit_vt = AutocastExitVariable(ctx)
     elif _python_context(ctx):
         # A class with `__enter__`/`__exit__` written in Python (`contextlib.nullcontext`, a

@@ -1,6 +1,6 @@
 """Context managers the translator understands: grad mode (`no_grad`, `enable_grad`,
-`set_grad_enabled`) and `torch.autocast`; and the exits of `with` blocks a graph break entered
-for real (ContextExit).
+`set_grad_enabled`), `torch.autocast` and `torch.inference_mode`; and the exits of `with`
+blocks a graph break entered for real (ContextExit).
 
 Entering or leaving one changes grad mode in three places at once: in the graph (a
 `torch._C._set_grad_enabled` node, so the captured ops run under the right mode whatever the
@@ -160,6 +160,54 @@ class AutocastVariable(VariableTracker):
         output.created.append(node)
 
 
+class InferenceModeVariable(VariableTracker):
+    """`torch.inference_mode(mode)` with a constant mode, like autocast: an
+    `_enter_inference_mode` node on entry and `_exit_inference_mode` on exit, so the captured
+    ops make inference tensors whatever the backend, and a real inference-mode context in the
+    tracing thread so FakeTensors are inference tensors too (`x.is_inference()` folds)."""
+
+    def __init__(self, mode: bool) -> None:
+        self.args = mode
+        self.node: Any = None
+        self.real: Any = None
+
+    def __repr__(self) -> str:
+        return f"InferenceMode({self.args})"
+
+    def python_type(self) -> type:
+        return torch.inference_mode
+
+    def enter(self, tx: Translator) -> VariableTracker:
+        out = tx.output
+        self.node = out.graph.call_function(
+            torch.autograd.grad_mode._enter_inference_mode, (self.args,)
+        )
+        out.created.append(self.node)
+        self.real = torch.inference_mode(self.args)
+        self.real.__enter__()
+        out.open_contexts.append(self.real)
+        return ConstantVariable(None)
+
+    def exit(self, tx: Translator) -> None:
+        out = tx.output
+        self.close_in_graph(out)
+        if self.real in out.open_contexts:
+            out.open_contexts.remove(self.real)
+            self.real.__exit__(None, None, None)
+
+    def close_in_graph(self, output: Any) -> None:
+        node = output.graph.call_function(
+            torch.autograd.grad_mode._exit_inference_mode, (self.node,)
+        )
+        output.created.append(node)
+
+    @staticmethod
+    def enter_for_real(mode: bool) -> ContextExit:
+        ctx = torch.inference_mode(mode)
+        ctx.__enter__()
+        return ContextExit(ctx.__exit__)
+
+
 class ContextExit:
     """The exit of a `with` block whose context was entered for real at a graph break (a
     context the translator does not model, or an autocast block re-entered after the graph).
@@ -182,9 +230,9 @@ def enter_autocast(args: tuple[Any, ...]) -> ContextExit:
 
 
 class AutocastExitVariable(VariableTracker):
-    """The exit an autocast `with` block calls at its end."""
+    """The exit an autocast or inference-mode `with` block calls at its end."""
 
-    def __init__(self, ctx: AutocastVariable) -> None:
+    def __init__(self, ctx: AutocastVariable | InferenceModeVariable) -> None:
         self.ctx = ctx
 
     def python_type(self) -> type:
@@ -197,9 +245,14 @@ class AutocastExitVariable(VariableTracker):
         return ConstantVariable(None)
 
     def reconstruct(self, cg: Any) -> None:
-        """At a graph break inside the block (the graph closed it): enter the same autocast for
+        """At a graph break inside the block (the graph closed it): enter the same context for
         real and pass its exit on."""
-        cg.call_const(enter_autocast, lambda: cg.load_const(self.ctx.args), 1)
+        enter = (
+            InferenceModeVariable.enter_for_real
+            if isinstance(self.ctx, InferenceModeVariable)
+            else enter_autocast
+        )
+        cg.call_const(enter, lambda: cg.load_const(self.ctx.args), 1)
 
 
 AUTOCAST_CLASSES = (torch.autocast, torch.amp.autocast)

@@ -50,6 +50,7 @@ from framejit.frontend.variables.contexts import (
     AutocastVariable,
     ContextExit,
     GradModeVariable,
+    InferenceModeVariable,
     autocast_arguments,
 )
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -713,6 +714,11 @@ class ClassVariable(VariableTracker):
                 return ConstantVariable(cls(args[0].as_constant()))
             except ValueError as exc:
                 raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+        if cls is torch.inference_mode:
+            mode = args[0] if args else kwargs.get("mode", ConstantVariable(True))
+            if len(args) > 1 or set(kwargs) - {"mode"} or not mode.is_constant():
+                raise Unsupported("unsupported_call", "torch.inference_mode(non-constant mode)")
+            return InferenceModeVariable(bool(mode.as_constant()))
         if cls in AUTOCAST_CLASSES:
             autocast_args = autocast_arguments(args, kwargs)
             if autocast_args is None:
