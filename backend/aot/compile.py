@@ -93,6 +93,14 @@ def aot_compile(
                 return compiled(*args)
 
         return in_inference_mode
+    uint8_resize = _uint8_interpolation(gm)
+    if uint8_resize is not None:
+        log.info(
+            "aot: running the captured graph as it is: %s on uint8 rounds in fixed point, its "
+            "float decomposition lands one step away on some pixels",
+            uint8_resize,
+        )
+        return gm.forward
     special = [
         n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in _AS_CAPTURED
     ]
@@ -119,6 +127,29 @@ def aot_compile(
             exc,
         )
         return gm.forward
+
+
+def _uint8_interpolation(gm: torch.fx.GraphModule) -> str | None:
+    """The name of a linear or cubic interpolation of a uint8 tensor in `gm`, if any. torch's
+    uint8 kernels for these (`upsample_bilinear2d`, `upsample_bicubic2d`, ...) compute in fixed
+    point; the decompositions the stage traces through (applied at the autograd key, before
+    any table) compute in float and round differently. Nearest modes are exact either way."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        name = getattr(n.target, "__name__", "") or str(n.target)
+        if "interpolate" not in name and "upsample" not in name:
+            continue
+        mode = n.kwargs.get("mode", n.args[3] if len(n.args) > 3 else None)
+        if "nearest" in name or "nearest" in str(mode):
+            continue
+        if name in ("interpolate", "upsample") and mode is None:
+            continue  # F.interpolate's default mode is nearest
+        first = n.args[0] if n.args else None
+        value = first.meta.get("val") if isinstance(first, torch.fx.Node) else None
+        if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:
+            return name
+    return None
 
 
 def _is_inference(value: Any) -> bool:

@@ -152,14 +152,15 @@ def _prod(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *args: Any, dtype=
 
 @lowering("any", dtype="given")
 def _any(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=False):
+    # bool, except for a uint8 input, where torch keeps uint8 (0 or 1)
     return reduce(
         ctx,
         x,
         _dims(x, dims),
         keepdim,
         "max",
-        torch.bool,
-        pre=lambda v: convert(v, torch.bool),
+        meta(node).dtype,
+        pre=lambda v: convert(convert(v, torch.bool), meta(node).dtype),
     )
 
 

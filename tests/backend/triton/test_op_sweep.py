@@ -50,6 +50,10 @@ CASES = [
         ("forward", torch.int64),
         ("grad", torch.float32),
     )
+] + [
+    # uint8 images: `any` keeps uint8 there; linear/cubic resizing rounds in fixed point
+    pytest.param(name, "forward", torch.uint8, id=f"{name}-forward-uint8")
+    for name in ("any", "nn.functional.interpolate", "nn.functional.upsample_bilinear")
 ]
 
 
