@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.purity import scan
+from framejit.frontend.purity import scan, stateful_global
 
 _METHODS = frozenset({"forward", "backward", "setup_context"})
 
@@ -61,7 +61,7 @@ def _impure(cls: type) -> str | None:
         verdict = f"{cls.__qualname__} defines apply, vmap or jvp"
     for fn in _functions(cls) if verdict is None else ():
         ctx = fn.__code__.co_varnames[0] if fn.__code__.co_argcount else None
-        verdict = scan(fn, ctx)
+        verdict = scan(fn, ctx) or stateful_global(fn)
         if verdict is not None:
             break
     _verdicts[cls] = verdict

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from framejit.frontend import autograd_function, copying
+from framejit.frontend import autograd_function, copying, functorch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import (
     AttrSource,
@@ -230,6 +230,7 @@ MODELED_FUNCTIONS: dict[Any, Any] = {
     logging.getLogger: _get_logger,
     torch.utils.checkpoint.checkpoint: _checkpoint,
     torch.autograd.Function.apply.__func__: autograd_function.apply,
+    **{fn: functorch.transform(fn) for fn in functorch.TRANSFORMS},
 }
 
 

@@ -338,6 +338,17 @@ class OutputGraph:
 
                 return ListVariable(items)
             return TupleVariable(items)
+        if type(value) is dict and all(isinstance(k, (str, int)) for k in value):
+            # `torch.func.grad(f)(params)` with a dict of parameters: a dict of gradients
+            from framejit.frontend.variables.containers import DictVariable
+
+            node.meta["val"] = value
+            entries: dict[Any, VariableTracker] = {}
+            for k, v in value.items():
+                item = self.graph.call_function(operator.getitem, (node, k))
+                self.created.append(item)
+                entries[k] = self._wrap_result(item, v)
+            return DictVariable(entries)
         raise Unsupported("unsupported_call", f"an op returning {type(value).__name__}")
 
     # --- symbolic sizes -------------------------------------------------------------------------
@@ -469,6 +480,8 @@ def _contains_tensor(value: Any) -> bool:
         return True
     if isinstance(value, (tuple, list)):
         return any(_contains_tensor(v) for v in value)
+    if type(value) is dict:
+        return any(_contains_tensor(v) for v in value.values())
     return False
 
 

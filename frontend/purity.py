@@ -93,3 +93,23 @@ def scan(
                     return f"{where} uses the global `{name}` ({type(value).__name__})"
             previous = inst
     return None
+
+
+def stateful_global(fn: types.FunctionType, depth: int = 0) -> str | None:
+    """A global the function (or a plain function it calls) reads that holds tensors: a module
+    or a tensor. A graph op that calls the function for real (an autograd Function, a torch.func
+    transform) would have the AOT stage bake its current values in, and its parameters would get
+    no gradients. `scan` lets such globals pass: their classes come from torch."""
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        for name in code.co_names:
+            value = fn.__globals__.get(name)
+            if isinstance(value, (torch.Tensor, torch.nn.Module)):
+                return f"{fn.__qualname__} reads the global `{name}`, a {type(value).__name__}"
+            if isinstance(value, types.FunctionType) and depth < 3 and value is not fn:
+                why = stateful_global(value, depth + 1)
+                if why is not None:
+                    return why
+    return None

@@ -177,3 +177,33 @@ def test_functions_with_effects_run_as_python(cls: Any, reason: str, capsys: Any
         assert len(calls) == 6  # every call ran the forward: 3 compiled, 3 eager
     if cls is Printing:
         assert capsys.readouterr().out.count("forward") >= 3
+
+
+LAYER = torch.nn.Linear(3, 3)
+
+
+class UsesAGlobalLayer(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return LAYER(x) * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * 2
+
+
+def test_a_function_that_reads_a_global_module_runs_as_python() -> None:
+    """The AOT stage would bake the layer's weights into the graph: a later update of them
+    must be seen, so the call is a break."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return UsesAGlobalLayer.apply(x) + 1
+
+    explained = framejit.explain(fn, torch.randn(2, 3))
+    assert "reads the global `LAYER`, a Linear" in str(explained.break_reasons[0])
+    fast = framejit.jit(fn, backend="aot_eager")
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(fast(x), fn(x))
+    with torch.no_grad():
+        LAYER.weight.add_(1.0)
+    torch.testing.assert_close(fast(x), fn(x))

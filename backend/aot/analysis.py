@@ -28,6 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
@@ -78,7 +79,11 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
 
 
 def no_user_hooks() -> Any:
-    """Identity saved-tensor hooks: they shadow the user's, which are meant for real tensors."""
+    """Identity saved-tensor hooks: they shadow the user's, which are meant for real tensors.
+    Only when the user has some: torch.func's grad refuses to run under any hooks."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is not None and top(False) is None:
+        return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(_identity, _identity)
 
 

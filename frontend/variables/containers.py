@@ -358,9 +358,14 @@ class DictVariable(VariableTracker):
         elif name == "update" and len(args) <= 1:
             if args:
                 other = args[0]
-                if not isinstance(other, DictVariable):
-                    raise Unsupported("unsupported_call", "dict.update with a non-dict")
-                items.update(other.items)
+                if isinstance(other, DictVariable):
+                    items.update(other.items)
+                else:  # an iterable of (key, value) pairs, as dict() takes
+                    for pair in other.unpack(tx):
+                        kv = pair.unpack(tx)
+                        if len(kv) != 2:
+                            raise Unsupported("exception", "dict.update", "ValueError")
+                        items[_const_index(tx, kv[0], "dict")] = kv[1]
             items.update(kwargs)
         elif name == "pop" and 1 <= len(args) <= 2:
             k = _const_index(tx, args[0], "dict")

@@ -1,0 +1,241 @@
+"""torch.func transforms: `vmap(f)(x)`, `grad(f)(x)`, `jacrev(f)(x)` and their nestings become
+one graph op.
+
+The transformed function is not traced by the translator (functorch's batching and autograd
+levels are not Python it could follow). Like an autograd Function (autograd_function.py), the
+call becomes a `call_function` node whose target applies the same transform to the same
+function for real: on FakeTensors while tracing (for the output's metadata), on real tensors
+when the eager backend runs the graph, and under make_fx in the AOT stage, which records the
+batched or differentiated aten ops. The AOT backends therefore compile the transform's result
+like any other graph (`vmap` of a pointwise function is a fused Triton kernel).
+
+Allowed, because the target calls the function again at run time and, under the AOT backends,
+only its tensor ops are kept:
+
+- the function (and the functions it calls) passes `purity.scan`: no writes outside itself,
+  no in-place tensor methods, globals that are modules, classes, torch or math functions;
+- a function defined in the frame (a lambda over weights) may close over tensors and
+  constants: the tensors become inputs of the node, and the target rebuilds the closure from
+  them on each call, so vmap sees them unbatched and grad as constants, as in eager;
+- a function from outside the frame has no closure, and is pinned by a guard on its identity;
+- the transform's own options (`in_dims`, `argnums`, `has_aux`, `randomness`, ...) and the
+  call's non-tensor arguments are constants; tensor arguments may sit in tuples, lists and
+  dicts (a dict of parameters for `grad`).
+
+Anything else is a graph break at the call, which then runs as Python.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+from framejit.frontend.errors import Unsupported
+from framejit.frontend.purity import scan, stateful_global
+from framejit.frontend.variables.base import (
+    CellVariable,
+    ConstantVariable,
+    VariableTracker,
+)
+
+if TYPE_CHECKING:
+    from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.translator import Translator
+
+Args = list[VariableTracker]
+Kwargs = dict[str, VariableTracker]
+
+TRANSFORMS = {
+    torch.func.vmap: "vmap",
+    torch.func.grad: "grad",
+    torch.func.grad_and_value: "grad_and_value",
+    torch.func.jacrev: "jacrev",
+    torch.func.jacfwd: "jacfwd",
+    torch.func.hessian: "hessian",
+}
+
+
+def transform(fn: Any) -> Any:
+    """The modelled form of `torch.func.<fn>` (MODELED_FUNCTIONS)."""
+
+    def modeled(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        name = TRANSFORMS[fn]
+        if not args:
+            raise Unsupported("unsupported_call", f"torch.func.{name}()", "no function given")
+        options = [*args[1:], *kwargs.values()]
+        if not all(o.is_constant() for o in options):
+            raise Unsupported(
+                "unsupported_call", f"torch.func.{name}", "options that are not constants"
+            )
+        return TransformedVariable(
+            fn,
+            args[0],
+            tuple(a.as_constant() for a in args[1:]),
+            {k: v.as_constant() for k, v in kwargs.items()},
+        )
+
+    return modeled
+
+
+class TransformedVariable(VariableTracker):
+    """`torch.func.vmap(f, ...)` (or grad, jacrev, ...): calling it adds one graph op."""
+
+    def __init__(
+        self, transform: Any, fn: VariableTracker, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.transform = transform
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.source = None
+
+    def __repr__(self) -> str:
+        return f"{TRANSFORMS[self.transform]}({self.fn!r})"
+
+    @property
+    def label(self) -> str:
+        return f"torch.func.{TRANSFORMS[self.transform]}({_name(self.fn)})"
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        """The real transformed function (a break with it on the stack, or returned)."""
+        cg.call_const(
+            _apply_transform,
+            lambda: (
+                cg.load_const(self.transform),
+                cg.reconstruct(self.fn),
+                cg.load_const(self.args),
+                cg.load_const(self.kwargs),
+            ),
+            4,
+        )
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        for a in [*args, *kwargs.values()]:
+            _check_argument(a, self.label)
+        lifted: list[VariableTracker] = []  # tensors the functions close over, in order
+        build = _builder(tx, self, lifted, self.label)
+        n_lifted = len(lifted)
+
+        def target(*values: Any, **kw: Any) -> Any:
+            return build(values[:n_lifted])(*values[n_lifted:], **kw)
+
+        target.__name__ = target.__qualname__ = _op_name(self)
+        return tx.output.call_op("call_function", target, [*lifted, *args], kwargs)
+
+
+def _apply_transform(transform: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return transform(fn, *args, **kwargs)
+
+
+def _name(fn: VariableTracker) -> str:
+    if isinstance(fn, TransformedVariable):
+        return f"{TRANSFORMS[fn.transform]}({_name(fn.fn)})"
+    code = getattr(fn, "code", None) or getattr(getattr(fn, "fn", None), "__code__", None)
+    return code.co_name if code is not None else fn.type_name()
+
+
+def _op_name(vt: TransformedVariable) -> str:
+    inner = vt.fn
+    parts = [TRANSFORMS[vt.transform]]
+    while isinstance(inner, TransformedVariable):
+        parts.append(TRANSFORMS[inner.transform])
+        inner = inner.fn
+    name = _name(inner).replace("<lambda>", "lambda")
+    return "_".join([*parts, "of", name if name.isidentifier() else "fn"])
+
+
+def _check_argument(vt: VariableTracker, label: str) -> None:
+    from framejit.frontend.variables.containers import DictVariable, ListVariable, TupleVariable
+    from framejit.frontend.variables.tensor import TensorVariable
+
+    if isinstance(vt, TensorVariable) or vt.is_constant():
+        return
+    if isinstance(vt, (TupleVariable, ListVariable)):
+        for item in vt.items:
+            _check_argument(item, label)
+        return
+    if isinstance(vt, DictVariable):
+        for item in vt.items.values():
+            _check_argument(item, label)
+        return
+    raise Unsupported("unsupported_call", label, f"an argument of type {vt.type_name()}")
+
+
+def _builder(tx: Translator, vt: VariableTracker, lifted: Args, label: str) -> Any:
+    """A function of the lifted tensors' run-time values that returns the real callable `vt`
+    stands for; appends to `lifted` the tensors its closures need."""
+    from framejit.frontend.variables.builder import _guard
+    from framejit.frontend.variables.functions import (
+        NestedFunctionVariable,
+        TorchFunctionVariable,
+        UserFunctionVariable,
+    )
+    from framejit.frontend.variables.tensor import TensorVariable
+    from framejit.guards import GuardKind
+
+    if isinstance(vt, TransformedVariable):
+        inner = _builder(tx, vt.fn, lifted, label)
+        transform, args, kwargs = vt.transform, vt.args, vt.kwargs
+        return lambda values: transform(inner(values), *args, **kwargs)
+    if isinstance(vt, TorchFunctionVariable):  # `jacrev(torch.sin)`
+        op = vt.fn
+        return lambda values: op
+    if isinstance(vt, UserFunctionVariable):
+        fn = vt.fn
+        if fn.__closure__:
+            raise Unsupported("unsupported_call", label, f"{fn.__qualname__} has a closure")
+        _pure(fn, label)
+        if vt.source is not None:  # the op holds this very function: pin it
+            _guard(tx, vt.source, GuardKind.ID_MATCH, fn)
+        elif not _fixed_function(fn):
+            raise Unsupported("unsupported_call", label, f"{fn.__qualname__} has no source")
+        return lambda values: fn
+    if isinstance(vt, NestedFunctionVariable):
+        if vt.kwdefaults or not all(d.is_constant() for d in vt.defaults):
+            raise Unsupported("unsupported_call", label, "defaults that are not constants")
+        defaults = tuple(d.as_constant() for d in vt.defaults) or None
+        cells: list[tuple[str, Any]] = []  # ("const", value) or ("lifted", index)
+        for cell in vt.closure:
+            contents = cell.contents if isinstance(cell, CellVariable) else None
+            if isinstance(contents, TensorVariable):
+                cells.append(("lifted", len(lifted)))
+                lifted.append(contents)
+            elif isinstance(contents, ConstantVariable):
+                cells.append(("const", contents.as_constant()))
+            else:
+                what = "a cell" if contents is None else contents.type_name()
+                raise Unsupported(
+                    "unsupported_call", label, f"the function closes over {what}, not a tensor"
+                )
+        code, f_globals, qualname = vt.code, vt.f_globals, vt.qualname
+        probe = types.FunctionType(
+            code, f_globals, code.co_name, defaults, tuple(types.CellType(0) for _ in cells)
+        )
+        probe.__qualname__ = qualname
+        _pure(probe, label)
+
+        def build(values: tuple[Any, ...]) -> Any:
+            closure = tuple(
+                types.CellType(values[v] if kind == "lifted" else v) for kind, v in cells
+            )
+            made = types.FunctionType(code, f_globals, code.co_name, defaults, closure or None)
+            made.__qualname__ = qualname
+            return made
+
+        return build
+    raise Unsupported("unsupported_call", label, f"a function of type {vt.type_name()}")
+
+
+def _fixed_function(fn: types.FunctionType) -> bool:
+    module = fn.__module__ or ""
+    return module == "torch" or module.startswith("torch.")
+
+
+def _pure(fn: types.FunctionType, label: str) -> None:
+    why = scan(fn) or stateful_global(fn)
+    if why is not None:
+        raise Unsupported("unsupported_call", label, why)

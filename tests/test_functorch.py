@@ -1,0 +1,150 @@
+"""torch.func transforms inside a compiled function (frontend/functorch.py): one graph op per
+transformed call, compared with eager on real tensors, forward and backward; functions the op
+cannot hold are a graph break with the reason, and still give eager's answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.func import grad, grad_and_value, hessian, jacfwd, jacrev, vmap
+
+import framejit
+from framejit.testing import CompileCounter
+
+
+def loss(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return ((x @ w).tanh() ** 2).sum()
+
+
+def vmap_of_a_lambda(x, w):
+    return vmap(lambda r: r.sin() * 2)(x)
+
+
+def vmap_closing_over_a_weight(x, w):
+    return vmap(lambda r: (r @ w).relu())(x) + 1
+
+
+def grad_of_a_global_function(x, w):
+    return grad(loss)(w, x)
+
+
+def grad_and_value_with_argnums(x, w):
+    g, v = grad_and_value(loss, argnums=(0, 1))(w, x)
+    return g[0] + 1, g[1], v
+
+
+def per_sample_grads(x, w):
+    return vmap(grad(loss), in_dims=(None, 0))(w, x.unsqueeze(1))
+
+
+def jacobians_and_hessian(x, w):
+    return (
+        jacrev(torch.sin)(x[0]),
+        jacfwd(lambda t: t.cos() * t)(x[0]),
+        hessian(lambda t: (t**3).sum())(x[0]),
+    )
+
+
+def grad_over_a_dict_of_parameters(x, w):
+    params = {"w": w, "b": x[0, :1]}
+    grads = grad(lambda p, inp: ((inp @ p["w"]) + p["b"]).pow(2).mean())(params, x)
+    return grads["w"], grads["b"]
+
+
+CASES = [
+    vmap_of_a_lambda,
+    vmap_closing_over_a_weight,
+    grad_of_a_global_function,
+    grad_and_value_with_argnums,
+    per_sample_grads,
+    jacobians_and_hessian,
+    grad_over_a_dict_of_parameters,
+]
+
+
+def _flat(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fn", CASES, ids=lambda f: f.__name__)
+def test_transforms_are_one_graph_and_match_eager(fn, backend: str) -> None:
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter if backend == "eager" else backend)
+    for _ in range(2):
+        x, w = torch.randn(5, 4), torch.randn(4, 4)
+        for got, expected in zip(_flat(jitted(x, w)), _flat(fn(x, w)), strict=True):
+            torch.testing.assert_close(got, expected)
+    explained = framejit.explain(fn, x, w)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    if backend == "eager":
+        assert counter.frame_count == 1
+
+
+def test_gradients_flow_through_a_vmap_in_a_training_graph() -> None:
+    def fn(x, w):
+        return vmap(lambda r: (r @ w).relu().sum())(x)
+
+    x, w = torch.randn(5, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    framejit.jit(fn, backend="aot_eager")(x, w).sum().backward()
+    fn(x2, w2).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
+SEEN: list[Any] = []
+
+
+def records(r):
+    SEEN.append(r.shape)  # a write outside the function: it must run as Python
+    return r * 2
+
+
+model = torch.nn.Linear(4, 4)
+
+
+def closes_over_a_module(x):
+    m = model
+    return vmap(lambda r: m(r))(x)
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (lambda x: vmap(records)(x), "writes `SEEN`"),
+        (lambda x: vmap(lambda r: model(r))(x), "reads the global `model`, a Linear"),
+        (closes_over_a_module, "closes over"),
+    ],
+    ids=["impure", "module-global", "module-closure"],
+)
+def test_functions_the_op_cannot_hold_are_breaks_with_eagers_answer(fn, why: str) -> None:
+    x = torch.randn(3, 4)
+    jitted = framejit.jit(fn, backend="aot_eager")
+    SEEN.clear()
+    torch.testing.assert_close(jitted(x), fn(x))
+    explained = framejit.explain(fn, x)
+    assert explained.graph_break_count >= 1
+    assert why in explained.break_reasons[0]
+
+
+def test_a_different_function_with_the_same_code_recompiles() -> None:
+    def make(scale):
+        def f(r):
+            return r * 2
+
+        return f
+
+    f1, f2 = make(1), make(2)
+
+    def fn(x, f):
+        return vmap(f)(x)
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(jitted(x, f1), fn(x, f1))
+    torch.testing.assert_close(jitted(x, f2), fn(x, f2))
+    torch.testing.assert_close(jitted(x, f1), fn(x, f1))
