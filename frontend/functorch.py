@@ -239,3 +239,81 @@ def _pure(fn: types.FunctionType, label: str) -> None:
     why = scan(fn) or stateful_global(fn)
     if why is not None:
         raise Unsupported("unsupported_call", label, why)
+
+
+def functional_call(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+    """`torch.func.functional_call(module, params_and_buffers, args, kwargs=None, *,
+    tie_weights=True, strict=False)`: the module's forward, traced with the given tensors in
+    place of the named parameters and buffers (eager swaps them in and back out). Reads of
+    those attributes during the call answer with the given tensors
+    (`OutputGraph.reparametrized`); the module itself is never changed."""
+    from framejit.frontend.variables.containers import DictVariable, TupleVariable
+    from framejit.frontend.variables.objects import NNModuleVariable
+    from framejit.frontend.variables.tensor import TensorVariable
+
+    label = "torch.func.functional_call"
+    names = ["module", "parameter_and_buffer_dicts", "args", "kwargs"]
+    bound = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key in bound:
+            raise Unsupported("exception", label, f"TypeError: two values for {key}")
+        bound[key] = value
+    options = {k: bound.pop(k) for k in ("tie_weights", "strict") if k in bound}
+    if set(bound) - set(names) or not {"module", "parameter_and_buffer_dicts", "args"} <= set(
+        bound
+    ):
+        raise Unsupported("unsupported_call", label, "these arguments")
+    if not all(v.is_constant() for v in options.values()):
+        raise Unsupported("unsupported_call", label, "non-constant options")
+    tie_weights = options["tie_weights"].as_constant() if "tie_weights" in options else True
+    strict = options["strict"].as_constant() if "strict" in options else False
+    module = bound["module"]
+    if not isinstance(module, NNModuleVariable):
+        raise Unsupported("unsupported_call", label, f"a module of type {module.type_name()}")
+    dicts = bound["parameter_and_buffer_dicts"]
+    dicts = dicts.items if isinstance(dicts, TupleVariable) else [dicts]
+    given: dict[str, VariableTracker] = {}
+    for d in dicts:
+        if not isinstance(d, DictVariable):
+            raise Unsupported("unsupported_call", label, f"a {d.type_name()} of tensors")
+        for key, value in d.items.items():
+            if key in given:
+                raise Unsupported("exception", label, f"ValueError: {key!r} given twice")
+            if not isinstance(key, str) or not isinstance(value, TensorVariable):
+                raise Unsupported("unsupported_call", label, f"the entry {key!r}")
+            given[key] = value
+
+    real = module.obj
+    named = dict(real.named_parameters(remove_duplicate=False))
+    named.update(real.named_buffers(remove_duplicate=False))
+    if strict and set(named) != set(given):
+        raise Unsupported("exception", label, "strict=True with missing or unexpected keys")
+    swaps: dict[tuple[int, str], VariableTracker] = {}
+    for key, value in given.items():
+        if key not in named:
+            raise Unsupported("unsupported_call", label, f"{key!r} is not a parameter or buffer")
+        targets = [key]
+        if tie_weights:  # every name of the same tensor takes the new value
+            targets = [k for k, t in named.items() if t is named[key]]
+            clash = [k for k in targets if k in given and given[k] is not value]
+            if clash != [] and clash != [key]:
+                raise Unsupported("exception", label, f"ValueError: tied keys {clash} differ")
+        for path in targets:
+            prefix, _, leaf = path.rpartition(".")
+            owner = real.get_submodule(prefix) if prefix else real
+            swaps[(id(owner), leaf)] = value
+
+    call_args = bound["args"]
+    positional = call_args.items if isinstance(call_args, TupleVariable) else [call_args]
+    call_kwargs: dict[str, VariableTracker] = {}
+    extra = bound.get("kwargs")
+    if extra is not None and not (extra.is_constant() and extra.as_constant() is None):
+        if not isinstance(extra, DictVariable) or not all(isinstance(k, str) for k in extra.items):
+            raise Unsupported("unsupported_call", label, "kwargs that are not a dict")
+        call_kwargs = dict(extra.items)
+    outer = tx.output.reparametrized
+    tx.output.reparametrized = {**outer, **swaps}
+    try:
+        return tx.call_module(module, list(positional), call_kwargs)
+    finally:
+        tx.output.reparametrized = outer

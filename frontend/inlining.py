@@ -231,6 +231,7 @@ MODELED_FUNCTIONS: dict[Any, Any] = {
     torch.utils.checkpoint.checkpoint: _checkpoint,
     torch.autograd.Function.apply.__func__: autograd_function.apply,
     **{fn: functorch.transform(fn) for fn in functorch.TRANSFORMS},
+    torch.func.functional_call: functorch.functional_call,
 }
 
 

@@ -91,6 +91,9 @@ class OutputGraph:
         self.grad_at_exit = torch.is_grad_enabled()  # grad mode where the trace ended
         self.state_at_entry = GlobalState.current()
         self.open_contexts: list[Any] = []  # real autocast contexts the trace entered
+        # torch.func.functional_call in progress: (id(module), attribute) -> the tensor that
+        # stands for that parameter or buffer during the call (frontend/functorch.py)
+        self.reparametrized: dict[tuple[int, str], VariableTracker] = {}
         # id(real mutable object) -> (the object, its variable): two sources reaching one
         # list/object share one variable, so a write through one is seen through the other.
         # The object is held so that its id cannot be reused while tracing.

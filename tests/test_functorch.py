@@ -148,3 +148,80 @@ def test_a_different_function_with_the_same_code_recompiles() -> None:
     torch.testing.assert_close(jitted(x, f1), fn(x, f1))
     torch.testing.assert_close(jitted(x, f2), fn(x, f2))
     torch.testing.assert_close(jitted(x, f1), fn(x, f1))
+
+
+# --- torch.func.functional_call ------------------------------------------------------------------
+
+
+class TiedNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 4)
+        self.head.weight = self.embed.weight  # tied
+        self.norm = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x, scale=1.0):
+        return self.head(self.norm(self.embed(x)).relu()) * scale
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_functional_call_swaps_parameters_and_buffers_for_the_call(backend: str) -> None:
+    torch.manual_seed(0)
+    net = TiedNet().eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+
+    def fn(x, params):
+        return torch.func.functional_call(net, params, (x,), {"scale": 2.0})
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter if backend == "eager" else backend)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        params = {
+            "embed.weight": torch.randn(4, 4),  # head.weight is tied to it: swapped too
+            "embed.bias": torch.randn(4),
+            "norm.running_mean": torch.randn(4),
+        }
+        torch.testing.assert_close(jitted(x, params), fn(x, params))
+    for k, v in net.state_dict().items():  # the module itself never changes
+        torch.testing.assert_close(v, before[k])
+    assert framejit.explain(fn, x, params).graph_break_count == 0
+    if backend == "eager":
+        assert counter.frame_count == 1
+
+
+def test_functional_call_gradients_reach_the_given_tensors() -> None:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def fn(x, params):
+        return torch.func.functional_call(net, params, x).pow(2).mean()
+
+    params = {k: v.detach().clone().requires_grad_() for k, v in net.named_parameters()}
+    twins = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
+    x = torch.randn(5, 4)
+    framejit.jit(fn, backend="aot_eager")(x, params).backward()
+    fn(x, twins).backward()
+    for k in params:
+        torch.testing.assert_close(params[k].grad, twins[k].grad)
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_functional_call_with_a_break_inside_runs_as_python() -> None:
+    class Printing(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            print("", end="")
+            return self.lin(x)
+
+    net = Printing()
+
+    def fn(x, params):
+        return torch.func.functional_call(net, params, (x,)) + 1
+
+    x, params = torch.randn(2, 3), {"lin.weight": torch.randn(3, 3)}
+    torch.testing.assert_close(framejit.jit(fn, backend="aot_eager")(x, params), fn(x, params))

@@ -318,6 +318,9 @@ _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleD
 
 class NNModuleVariable(UserObjectVariable):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        swapped = tx.output.reparametrized.get((id(self.obj), name))
+        if swapped is not None:  # inside torch.func.functional_call
+            return swapped
         written = tx.output.side_effects.load_attr(self, name)
         if written is not None:
             return written
@@ -390,6 +393,10 @@ class NNModuleVariable(UserObjectVariable):
 
         if not all_constant(args, kwargs):
             raise Unsupported("unsupported_call", f"Module.{name} with non-constant arguments")
+        if tx.output.reparametrized:
+            raise Unsupported(
+                "unsupported_call", f"Module.{name}", "inside torch.func.functional_call"
+            )
         src = self._need_source(name)
         try:
             found = list(
