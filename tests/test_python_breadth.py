@@ -941,3 +941,41 @@ def test_a_caught_exception_carries_the_arguments_it_was_raised_with() -> None:
             return x + len(err.args)
 
     check(lookup, torch.randn(3), {"a": 2}, graphs=None)
+
+
+def starts_requiring_grad(x):
+    y = x.detach() * 2
+    y.requires_grad_(True)
+    z = y.sin()
+    return z, y
+
+
+def starts_requiring_grad_by_attribute(x):
+    y = x.detach() * 2
+    y.requires_grad = True
+    return y.cos().sum(), y
+
+
+def already_requires_grad(x):
+    x.requires_grad_()  # no change: no break
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fn", [starts_requiring_grad, starts_requiring_grad_by_attribute])
+def test_a_tensor_that_starts_requiring_grad_in_the_frame_gets_gradients(fn, backend) -> None:
+    """The compiled graph's outputs hang off its inputs in autograd: a tensor made a leaf in the
+    middle of the graph is a break (before, the AOT backends returned outputs without grad)."""
+    x = torch.randn(4)
+    out, leaf = framejit.jit(fn, backend=backend)(x)
+    ref_out, ref_leaf = fn(x)
+    same(out, ref_out)
+    assert leaf.is_leaf and leaf.requires_grad
+    out.sum().backward()
+    ref_out.sum().backward()
+    torch.testing.assert_close(leaf.grad, ref_leaf.grad)
+
+
+def test_requires_grad_on_a_tensor_that_already_requires_it_is_no_break() -> None:
+    x = torch.randn(3, requires_grad=True)
+    check(already_requires_grad, x)

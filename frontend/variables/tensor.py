@@ -9,7 +9,7 @@ Reading a tensor's *values* into Python (`.item()`, `bool(x)`, `.tolist()`) cann
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from framejit.frontend.errors import Unsupported
@@ -194,7 +194,49 @@ class TensorVariable(VariableTracker):
             raise Unsupported("unsupported_call", f"Tensor.{name}()")
         if name == "type" and not args and not kwargs:
             return ConstantVariable(self.fake.type().replace("Fake", ""))
+        if name in ("requires_grad_", "detach_"):
+            return self._autograd_flag(tx, name, args, kwargs)
         return tx.output.call_op("call_method", name, [self, *args], kwargs)
+
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        if name == "requires_grad":  # `hidden.requires_grad = True`
+            self._autograd_flag(tx, "requires_grad_", [value], {}, "setting Tensor.requires_grad")
+            return
+        raise Unsupported(
+            "side_effect",
+            f"setting Tensor.{name}",
+            "attributes of tensors are not tracked (the write runs as Python)",
+        )
+
+    def _autograd_flag(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, Any],
+        label: str = "",
+    ) -> VariableTracker:
+        """`y.requires_grad_()` / `y.detach_()`. Setting the flag it already has changes
+        nothing. Changing it makes `y` a new autograd leaf (or cuts it from its history) in the
+        middle of the graph, which a compiled graph's autograd cannot express (its outputs hang
+        off the graph's inputs): a break, after which the flag is set on the real tensor and
+        the rest compiles with it as an input."""
+        values = [*args, *kwargs.values()]
+        if not all(v.is_constant() for v in values) or len(values) > 1:
+            raise Unsupported("unsupported_call", f"Tensor.{name} with these arguments")
+        wanted = bool(values[0].as_constant()) if values else True
+        if name == "detach_":
+            wanted = False
+        unchanged = self.fake.requires_grad == wanted and (
+            name == "requires_grad_" or self.fake.grad_fn is None
+        )
+        if unchanged:
+            return self
+        raise Unsupported(
+            "unsupported_call",
+            label or f"Tensor.{name}()",
+            "a tensor that starts or stops requiring grad inside the graph runs as Python",
+        )
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         if self.fake.dim() == 0:
