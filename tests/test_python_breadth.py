@@ -6,6 +6,7 @@ Every case compares with eager on real tensors over two calls and asserts the gr
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import logging
@@ -26,12 +27,12 @@ def same(a, b) -> None:
     if isinstance(a, torch.Tensor):
         torch.testing.assert_close(a, b)
         assert a.requires_grad == b.requires_grad
-    elif isinstance(a, (tuple, list)):
+    elif isinstance(a, (tuple, list, collections.deque)):
         assert type(a) is type(b) and len(a) == len(b)
         for x, y in zip(a, b):
             same(x, y)
     elif isinstance(a, dict):
-        assert a.keys() == b.keys()
+        assert type(a) is type(b) and list(a.keys()) == list(b.keys())
         for k in a:
             same(a[k], b[k])
     else:
@@ -979,3 +980,66 @@ def test_a_tensor_that_starts_requiring_grad_in_the_frame_gets_gradients(fn, bac
 def test_requires_grad_on_a_tensor_that_already_requires_it_is_no_break() -> None:
     x = torch.randn(3, requires_grad=True)
     check(already_requires_grad, x)
+
+
+# --- collections: deque, Counter, OrderedDict ----------------------------------------------------
+
+
+def uses_a_deque(x):
+    d = collections.deque([x], maxlen=3)
+    for i in range(4):
+        d.append(x * i)
+    d.appendleft(x - 1)
+    d.rotate(1)
+    first = d.popleft()
+    d.extendleft([x, x * 5])
+    return first + sum(d) + len(d) + d[-1], d, d.maxlen
+
+
+def counts_words(x):
+    c = collections.Counter(["a", "b", "a"])
+    c.update("aab")
+    c.subtract({"b": 1})
+    top = c.most_common(1)[0]
+    return x * c["a"] + c["missing"] + len(c) + c.total(), top, c
+
+
+def reorders(x):
+    d = collections.OrderedDict(a=x, b=x + 1, c=x + 2)
+    d.move_to_end("a")
+    d.move_to_end("c", last=False)
+    k, v = d.popitem(last=False)
+    k2, v2 = d.popitem()
+    plain = {"p": x, "q": x * 2}
+    k3, v3 = plain.popitem()
+    return v + v2 + v3, (k, k2, k3), list(d.keys()), d, plain
+
+
+@pytest.mark.parametrize("fn", [uses_a_deque, counts_words, reorders])
+def test_collections_made_in_the_frame_are_one_graph(fn) -> None:
+    check(fn, torch.randn(3))
+
+
+def test_a_deque_live_at_a_break_is_rebuilt_with_its_maxlen() -> None:
+    def fn(x):
+        d = collections.deque(maxlen=2)
+        d.append(x + 1)
+        print("", end="")
+        d.append(x + 2)
+        d.append(x + 3)
+        return d
+
+    out = framejit.jit(fn, backend="eager")(torch.zeros(2))
+    assert isinstance(out, collections.deque) and out.maxlen == 2
+    same(list(out), list(fn(torch.zeros(2))))
+
+
+def test_reordering_an_ordered_dict_passed_in_is_replayed() -> None:
+    def fn(x, d):
+        d.move_to_end("a")
+        return x + d["b"]
+
+    a, b = collections.OrderedDict(a=1, b=2), collections.OrderedDict(a=1, b=2)
+    out = framejit.jit(fn, backend="eager")(torch.zeros(2), a)
+    same(out, fn(torch.zeros(2), b))
+    assert list(a) == list(b) == ["b", "a"]

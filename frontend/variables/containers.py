@@ -7,6 +7,7 @@ Python-visible side effect, which this milestone refuses (`side_effect`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -199,6 +200,88 @@ class ListVariable(BaseSequence):
         return ConstantVariable(None)
 
 
+class DequeVariable(ListVariable):
+    """A `collections.deque` made in the frame: a list of VTs with deque's methods and its
+    `maxlen` (appending to a full deque drops from the other end)."""
+
+    kind = collections.deque
+
+    def __init__(self, items: list[VariableTracker], maxlen: int | None = None) -> None:
+        super().__init__(items)
+        self.maxlen = maxlen
+        self._trim(left=True)
+
+    def as_constant(self) -> Any:
+        return collections.deque((i.as_constant() for i in self.items), self.maxlen)
+
+    def _trim(self, left: bool) -> None:
+        """Keep at most `maxlen` items, dropping from the left (after appends on the right)
+        or from the right (after appendleft)."""
+        extra = len(self.items) - self.maxlen if self.maxlen is not None else 0
+        if extra > 0:
+            self.items = self.items[extra:] if left else self.items[:-extra]
+
+    def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
+        key = _const_index(tx, index, "deque")
+        if not isinstance(key, int):
+            raise Unsupported("exception", "deque[...]", "TypeError: sequence index must be int")
+        return super().getitem(tx, index)
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().getattr(tx, name)
+
+    def mutate(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        note_mutation(self)
+        items = self.items
+        if name == "append" and len(args) == 1:
+            items.append(args[0])
+            self._trim(left=True)
+        elif name == "appendleft" and len(args) == 1:
+            items.insert(0, args[0])
+            self._trim(left=False)
+        elif name == "extend" and len(args) == 1:
+            items.extend(args[0].unpack(tx))
+            self._trim(left=True)
+        elif name == "extendleft" and len(args) == 1:
+            self.items = list(reversed(args[0].unpack(tx))) + items
+            self._trim(left=False)
+        elif name in ("pop", "popleft") and not args:
+            if not items:
+                raise Unsupported("exception", f"deque.{name}()", "IndexError")
+            return items.pop(-1 if name == "pop" else 0)
+        elif name == "rotate" and len(args) <= 1:
+            n = _const_index(tx, args[0], "deque") if args else 1
+            if items:
+                n %= len(items)
+                self.items = items[-n:] + items[:-n] if n else items
+        elif name == "copy" and not args:
+            return DequeVariable(list(items), self.maxlen)
+        elif name in ("clear", "reverse", "insert", "__setitem__", "__delitem__"):
+            if name == "insert" and self.maxlen is not None and len(items) >= self.maxlen:
+                raise Unsupported("exception", "deque.insert", "IndexError: deque already full")
+            return super().mutate(tx, name, args, kwargs)
+        else:
+            raise Unsupported("unsupported_call", f"deque.{name}")
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def arguments() -> None:
+            for item in self.items:
+                cg.reconstruct(item)
+            cg.build(list, len(self.items))
+            cg.load_const(self.maxlen)
+
+        cg.call_const(collections.deque, arguments, 2)
+
+
 class NamedTupleVariable(BaseSequence):
     """An instance of a namedtuple class or of a torch.return_types structseq."""
 
@@ -307,6 +390,8 @@ class DictVariable(VariableTracker):
     def getitem(self, tx: Translator, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key, "dict")
         if k not in self.items:
+            if issubclass(self.cls, collections.Counter):
+                return ConstantVariable(0)  # Counter.__missing__, which inserts nothing
             if self.default_factory is None:
                 raise Unsupported("exception", f"dict[{k!r}] raises KeyError")
             value = self.default_factory.call(tx, [], {})  # defaultdict: insert the default
@@ -319,9 +404,9 @@ class DictVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         from framejit.frontend.variables.functions import BoundMethodVariable
 
-        if hasattr(dict, name):
+        if hasattr(dict, name) or (self.cls is not dict and hasattr(self.cls, name)):
             return BoundMethodVariable(self, name)
-        raise Unsupported("unsupported_attr", f"dict.{name}")
+        raise Unsupported("unsupported_attr", f"{self.cls.__name__}.{name}")
 
     def call_method(
         self,
@@ -350,11 +435,32 @@ class DictVariable(VariableTracker):
             return ConstantVariable(len(items))
         if name == "copy" and not args:
             return DictVariable(items, cls=self.cls, default_factory=self.default_factory)
+        if issubclass(self.cls, collections.Counter) and name in ("most_common", "total"):
+            counts = self.as_constant() if self.is_constant() else None
+            if counts is None or not all(a.is_constant() for a in [*args, *kwargs.values()]):
+                raise Unsupported("unsupported_call", f"Counter.{name} of non-constant counts")
+            value = getattr(counts, name)(
+                *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
+            )
+            return tx.wrap_constant_result(value)
+        if name in ("move_to_end", "popitem") and not (
+            issubclass(self.cls, collections.OrderedDict) or (name == "popitem" and not args)
+        ):
+            raise Unsupported("unsupported_call", f"{self.cls.__name__}.{name}")
         note_mutation(self)
         if self.source is not None:  # replayed on the real dict after the graph
             tx.output.side_effects.changed_container(self)
         if name == "__setitem__" and len(args) == 2:
             items[_const_index(tx, args[0], "dict")] = args[1]
+        elif name in ("update", "subtract") and issubclass(self.cls, collections.Counter):
+            counts = self.as_constant() if self.is_constant() else None
+            other = [*args, *kwargs.values()]
+            if counts is None or not all(o.is_constant() for o in other):
+                raise Unsupported("unsupported_call", f"Counter.{name} of non-constant counts")
+            getattr(counts, name)(
+                *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
+            )
+            self.items = {k: ConstantVariable(v) for k, v in counts.items()}
         elif name == "update" and len(args) <= 1:
             if args:
                 other = args[0]
@@ -381,8 +487,27 @@ class DictVariable(VariableTracker):
             del items[_const_index(tx, args[0], "dict")]
         elif name == "clear":
             items.clear()
+        elif name in ("move_to_end", "popitem"):
+            options = [*args, *kwargs.values()]
+            if not all(o.is_constant() for o in options):
+                raise Unsupported("unsupported_call", f"OrderedDict.{name} with these arguments")
+            return self._reorder(name, [a.as_constant() for a in args], kwargs)
         else:
             raise Unsupported("unsupported_call", f"dict.{name}")
+        return ConstantVariable(None)
+
+    def _reorder(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> VariableTracker:
+        """OrderedDict.move_to_end(key, last=True) / popitem(last=True), and dict.popitem()."""
+        order = collections.OrderedDict((k, k) for k in self.items)
+        try:
+            result = getattr(order, name)(*args, **{k: v.as_constant() for k, v in kwargs.items()})
+        except (KeyError, TypeError) as exc:
+            raise Unsupported("exception", f"{self.cls.__name__}.{name}", repr(exc)) from None
+        if name == "popitem":
+            key = result[0]
+            value = self.items.pop(key)
+            return TupleVariable([ConstantVariable(key), value])
+        self.items = {k: self.items[k] for k in order}
         return ConstantVariable(None)
 
     def reconstruct(self, cg: CodeGen) -> None:

@@ -677,6 +677,7 @@ class ClassVariable(VariableTracker):
         from framejit.frontend.variables.builtins import call_builtin_class
         from framejit.frontend.variables.containers import (
             DataclassVariable,
+            DequeVariable,
             DictVariable,
             NamedTupleVariable,
         )
@@ -735,6 +736,16 @@ class ClassVariable(VariableTracker):
             return PartialVariable(args[0], args[1:], kwargs)
         if cls is collections.OrderedDict:
             return DictVariable(call_builtin_class(tx, dict, args, kwargs).items, cls=cls)
+        if cls is collections.Counter and all_constant(args, kwargs):
+            counts = constant_fold(cls, args, kwargs)  # `Counter("abca")`, `Counter(words)`
+            return DictVariable({k: ConstantVariable(v) for k, v in counts.items()}, cls=cls)
+        if cls is collections.deque and len(args) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
+            bound = dict(zip(("iterable", "maxlen"), args)) | kwargs
+            maxlen = bound.get("maxlen", ConstantVariable(None))
+            if maxlen.is_constant():
+                iterable = bound.get("iterable")
+                items = iterable.unpack(tx) if iterable is not None else []
+                return DequeVariable(items, maxlen.as_constant())
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             bound = _bind_signature(cls, args, kwargs, tx)
             return NamedTupleVariable(cls, [bound[f] for f in cls._fields])
