@@ -883,3 +883,33 @@ def test_torch_distributions_without_validation_are_one_graph() -> None:
     # with validation (the default) the checks read tensor values: breaks, same results
     got, want = framejit.jit(fn, backend="eager")(x, labels), fn(x, labels)
     torch.testing.assert_close(got[0], want[0])
+
+
+@functools.lru_cache
+def _cached_scale(n: int, name: str = "a") -> int:
+    return n * 2 + len(name)
+
+
+_NOISY_CALLS: list[int] = []
+
+
+@functools.cache
+def _noisy_cached(n: int) -> int:
+    _NOISY_CALLS.append(n)  # an effect: the call stays a break
+    return n
+
+
+def test_lru_cache_functions_of_constant_arguments_fold() -> None:
+    def fn(x):
+        return x * _cached_scale(3, name="abc")
+
+    def noisy(x):
+        return x * _noisy_cached(2)
+
+    x = torch.randn(3)
+    torch.testing.assert_close(framejit.jit(fn, backend="eager")(x), fn(x))
+    assert framejit.explain(fn, x).graph_break_count == 0
+    _NOISY_CALLS.clear()
+    torch.testing.assert_close(framejit.jit(noisy, backend="eager")(x), noisy(x))
+    assert framejit.explain(noisy, x).graph_break_count == 1
+    assert _NOISY_CALLS == [2]  # run once, by the first real call, as in eager

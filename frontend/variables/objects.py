@@ -274,17 +274,37 @@ class UserObjectVariable(VariableTracker):
     def _cached_constant(
         self, tx: Translator, args: Args, kwargs: Kwargs
     ) -> VariableTracker | None:
-        """`flag()` of a `functools.lru_cache`/`cache` function of no arguments that has run
-        once (`is_torch_distributed_available()`): its one cached value, read without running
-        the function, a constant of the trace. Otherwise the call stays a break."""
+        """A call of a `functools.lru_cache`/`cache` function, a constant of the trace:
+        - of no arguments, once it has run (`is_torch_distributed_available()`): its one
+          cached value, read without running the function;
+        - of constant arguments (`is_torch_greater_or_equal("2.3")`), when the function passes
+          the purity scan: called now, so the cache holds the value as it would after the first
+          eager call, and every later eager call would answer from it too.
+        Otherwise the call stays a break."""
+        from framejit.frontend.purity import scan
         from framejit.frontend.variables.builder import CONSTANT_TYPES
 
         wrapper = self.obj
-        if args or kwargs or not isinstance(wrapper, functools._lru_cache_wrapper):
+        if not isinstance(wrapper, functools._lru_cache_wrapper) or self.source is None:
             return None
-        if wrapper.cache_info().currsize == 0 or self.source is None:
+        if args or kwargs:
+            values = [*args, *kwargs.values()]
+            wrapped = getattr(wrapper, "__wrapped__", None)
+            if not all(v.is_constant() and type(v.as_constant()) in CONSTANT_TYPES for v in values):
+                return None
+            if not isinstance(wrapped, types.FunctionType) or scan(wrapped) is not None:
+                return None
+            try:
+                value = wrapper(
+                    *[a.as_constant() for a in args],
+                    **{k: v.as_constant() for k, v in kwargs.items()},
+                )
+            except Exception:  # noqa: BLE001 - the call then raises for real, at the break
+                return None
+        elif wrapper.cache_info().currsize == 0:
             return None
-        value = wrapper()  # a cache hit: the stored value
+        else:
+            value = wrapper()  # a cache hit: the stored value
         if type(value) not in CONSTANT_TYPES:
             return None
         tx.output.add_guard(self.source, GuardKind.ID_MATCH, wrapper, tx.location_text())
