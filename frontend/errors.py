@@ -74,6 +74,16 @@ class Unsupported(Exception):
         self.stack: list[Location] = []  # innermost user frame last; filled by the translator
         super().__init__(construct)
 
+    @classmethod
+    def raised(cls, construct: str, exc: BaseException) -> Unsupported:
+        """The real code raises `exc` here (a fold of constants failed as it will for real):
+        its type and arguments are known, so an `except ... as err:` of a traced frame can
+        catch it and read them."""
+        err = cls("exception", construct, f"raises {exc!r}")
+        err.exc_type = type(exc)
+        err.exc_args = exc.args
+        return err
+
     def python_exception(self) -> type[BaseException] | None:
         """For an `exception` reason: the Python exception the real code raises here, when the
         translator knows it (an `except` clause of a traced frame can then catch it)."""

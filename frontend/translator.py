@@ -245,7 +245,13 @@ class Translator(OperatorsMixin, InliningMixin):
         # the exception object: the one a traced `raise` built, else one whose arguments are
         # unknown (a KeyError of a modelled dict lookup): reading them is a break
         value = getattr(exc, "exc_value", None)
-        self.push(value if value is not None else ExceptionVariable(exc_type, None))
+        if value is None:
+            known = getattr(exc, "exc_args", None)
+            if known is not None and all(type(a) in builder.CONSTANT_TYPES for a in known):
+                value = ExceptionVariable(exc_type, [ConstantVariable(a) for a in known])
+            else:
+                value = ExceptionVariable(exc_type, None)
+        self.push(value)
         self.ip = self.decoded.index_of[entry.target]
         return True
 

@@ -148,7 +148,7 @@ def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Variabl
         try:
             value = constant_fold(fn, args, kwargs)
         except Exception as exc:
-            raise Unsupported("exception", f"{_name(fn)}(...)", f"raises {exc!r}") from None
+            raise Unsupported.raised(f"{_name(fn)}(...)", exc) from None
         if numpy_pure(fn) and not is_numpy_scalar(value):
             raise Unsupported("unsupported_call", f"numpy.{_name(fn)}", "a numpy array result")
         return tx.wrap_constant_result(value)

@@ -393,7 +393,7 @@ class DictVariable(VariableTracker):
             if issubclass(self.cls, collections.Counter):
                 return ConstantVariable(0)  # Counter.__missing__, which inserts nothing
             if self.default_factory is None:
-                raise Unsupported("exception", f"dict[{k!r}] raises KeyError")
+                raise Unsupported.raised(f"dict[{k!r}]", KeyError(k))
             value = self.default_factory.call(tx, [], {})  # defaultdict: insert the default
             note_mutation(self)
             if self.source is not None:
