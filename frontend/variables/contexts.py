@@ -110,80 +110,38 @@ GRAD_MODE_CLASSES: dict[Any, bool | None] = {
 }
 
 
-class AutocastVariable(VariableTracker):
-    """`torch.autocast(device_type, dtype, enabled, cache_enabled)` with constant arguments.
+class NodeContextVariable(VariableTracker):
+    """A context captured as a pair of graph nodes: entering adds an enter node, exiting an
+    exit node on it, so the captured ops run under the context whatever the backend. Entering
+    also enters the real context in the tracing thread (FakeTensors then get its effects);
+    compile_frame leaves any context the trace left open. Subclasses name the nodes' targets
+    and the real context."""
 
-    Entering adds an `_enter_autocast` node (exiting, `_exit_autocast` on it), so the captured
-    ops run under autocast whatever the backend, and enters a real autocast context in the
-    tracing thread so FakeTensors get autocast's dtypes; compile_frame leaves any context the
-    trace left open.
-    """
+    label = ""
 
-    def __init__(self, args: tuple[Any, ...]) -> None:
+    def __init__(self, args: Any) -> None:
         self.args = args
         self.node: Any = None
         self.real: Any = None
 
     def __repr__(self) -> str:
-        return f"Autocast{self.args}"
+        return f"{self.label}{self.args}"
 
-    def python_type(self) -> type:
-        return torch.autocast
+    def enter_node(self, graph: torch.fx.Graph) -> Any:
+        raise NotImplementedError
 
-    def enter(self, tx: Translator) -> VariableTracker:
-        from torch.amp import autocast_mode
+    def exit_target(self) -> Any:
+        raise NotImplementedError
 
-        out = tx.output
-        self.node = out.graph.call_function(autocast_mode._enter_autocast, self.args)
-        out.created.append(self.node)
-        self.real = torch.autocast(*self.args)
-        self.real.__enter__()
-        out.open_contexts.append(self.real)
-        return ConstantVariable(None)
-
-    def exit(self, tx: Translator) -> None:
-        from torch.amp import autocast_mode
-
-        out = tx.output
-        node = out.graph.call_function(autocast_mode._exit_autocast, (self.node,))
-        out.created.append(node)
-        if self.real in out.open_contexts:
-            out.open_contexts.remove(self.real)
-            self.real.__exit__(None, None, None)
-
-    def close_in_graph(self, output: Any) -> None:
-        """A graph break inside the block: the graph leaves autocast at its end (the transformed
-        code enters a real autocast context after it, see AutocastExitVariable.reconstruct)."""
-        from torch.amp import autocast_mode
-
-        node = output.graph.call_function(autocast_mode._exit_autocast, (self.node,))
-        output.created.append(node)
-
-
-class InferenceModeVariable(VariableTracker):
-    """`torch.inference_mode(mode)` with a constant mode, like autocast: an
-    `_enter_inference_mode` node on entry and `_exit_inference_mode` on exit, so the captured
-    ops make inference tensors whatever the backend, and a real inference-mode context in the
-    tracing thread so FakeTensors are inference tensors too (`x.is_inference()` folds)."""
-
-    def __init__(self, mode: bool) -> None:
-        self.args = mode
-        self.node: Any = None
-        self.real: Any = None
-
-    def __repr__(self) -> str:
-        return f"InferenceMode({self.args})"
-
-    def python_type(self) -> type:
-        return torch.inference_mode
+    @classmethod
+    def real_context(cls, args: Any) -> Any:
+        raise NotImplementedError
 
     def enter(self, tx: Translator) -> VariableTracker:
         out = tx.output
-        self.node = out.graph.call_function(
-            torch.autograd.grad_mode._enter_inference_mode, (self.args,)
-        )
+        self.node = self.enter_node(out.graph)
         out.created.append(self.node)
-        self.real = torch.inference_mode(self.args)
+        self.real = self.real_context(self.args)
         self.real.__enter__()
         out.open_contexts.append(self.real)
         return ConstantVariable(None)
@@ -196,16 +154,58 @@ class InferenceModeVariable(VariableTracker):
             self.real.__exit__(None, None, None)
 
     def close_in_graph(self, output: Any) -> None:
-        node = output.graph.call_function(
-            torch.autograd.grad_mode._exit_inference_mode, (self.node,)
-        )
+        """The graph leaves the context: at the block's end, or at a graph break inside it (the
+        transformed code then enters the real context after the graph, see
+        AutocastExitVariable.reconstruct)."""
+        node = output.graph.call_function(self.exit_target(), (self.node,))
         output.created.append(node)
 
-    @staticmethod
-    def enter_for_real(mode: bool) -> ContextExit:
-        ctx = torch.inference_mode(mode)
+    @classmethod
+    def enter_for_real(cls, args: Any) -> ContextExit:
+        ctx = cls.real_context(args)
         ctx.__enter__()
         return ContextExit(ctx.__exit__)
+
+
+class AutocastVariable(NodeContextVariable):
+    """`torch.autocast(device_type, dtype, enabled, cache_enabled)` with constant arguments:
+    `_enter_autocast` / `_exit_autocast` nodes; FakeTensors get autocast's dtypes."""
+
+    label = "Autocast"
+
+    def python_type(self) -> type:
+        return torch.autocast
+
+    def enter_node(self, graph: torch.fx.Graph) -> Any:
+        return graph.call_function(torch.amp.autocast_mode._enter_autocast, self.args)
+
+    def exit_target(self) -> Any:
+        return torch.amp.autocast_mode._exit_autocast
+
+    @classmethod
+    def real_context(cls, args: Any) -> Any:
+        return torch.autocast(*args)
+
+
+class InferenceModeVariable(NodeContextVariable):
+    """`torch.inference_mode(mode)` with a constant mode: `_enter_inference_mode` /
+    `_exit_inference_mode` nodes, so the captured ops make inference tensors as in eager;
+    FakeTensors are inference tensors too (`x.is_inference()` folds)."""
+
+    label = "InferenceMode"
+
+    def python_type(self) -> type:
+        return torch.inference_mode
+
+    def enter_node(self, graph: torch.fx.Graph) -> Any:
+        return graph.call_function(torch.autograd.grad_mode._enter_inference_mode, (self.args,))
+
+    def exit_target(self) -> Any:
+        return torch.autograd.grad_mode._exit_inference_mode
+
+    @classmethod
+    def real_context(cls, args: Any) -> Any:
+        return torch.inference_mode(args)
 
 
 class ContextExit:
@@ -223,16 +223,10 @@ class ContextExit:
         return self.exit(*exc_info)
 
 
-def enter_autocast(args: tuple[Any, ...]) -> ContextExit:
-    ctx = torch.autocast(*args)
-    ctx.__enter__()
-    return ContextExit(ctx.__exit__)
-
-
 class AutocastExitVariable(VariableTracker):
     """The exit an autocast or inference-mode `with` block calls at its end."""
 
-    def __init__(self, ctx: AutocastVariable | InferenceModeVariable) -> None:
+    def __init__(self, ctx: NodeContextVariable) -> None:
         self.ctx = ctx
 
     def python_type(self) -> type:
@@ -247,12 +241,7 @@ class AutocastExitVariable(VariableTracker):
     def reconstruct(self, cg: Any) -> None:
         """At a graph break inside the block (the graph closed it): enter the same context for
         real and pass its exit on."""
-        enter = (
-            InferenceModeVariable.enter_for_real
-            if isinstance(self.ctx, InferenceModeVariable)
-            else enter_autocast
-        )
-        cg.call_const(enter, lambda: cg.load_const(self.ctx.args), 1)
+        cg.call_const(type(self.ctx).enter_for_real, lambda: cg.load_const(self.ctx.args), 1)
 
 
 AUTOCAST_CLASSES = (torch.autocast, torch.amp.autocast)
