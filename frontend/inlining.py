@@ -143,6 +143,20 @@ def _dataclass_replace(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     return tx.wrap_value(cls, None).call(tx, [], {**init, **extra})
 
 
+def _inference_mode_clone(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """`ctx.clone()` of a `torch.inference_mode` object: what `@torch.inference_mode()` does
+    on every call of the function it decorates (torch/utils/_contextlib.py), before `with`."""
+    from framejit.frontend.variables.contexts import InferenceModeVariable
+
+    this = args[0] if len(args) == 1 and not kwargs else None
+    if isinstance(this, InferenceModeVariable):
+        return InferenceModeVariable(this.args)
+    real = getattr(this, "obj", None)
+    if isinstance(real, torch.inference_mode):  # an object from outside: its mode is fixed
+        return InferenceModeVariable(bool(real.mode))
+    raise Unsupported("unsupported_call", "inference_mode.clone", "on this object")
+
+
 def _get_logger(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """`logging.getLogger(name)` with a constant name: the process-wide logger of that name,
     looked up now (what eager would get); its logging calls are recorded and replayed."""
@@ -232,6 +246,7 @@ MODELED_FUNCTIONS: dict[Any, Any] = {
     torch.autograd.Function.apply.__func__: autograd_function.apply,
     **{fn: functorch.transform(fn) for fn in functorch.TRANSFORMS},
     torch.func.functional_call: functorch.functional_call,
+    torch.inference_mode.clone: _inference_mode_clone,
 }
 
 

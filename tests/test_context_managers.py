@@ -208,3 +208,28 @@ def test_a_model_called_under_inference_mode_is_compiled_by_the_aot_stage(monkey
     monkeypatch.setattr(aot.log, "info", lambda msg, *args: said.append(msg % args))
     check_model_under_inference_mode("aot_eager")
     assert not [m for m in said if "running the captured graph as it is" in m], said
+
+
+class Decorated(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    @torch.no_grad()
+    def frozen(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * 2
+
+    @torch.inference_mode()
+    def inferred(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * 3
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.frozen(x) + 1, self.inferred(x), self.lin(x)
+
+
+def test_methods_decorated_with_grad_and_inference_modes_are_inlined() -> None:
+    model = Decorated()
+    x = torch.randn(2, 4)
+    explained = framejit.explain(model, x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    _same_inference(framejit.jit(model, backend="aot_eager")(x), model(x))
