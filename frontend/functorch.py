@@ -27,7 +27,9 @@ Anything else is a graph break at the call, which then runs as Python.
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -117,14 +119,66 @@ class TransformedVariable(VariableTracker):
         for a in [*args, *kwargs.values()]:
             _check_argument(a, self.label)
         lifted: list[VariableTracker] = []  # tensors the functions close over, in order
-        build = _builder(tx, self, lifted, self.label)
+        modules = ModuleState()  # modules they call, with their parameters and buffers
+        build = _builder(tx, self, lifted, self.label, modules)
         n_lifted = len(lifted)
+        states = modules.tensors
 
         def target(*values: Any, **kw: Any) -> Any:
-            return build(values[:n_lifted])(*values[n_lifted:], **kw)
+            with modules.swapped_in(values[n_lifted : n_lifted + len(states)]):
+                return build(values[:n_lifted])(*values[n_lifted + len(states) :], **kw)
 
         target.__name__ = target.__qualname__ = _op_name(self)
-        return tx.output.call_op("call_function", target, [*lifted, *args], kwargs)
+        return tx.output.call_op("call_function", target, [*lifted, *states, *args], kwargs)
+
+
+class ModuleState:
+    """The modules a transformed function calls (from its closure or its globals). Their
+    parameters and buffers become inputs of the graph op, and the target swaps them into the
+    modules for the call (as functional_call does), so the AOT stage traces them as inputs
+    instead of baking their values in, and gradients reach them."""
+
+    def __init__(self) -> None:
+        self.modules: list[tuple[torch.nn.Module, list[str]]] = []
+        self.tensors: list[VariableTracker] = []
+        self._seen: set[int] = set()
+
+    def add(self, tx: Translator, module_vt: VariableTracker, label: str) -> torch.nn.Module:
+        from framejit.frontend.variables.objects import NNModuleVariable
+
+        if not isinstance(module_vt, NNModuleVariable) or module_vt.source is None:
+            raise Unsupported("unsupported_call", label, "a module made inside the function")
+        module = module_vt.obj
+        if id(module) in self._seen:
+            return module
+        for sub in module.modules():
+            if sub._forward_hooks or sub._forward_pre_hooks or sub._backward_hooks:
+                raise Unsupported("unsupported_call", label, f"{type(sub).__name__} has hooks")
+            forward = getattr(type(sub).forward, "__code__", None) and type(sub).forward
+            why = scan(forward) if isinstance(forward, types.FunctionType) else "no forward"
+            if why is not None:
+                raise Unsupported("unsupported_call", label, f"the module's forward: {why}")
+        names: list[str] = []
+        for method in ("named_parameters", "named_buffers"):
+            for pair in module_vt.call_method(tx, method, [], {}).unpack(tx):
+                name, tensor = pair.unpack(tx)
+                names.append(name.as_constant())
+                self.tensors.append(tensor)
+        self.modules.append((module, names))
+        self._seen.add(id(module))
+        return module
+
+    @contextlib.contextmanager
+    def swapped_in(self, values: tuple[Any, ...]) -> Iterator[None]:
+        from torch.nn.utils.stateless import _reparametrize_module
+
+        with contextlib.ExitStack() as stack:
+            at = 0
+            for module, names in self.modules:
+                given = dict(zip(names, values[at : at + len(names)]))
+                at += len(names)
+                stack.enter_context(_reparametrize_module(module, given, tie_weights=True))
+            yield
 
 
 def _apply_transform(transform: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -165,20 +219,24 @@ def _check_argument(vt: VariableTracker, label: str) -> None:
     raise Unsupported("unsupported_call", label, f"an argument of type {vt.type_name()}")
 
 
-def _builder(tx: Translator, vt: VariableTracker, lifted: Args, label: str) -> Any:
+def _builder(
+    tx: Translator, vt: VariableTracker, lifted: Args, label: str, modules: ModuleState
+) -> Any:
     """A function of the lifted tensors' run-time values that returns the real callable `vt`
-    stands for; appends to `lifted` the tensors its closures need."""
+    stands for; appends to `lifted` the tensors its closures need, and to `modules` the
+    modules it calls."""
     from framejit.frontend.variables.builder import _guard
     from framejit.frontend.variables.functions import (
         NestedFunctionVariable,
         TorchFunctionVariable,
         UserFunctionVariable,
     )
+    from framejit.frontend.variables.objects import NNModuleVariable
     from framejit.frontend.variables.tensor import TensorVariable
     from framejit.guards import GuardKind
 
     if isinstance(vt, TransformedVariable):
-        inner = _builder(tx, vt.fn, lifted, label)
+        inner = _builder(tx, vt.fn, lifted, label, modules)
         transform, args, kwargs = vt.transform, vt.args, vt.kwargs
         return lambda values: transform(inner(values), *args, **kwargs)
     if isinstance(vt, TorchFunctionVariable):  # `jacrev(torch.sin)`
@@ -188,7 +246,7 @@ def _builder(tx: Translator, vt: VariableTracker, lifted: Args, label: str) -> A
         fn = vt.fn
         if fn.__closure__:
             raise Unsupported("unsupported_call", label, f"{fn.__qualname__} has a closure")
-        _pure(fn, label)
+        _pure(tx, fn, label, modules)
         if vt.source is not None:  # the op holds this very function: pin it
             _guard(tx, vt.source, GuardKind.ID_MATCH, fn)
         elif not _fixed_function(fn):
@@ -206,6 +264,8 @@ def _builder(tx: Translator, vt: VariableTracker, lifted: Args, label: str) -> A
                 lifted.append(contents)
             elif isinstance(contents, ConstantVariable):
                 cells.append(("const", contents.as_constant()))
+            elif isinstance(contents, NNModuleVariable):
+                cells.append(("const", modules.add(tx, contents, label)))
             else:
                 what = "a cell" if contents is None else contents.type_name()
                 raise Unsupported(
@@ -216,7 +276,7 @@ def _builder(tx: Translator, vt: VariableTracker, lifted: Args, label: str) -> A
             code, f_globals, code.co_name, defaults, tuple(types.CellType(0) for _ in cells)
         )
         probe.__qualname__ = qualname
-        _pure(probe, label)
+        _pure(tx, probe, label, modules)
 
         def build(values: tuple[Any, ...]) -> Any:
             closure = tuple(
@@ -235,10 +295,21 @@ def _fixed_function(fn: types.FunctionType) -> bool:
     return module == "torch" or module.startswith("torch.")
 
 
-def _pure(fn: types.FunctionType, label: str) -> None:
-    why = scan(fn) or stateful_global(fn)
+def _pure(tx: Translator, fn: types.FunctionType, label: str, modules: ModuleState) -> None:
+    """`fn` passes the purity scan; the modules it reads as globals join `modules`."""
+    from framejit.frontend.sources import ConstSource, GlobalSource, ItemSource
+
+    found: dict[str, Any] = {}
+    why = scan(fn, modules=True) or stateful_global(fn, modules=found)
     if why is not None:
         raise Unsupported("unsupported_call", label, why)
+    for name in found:
+        if fn.__globals__ is tx.output.fn.__globals__:
+            source: Any = GlobalSource(name)
+        else:
+            module_name = str(fn.__globals__.get("__name__", "?"))
+            source = ItemSource(ConstSource(fn.__globals__, f"globals of {module_name}"), name)
+        modules.add(tx, tx.wrap_source(source), label)
 
 
 def functional_call(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:

@@ -46,11 +46,17 @@ def global_ok(value: Any) -> bool:
 
 
 def scan(
-    fn: types.FunctionType, ctx_name: str | None = None, depth: int = 0, generator: bool = False
+    fn: types.FunctionType,
+    ctx_name: str | None = None,
+    depth: int = 0,
+    generator: bool = False,
+    modules: bool = False,
 ) -> str | None:
     """Why `fn` may have an effect besides its tensors (None: it has none that we can see).
     `ctx_name`: an argument whose attributes it may set (an autograd Function's ctx);
-    `generator`: `fn` itself may be a generator (its nested code and callees may not)."""
+    `generator`: `fn` itself may be a generator (its nested code and callees may not);
+    `modules`: `fn` may read nn.Module globals (a torch.func transform passes their state in,
+    see `stateful_global`)."""
     where = f"{fn.__qualname__} ({fn.__code__.co_filename}:{fn.__code__.co_firstlineno})"
     codes = [fn.__code__]
     while codes:
@@ -89,23 +95,32 @@ def scan(
                     why = scan(value, None, depth + 1)
                     if why is not None:
                         return why
-                elif not global_ok(value):
+                elif not global_ok(value) and not (
+                    modules and depth == 0 and isinstance(value, torch.nn.Module)
+                ):
                     return f"{where} uses the global `{name}` ({type(value).__name__})"
             previous = inst
     return None
 
 
-def stateful_global(fn: types.FunctionType, depth: int = 0) -> str | None:
+def stateful_global(
+    fn: types.FunctionType, depth: int = 0, modules: dict[str, Any] | None = None
+) -> str | None:
     """A global the function (or a plain function it calls) reads that holds tensors: a module
     or a tensor. A graph op that calls the function for real (an autograd Function, a torch.func
     transform) would have the AOT stage bake its current values in, and its parameters would get
-    no gradients. `scan` lets such globals pass: their classes come from torch."""
+    no gradients. `scan` lets such globals pass: their classes come from torch. With `modules`,
+    the function's own module globals are collected there (name -> module) instead: the caller
+    passes their parameters and buffers in (frontend/functorch.py)."""
     codes = [fn.__code__]
     while codes:
         code = codes.pop()
         codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
         for name in code.co_names:
             value = fn.__globals__.get(name)
+            if isinstance(value, torch.nn.Module) and modules is not None and depth == 0:
+                modules[name] = value
+                continue
             if isinstance(value, (torch.Tensor, torch.nn.Module)):
                 return f"{fn.__qualname__} reads the global `{name}`, a {type(value).__name__}"
             if isinstance(value, types.FunctionType) and depth < 3 and value is not fn:

@@ -4,6 +4,7 @@ cannot hold are a graph break with the reason, and still give eager's answer."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -111,23 +112,48 @@ def closes_over_a_module(x):
     return vmap(lambda r: m(r))(x)
 
 
-@pytest.mark.parametrize(
-    "fn, why",
-    [
-        (lambda x: vmap(records)(x), "writes `SEEN`"),
-        (lambda x: vmap(lambda r: model(r))(x), "reads the global `model`, a Linear"),
-        (closes_over_a_module, "closes over"),
-    ],
-    ids=["impure", "module-global", "module-closure"],
-)
-def test_functions_the_op_cannot_hold_are_breaks_with_eagers_answer(fn, why: str) -> None:
+def test_an_impure_function_is_a_break_with_eagers_answer() -> None:
+    def fn(x):
+        return vmap(records)(x)
+
     x = torch.randn(3, 4)
-    jitted = framejit.jit(fn, backend="aot_eager")
     SEEN.clear()
-    torch.testing.assert_close(jitted(x), fn(x))
+    torch.testing.assert_close(framejit.jit(fn, backend="aot_eager")(x), fn(x))
     explained = framejit.explain(fn, x)
     assert explained.graph_break_count >= 1
-    assert why in explained.break_reasons[0]
+    assert "uses the global `SEEN`" in explained.break_reasons[0]
+
+
+class Counts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, r):
+        self.calls += 1  # an effect: a module with it may not be called inside the op
+        return r * 2
+
+
+@pytest.mark.parametrize(
+    "fn, graphs",
+    [
+        (lambda x: vmap(lambda r: model(r))(x), 1),
+        (closes_over_a_module, 1),
+        (lambda x: vmap(lambda r: COUNTS(r))(x), None),
+    ],
+    ids=["module-global", "module-closure", "module-with-effects"],
+)
+def test_modules_inside_transforms(fn, graphs) -> None:
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(framejit.jit(fn, backend="aot_eager")(x), fn(x))
+    explained = framejit.explain(fn, x)
+    if graphs is None:
+        assert "sets the attribute `calls`" in explained.break_reasons[0]
+    else:
+        assert explained.graph_count == graphs and explained.graph_break_count == 0
+
+
+COUNTS = Counts()
 
 
 def test_a_different_function_with_the_same_code_recompiles() -> None:
@@ -225,3 +251,54 @@ def test_functional_call_with_a_break_inside_runs_as_python() -> None:
 
     x, params = torch.randn(2, 3), {"lin.weight": torch.randn(3, 3)}
     torch.testing.assert_close(framejit.jit(fn, backend="aot_eager")(x, params), fn(x, params))
+
+
+# --- modules inside transformed functions: their state is passed in ------------------------------
+
+torch.manual_seed(0)
+classifier = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def compute_loss(params, buffers, sample, target):
+    predictions = torch.func.functional_call(classifier, (params, buffers), (sample.unsqueeze(0),))
+    return torch.nn.functional.cross_entropy(predictions, target.unsqueeze(0))
+
+
+def per_sample_gradients(x, y):
+    """torch.func's per-sample-gradient recipe, with the model read as a global."""
+    params = {k: v.detach() for k, v in classifier.named_parameters()}
+    buffers = {k: v.detach() for k, v in classifier.named_buffers()}
+    return vmap(grad(compute_loss), in_dims=(None, None, 0, 0))(params, buffers, x, y)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_per_sample_gradients_of_a_global_model_are_one_graph(backend: str) -> None:
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    got, expected = (
+        framejit.jit(per_sample_gradients, backend=backend)(x, y),
+        per_sample_gradients(x, y),
+    )
+    assert got.keys() == expected.keys()
+    for k in expected:
+        torch.testing.assert_close(got[k], expected[k])
+    assert framejit.explain(per_sample_gradients, x, y).graph_break_count == 0
+
+
+def test_a_module_called_in_a_vmap_is_read_at_each_call_and_gets_gradients() -> None:
+    def fn(x, m):
+        return vmap(lambda r: m(r).sum())(x)
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    twin = copy.deepcopy(model)
+    jitted = framejit.jit(fn, backend="aot_eager")
+    x = torch.randn(6, 4)
+    jitted(x, model).sum().backward()
+    fn(x, twin).sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    with torch.no_grad():  # an update after compiling: the op reads the new weights
+        for p, q in zip(model.parameters(), twin.parameters()):
+            p.add_(1.0)
+            q.add_(1.0)
+    torch.testing.assert_close(jitted(x, model), fn(x, twin))
+    assert all(p.grad is not None for p in model.parameters())
