@@ -302,3 +302,27 @@ def test_a_module_called_in_a_vmap_is_read_at_each_call_and_gets_gradients() -> 
             q.add_(1.0)
     torch.testing.assert_close(jitted(x, model), fn(x, twin))
     assert all(p.grad is not None for p in model.parameters())
+
+
+torch.manual_seed(0)
+MEMBERS = [torch.nn.Linear(4, 3) for _ in range(5)]
+ENSEMBLE_BASE = copy.deepcopy(MEMBERS[0]).to("meta")
+
+
+def one_member(p, b, x):
+    return torch.func.functional_call(ENSEMBLE_BASE, (p, b), (x,))
+
+
+def ensemble(x, p, b):
+    return vmap(one_member, in_dims=(0, 0, None))(p, b, x)
+
+
+def test_model_ensembling_with_stacked_parameters_is_one_graph() -> None:
+    """torch.func's ensembling recipe: `vmap` over `functional_call` of a meta-device copy."""
+    params, buffers = torch.func.stack_module_state(MEMBERS)
+    x = torch.randn(2, 4)
+    for backend in ("eager", "aot_eager"):
+        got = framejit.jit(ensemble, backend=backend)(x, params, buffers)
+        torch.testing.assert_close(got, ensemble(x, params, buffers))
+        torch.testing.assert_close(got[1], MEMBERS[1](x))
+    assert framejit.explain(ensemble, x, params, buffers).graph_break_count == 0
