@@ -225,14 +225,13 @@ def _builder(
     """A function of the lifted tensors' run-time values that returns the real callable `vt`
     stands for; appends to `lifted` the tensors its closures need, and to `modules` the
     modules it calls."""
-    from framejit.frontend.variables.builder import _guard
+    from framejit.frontend.sources import AttrSource, ItemSource
+    from framejit.frontend.variables.builder import CONSTANT_TYPES, _guard
     from framejit.frontend.variables.functions import (
         NestedFunctionVariable,
         TorchFunctionVariable,
         UserFunctionVariable,
     )
-    from framejit.frontend.variables.objects import NNModuleVariable
-    from framejit.frontend.variables.tensor import TensorVariable
     from framejit.guards import GuardKind
 
     if isinstance(vt, TransformedVariable):
@@ -244,50 +243,86 @@ def _builder(
         return lambda values: op
     if isinstance(vt, UserFunctionVariable):
         fn = vt.fn
-        if fn.__closure__:
-            raise Unsupported("unsupported_call", label, f"{fn.__qualname__} has a closure")
         _pure(tx, fn, label, modules)
         if vt.source is not None:  # the op holds this very function: pin it
             _guard(tx, vt.source, GuardKind.ID_MATCH, fn)
-        elif not _fixed_function(fn):
+        elif not _fixed_function(fn) or fn.__closure__:
             raise Unsupported("unsupported_call", label, f"{fn.__qualname__} has no source")
-        return lambda values: fn
+        if not fn.__closure__:
+            return lambda values: fn
+        # a helper defined inside another function: its cells are read (and guarded) through
+        # the function, tensors passed in and modules' state swapped in, as for a lambda
+        if not all(type(d) in CONSTANT_TYPES for d in fn.__defaults__ or ()):
+            raise Unsupported("unsupported_call", label, "defaults that are not constants")
+        closure = AttrSource(vt.source, "__closure__")
+        contents = []
+        for i in range(len(fn.__closure__)):
+            try:
+                contents.append(tx.wrap_source(AttrSource(ItemSource(closure, i), "cell_contents")))
+            except ValueError:  # an empty cell
+                raise Unsupported("unsupported_call", label, "an empty closure cell") from None
+        return _rebuilt(tx, fn.__code__, fn.__globals__, fn.__qualname__, fn.__defaults__,
+                        contents, lifted, label, modules, fn.__kwdefaults__)  # fmt: skip
     if isinstance(vt, NestedFunctionVariable):
         if vt.kwdefaults or not all(d.is_constant() for d in vt.defaults):
             raise Unsupported("unsupported_call", label, "defaults that are not constants")
         defaults = tuple(d.as_constant() for d in vt.defaults) or None
-        cells: list[tuple[str, Any]] = []  # ("const", value) or ("lifted", index)
-        for cell in vt.closure:
-            contents = cell.contents if isinstance(cell, CellVariable) else None
-            if isinstance(contents, TensorVariable):
-                cells.append(("lifted", len(lifted)))
-                lifted.append(contents)
-            elif isinstance(contents, ConstantVariable):
-                cells.append(("const", contents.as_constant()))
-            elif isinstance(contents, NNModuleVariable):
-                cells.append(("const", modules.add(tx, contents, label)))
-            else:
-                what = "a cell" if contents is None else contents.type_name()
-                raise Unsupported(
-                    "unsupported_call", label, f"the function closes over {what}, not a tensor"
-                )
-        code, f_globals, qualname = vt.code, vt.f_globals, vt.qualname
         probe = types.FunctionType(
-            code, f_globals, code.co_name, defaults, tuple(types.CellType(0) for _ in cells)
+            vt.code,
+            vt.f_globals,
+            vt.code.co_name,
+            defaults,
+            tuple(types.CellType(0) for _ in vt.closure) or None,
         )
-        probe.__qualname__ = qualname
+        probe.__qualname__ = vt.qualname
         _pure(tx, probe, label, modules)
-
-        def build(values: tuple[Any, ...]) -> Any:
-            closure = tuple(
-                types.CellType(values[v] if kind == "lifted" else v) for kind, v in cells
-            )
-            made = types.FunctionType(code, f_globals, code.co_name, defaults, closure or None)
-            made.__qualname__ = qualname
-            return made
-
-        return build
+        cell_contents = [c.contents if isinstance(c, CellVariable) else None for c in vt.closure]
+        return _rebuilt(
+            tx, vt.code, vt.f_globals, vt.qualname, defaults, cell_contents, lifted, label, modules
+        )
     raise Unsupported("unsupported_call", label, f"a function of type {vt.type_name()}")
+
+
+def _rebuilt(
+    tx: Translator,
+    code: types.CodeType,
+    f_globals: dict[str, Any],
+    qualname: str,
+    defaults: tuple[Any, ...] | None,
+    contents: list[VariableTracker | None],
+    lifted: Args,
+    label: str,
+    modules: ModuleState,
+    kwdefaults: dict[str, Any] | None = None,
+) -> Any:
+    """A builder of the function with the same code over new cells on each call: a tensor in a
+    cell is passed in (appended to `lifted`), a module's state is swapped in, a constant stays."""
+    from framejit.frontend.variables.objects import NNModuleVariable
+    from framejit.frontend.variables.tensor import TensorVariable
+
+    cells: list[tuple[str, Any]] = []  # ("const", value) or ("lifted", index)
+    for held in contents:
+        if isinstance(held, TensorVariable):
+            cells.append(("lifted", len(lifted)))
+            lifted.append(held)
+        elif isinstance(held, ConstantVariable):
+            cells.append(("const", held.as_constant()))
+        elif isinstance(held, NNModuleVariable):
+            cells.append(("const", modules.add(tx, held, label)))
+        else:
+            what = "a cell" if held is None else held.type_name()
+            raise Unsupported(
+                "unsupported_call", label, f"the function closes over {what}, not a tensor"
+            )
+
+    def build(values: tuple[Any, ...]) -> Any:
+        closure = tuple(types.CellType(values[v] if kind == "lifted" else v) for kind, v in cells)
+        made = types.FunctionType(code, f_globals, code.co_name, defaults, closure or None)
+        made.__qualname__ = qualname
+        made.__kwdefaults__ = kwdefaults
+        return made
+
+    return build
 
 
 def _fixed_function(fn: types.FunctionType) -> bool:

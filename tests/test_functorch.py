@@ -326,3 +326,28 @@ def test_model_ensembling_with_stacked_parameters_is_one_graph() -> None:
         torch.testing.assert_close(got, ensemble(x, params, buffers))
         torch.testing.assert_close(got[1], MEMBERS[1](x))
     assert framejit.explain(ensemble, x, params, buffers).graph_break_count == 0
+
+
+def test_a_helper_defined_in_another_function_may_close_over_a_model_tensors_and_numbers():
+    model = torch.nn.Linear(4, 2)
+    scale = 3.0
+    w = torch.randn(4)
+
+    def helper(r):
+        return model(r * w).sum() * scale
+
+    def set_scale(value):
+        nonlocal scale
+        scale = value
+
+    def step(x):
+        return vmap(grad(helper))(x)
+
+    x = torch.randn(5, 4)
+    jitted = framejit.jit(step, backend="aot_eager")
+    torch.testing.assert_close(jitted(x), step(x))
+    assert framejit.explain(step, x).graph_break_count == 0
+    w.add_(1.0)  # a tensor in a cell is an input: read at each call
+    torch.testing.assert_close(jitted(x), step(x))
+    set_scale(5.0)  # a number in a cell is guarded: a new graph
+    torch.testing.assert_close(jitted(x), step(x))
