@@ -124,9 +124,16 @@ class TransformedVariable(VariableTracker):
         n_lifted = len(lifted)
         states = modules.tensors
 
-        def target(*values: Any, **kw: Any) -> Any:
-            with modules.swapped_in(values[n_lifted : n_lifted + len(states)]):
-                return build(values[:n_lifted])(*values[n_lifted + len(states) :], **kw)
+        if not states:
+
+            def target(*values: Any, **kw: Any) -> Any:
+                return build(values[:n_lifted])(*values[n_lifted:], **kw)
+
+        else:
+
+            def target(*values: Any, **kw: Any) -> Any:
+                with modules.swapped_in(values[n_lifted : n_lifted + len(states)]):
+                    return build(values[:n_lifted])(*values[n_lifted + len(states) :], **kw)
 
         target.__name__ = target.__qualname__ = _op_name(self)
         return tx.output.call_op("call_function", target, [*lifted, *states, *args], kwargs)

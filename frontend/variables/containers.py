@@ -17,6 +17,8 @@ from framejit.frontend.sources import Source
 from framejit.frontend.variables.base import (
     ConstantVariable,
     VariableTracker,
+    all_constant,
+    constant_fold,
     note_mutation,
     note_undoable,
 )
@@ -435,14 +437,19 @@ class DictVariable(VariableTracker):
             return ConstantVariable(len(items))
         if name == "copy" and not args:
             return DictVariable(items, cls=self.cls, default_factory=self.default_factory)
-        if issubclass(self.cls, collections.Counter) and name in ("most_common", "total"):
-            counts = self.as_constant() if self.is_constant() else None
-            if counts is None or not all(a.is_constant() for a in [*args, *kwargs.values()]):
+        if issubclass(self.cls, collections.Counter) and name in _COUNTER_METHODS:
+            # on the real Counter of the constant counts; update/subtract change it in place
+            if not (self.is_constant() and all_constant(args, kwargs)):
                 raise Unsupported("unsupported_call", f"Counter.{name} of non-constant counts")
-            value = getattr(counts, name)(
-                *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
-            )
-            return tx.wrap_constant_result(value)
+            counts = self.as_constant()
+            value = constant_fold(getattr(counts, name), args, kwargs)
+            if name in ("most_common", "total"):
+                return tx.wrap_constant_result(value)
+            note_mutation(self)
+            if self.source is not None:
+                tx.output.side_effects.changed_container(self)
+            self.items = {k: ConstantVariable(v) for k, v in counts.items()}
+            return ConstantVariable(None)
         if name in ("move_to_end", "popitem") and not (
             issubclass(self.cls, collections.OrderedDict) or (name == "popitem" and not args)
         ):
@@ -452,15 +459,6 @@ class DictVariable(VariableTracker):
             tx.output.side_effects.changed_container(self)
         if name == "__setitem__" and len(args) == 2:
             items[_const_index(tx, args[0], "dict")] = args[1]
-        elif name in ("update", "subtract") and issubclass(self.cls, collections.Counter):
-            counts = self.as_constant() if self.is_constant() else None
-            other = [*args, *kwargs.values()]
-            if counts is None or not all(o.is_constant() for o in other):
-                raise Unsupported("unsupported_call", f"Counter.{name} of non-constant counts")
-            getattr(counts, name)(
-                *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
-            )
-            self.items = {k: ConstantVariable(v) for k, v in counts.items()}
         elif name == "update" and len(args) <= 1:
             if args:
                 other = args[0]
@@ -528,6 +526,10 @@ class DictVariable(VariableTracker):
             cg.call_const(self.cls, lambda: (cg.reconstruct(factory), build()), 2)
         else:
             cg.call_const(self.cls, build, 1)
+
+
+# Counter methods answered on the real Counter of constant counts (DictVariable.call_method)
+_COUNTER_METHODS = frozenset({"most_common", "total", "update", "subtract"})
 
 
 class SliceVariable(VariableTracker):

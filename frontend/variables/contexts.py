@@ -11,6 +11,7 @@ transformed code after the graph. compile_frame restores the tracing thread's mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -111,13 +112,15 @@ GRAD_MODE_CLASSES: dict[Any, bool | None] = {
 
 
 class NodeContextVariable(VariableTracker):
-    """A context captured as a pair of graph nodes: entering adds an enter node, exiting an
-    exit node on it, so the captured ops run under the context whatever the backend. Entering
-    also enters the real context in the tracing thread (FakeTensors then get its effects);
-    compile_frame leaves any context the trace left open. Subclasses name the nodes' targets
-    and the real context."""
+    """A context captured as a pair of graph nodes: entering adds an `enter_target` node,
+    exiting an `exit_target` node on it, so the captured ops run under the context whatever the
+    backend. Entering also enters the real context (`real_context(args)`) in the tracing thread
+    (FakeTensors then get its effects); compile_frame leaves any context the trace left open."""
 
     label = ""
+    enter_target: Callable[..., Any]
+    exit_target: Callable[..., Any]
+    real_context: Callable[[Any], Any]
 
     def __init__(self, args: Any) -> None:
         self.args = args
@@ -127,19 +130,12 @@ class NodeContextVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"{self.label}{self.args}"
 
-    def enter_node(self, graph: torch.fx.Graph) -> Any:
-        raise NotImplementedError
-
-    def exit_target(self) -> Any:
-        raise NotImplementedError
-
-    @classmethod
-    def real_context(cls, args: Any) -> Any:
-        raise NotImplementedError
+    def node_args(self) -> tuple[Any, ...]:
+        return (self.args,)
 
     def enter(self, tx: Translator) -> VariableTracker:
         out = tx.output
-        self.node = self.enter_node(out.graph)
+        self.node = out.graph.call_function(self.enter_target, self.node_args())
         out.created.append(self.node)
         self.real = self.real_context(self.args)
         self.real.__enter__()
@@ -157,7 +153,7 @@ class NodeContextVariable(VariableTracker):
         """The graph leaves the context: at the block's end, or at a graph break inside it (the
         transformed code then enters the real context after the graph, see
         AutocastExitVariable.reconstruct)."""
-        node = output.graph.call_function(self.exit_target(), (self.node,))
+        node = output.graph.call_function(self.exit_target, (self.node,))
         output.created.append(node)
 
     @classmethod
@@ -172,19 +168,18 @@ class AutocastVariable(NodeContextVariable):
     `_enter_autocast` / `_exit_autocast` nodes; FakeTensors get autocast's dtypes."""
 
     label = "Autocast"
+    enter_target = staticmethod(torch.amp.autocast_mode._enter_autocast)
+    exit_target = staticmethod(torch.amp.autocast_mode._exit_autocast)
+
+    @staticmethod
+    def real_context(args: Any) -> Any:
+        return torch.autocast(*args)
 
     def python_type(self) -> type:
         return torch.autocast
 
-    def enter_node(self, graph: torch.fx.Graph) -> Any:
-        return graph.call_function(torch.amp.autocast_mode._enter_autocast, self.args)
-
-    def exit_target(self) -> Any:
-        return torch.amp.autocast_mode._exit_autocast
-
-    @classmethod
-    def real_context(cls, args: Any) -> Any:
-        return torch.autocast(*args)
+    def node_args(self) -> tuple[Any, ...]:
+        return self.args
 
 
 class InferenceModeVariable(NodeContextVariable):
@@ -193,19 +188,12 @@ class InferenceModeVariable(NodeContextVariable):
     FakeTensors are inference tensors too (`x.is_inference()` folds)."""
 
     label = "InferenceMode"
+    enter_target = staticmethod(torch.autograd.grad_mode._enter_inference_mode)
+    exit_target = staticmethod(torch.autograd.grad_mode._exit_inference_mode)
+    real_context = torch.inference_mode
 
     def python_type(self) -> type:
         return torch.inference_mode
-
-    def enter_node(self, graph: torch.fx.Graph) -> Any:
-        return graph.call_function(torch.autograd.grad_mode._enter_inference_mode, (self.args,))
-
-    def exit_target(self) -> Any:
-        return torch.autograd.grad_mode._exit_inference_mode
-
-    @classmethod
-    def real_context(cls, args: Any) -> Any:
-        return torch.inference_mode(args)
 
 
 class ContextExit:
