@@ -10,6 +10,7 @@ these wrappers costs a whole model its graph.
 
 from __future__ import annotations
 
+import copy
 import enum
 import functools
 import inspect
@@ -17,6 +18,7 @@ import os
 import sys
 import sysconfig
 import types
+import typing
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
@@ -85,6 +87,112 @@ def test_custom_getattribute_is_inlined_and_guarded():
     torch.testing.assert_close(jitted(x, cfg, t), uses_config(x, cfg, t))
     cfg.n_head = 4
     torch.testing.assert_close(jitted(x, cfg, t), uses_config(x, cfg, t))
+
+
+class StrictConfig(AliasConfig):
+    """`AliasConfig` with a field-validating `__setattr__` (huggingface_hub's strict dataclasses:
+    validators looked up in a table keyed by `typing` constructs and classes)."""
+
+    __annotations__ = {"n_embd": int, "n_head": int, "scale": float | None, "prefix": list[int]}
+
+    def __setattr__(self, key, value):
+        expected = type(self).__annotations__.get(key)
+        if expected is not None:
+            check = _VALIDATORS.get(typing.get_origin(expected))
+            if check:
+                check(key, value, typing.get_args(expected))
+            elif isinstance(expected, type) and not isinstance(value, expected):
+                raise TypeError(f"{key} must be {expected.__name__}")
+        super().__setattr__(key, value)
+
+
+def _union(key, value, args):
+    if not isinstance(value, tuple(a for a in args if isinstance(a, type))):
+        raise TypeError(f"{key}: {value!r} is none of {args}")
+
+
+def _list_of(key, value, args):
+    if not (isinstance(value, list) and all(isinstance(v, args[0]) for v in value)):
+        raise TypeError(f"{key} must be a list of {args[0].__name__}")
+
+
+_VALIDATORS = {typing.Union: _union, types.UnionType: _union, list: _list_of}
+
+
+def edits_a_deep_copy(x, cfg, keep_copy: bool):
+    twin = copy.deepcopy(cfg)
+    for key in ("n_head", "prefix"):
+        if hasattr(twin, key):
+            value = getattr(twin, key)
+            delattr(twin, key)
+            setattr(twin, "num_" + key if key == "prefix" else key, value)
+    twin.scale = twin.scale * 2 if twin.scale is not None else 1.0
+    y = x.view(-1, twin.num_heads, twin.hidden_size // twin.num_heads) * twin.scale
+    return (y, twin) if keep_copy else y
+
+
+def test_config_with_its_own_getattribute_is_deep_copied_and_edited_in_the_frame():
+    # transformers' get_text_config: deepcopy of the config, then delattr/setattr through its
+    # own lookups and validators. Before, copying such a class was a graph break.
+    x = torch.randn(2, 8)
+    cfg = StrictConfig(8, 2, 0.5)
+    cfg.prefix = [1, 2]
+    got, _, counter = run(edits_a_deep_copy, x, cfg, False, fullgraph=True)
+    torch.testing.assert_close(got, edits_a_deep_copy(x, cfg, False))
+    assert cfg.scale == 0.5 and cfg.prefix == [1, 2]  # the original is untouched
+    (y, twin), _, _ = run(edits_a_deep_copy, x, cfg, True, fullgraph=True)  # the copy escapes
+    y_eager, twin_eager = edits_a_deep_copy(x, cfg, True)
+    torch.testing.assert_close(y, y_eager)
+    assert type(twin) is StrictConfig and vars(twin) == vars(twin_eager)
+    assert twin.num_prefix == [1, 2] and twin.scale == 1.0 and twin.hidden_size == 8
+    with pytest.raises(TypeError, match="must be int"):  # the validator still runs on the copy
+        twin.n_head = "two"
+    cfg.scale = None  # a value the traced code branched on: guarded, compiled again
+    jitted = framejit.jit(edits_a_deep_copy, backend=counter)
+    torch.testing.assert_close(jitted(x, cfg, False), edits_a_deep_copy(x, cfg, False))
+
+
+def bad_field(x, cfg):
+    twin = copy.deepcopy(cfg)
+    twin.scale = "big"  # the validator raises, as in eager
+    return x * 2
+
+
+def test_validator_error_on_a_copied_config_is_raised_like_eager():
+    cfg = StrictConfig(8, 2, 0.5)
+    with pytest.raises(TypeError, match="none of"):
+        bad_field(torch.ones(2), cfg)
+    with pytest.raises(TypeError, match="none of"):
+        framejit.jit(bad_field, backend="eager")(torch.ones(2), cfg)
+
+
+_EPS = {torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float32: 1e-6}
+_CAST = {int: torch.int64, float: torch.float32, bool: torch.bool}
+
+
+def dtype_keyed_tables(x, value):
+    eps = _EPS[x.dtype]
+    names = [str(k).split(".")[-1] for k in _EPS]  # iterating keys that are dtypes
+    return (x + eps).to(_CAST[type(value)]), names
+
+
+def test_dicts_keyed_by_dtypes_and_classes_are_read_and_guarded():
+    x = torch.randn(4)
+    (got, names), _, counter = run(dtype_keyed_tables, x, 2.5, fullgraph=True)
+    expected, expected_names = dtype_keyed_tables(x, 2.5)
+    torch.testing.assert_close(got, expected)
+    assert names == expected_names
+    jitted = framejit.jit(dtype_keyed_tables, backend=counter)
+    for arg, v in ((x.half(), 3), (x, True)):  # another key: compiled again
+        got, _ = jitted(arg, v)
+        assert got.dtype == dtype_keyed_tables(arg, v)[0].dtype
+        torch.testing.assert_close(got, dtype_keyed_tables(arg, v)[0])
+    assert counter.frame_count == 3
+    _EPS[torch.float32] = 1e-1  # the table's value changed: guarded
+    try:
+        torch.testing.assert_close(jitted(x, 2.5)[0], dtype_keyed_tables(x, 2.5)[0])
+    finally:
+        _EPS[torch.float32] = 1e-6
 
 
 def reads_code_attributes(x, fn):

@@ -55,7 +55,38 @@ def bert():
     return T.BertModel(_zero_dropout(config))
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert}
+def t5():
+    # encoder-decoder models build their cache from a deep copy of the config
+    # (`get_text_config(decoder=True)`), which is then edited with delattr/setattr through the
+    # config's own `__getattribute__`/`__setattr__` and field validators: all traced
+    config = T.T5Config(
+        num_layers=2,
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        d_kv=8,
+        vocab_size=64,
+        decoder_start_token_id=0,
+    )
+    return T.T5ForConditionalGeneration(_zero_dropout(config))
+
+
+def bart():
+    config = T.BartConfig(
+        vocab_size=64,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+    )
+    return T.BartForConditionalGeneration(_zero_dropout(config))
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "t5": t5, "bart": bart}
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -105,7 +136,7 @@ def test_inference_is_one_graph_and_matches_eager(name):
     assert counter.frame_count == 1
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "t5", "bart"])
 def test_training_gradients_match_eager(name):
     torch.manual_seed(0)
     model = MODELS[name]().train()

@@ -11,8 +11,10 @@ it again after the graph runs) or knows how to rebuild itself (`reconstruct`).
 
 from __future__ import annotations
 
+import functools
 import operator
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -82,6 +84,12 @@ class VariableTracker:
         raise Unsupported("unsupported_object", f"iterating over {self.type_name()}")
 
     def truth(self, tx: Translator) -> bool:
+        try:
+            t = self.python_type()
+        except Unsupported:
+            t = None
+        if t in _ALWAYS_TRUE:  # no __bool__ or __len__: every such object is true
+            return True
         raise Unsupported("unsupported_control_flow", f"truth value of {self.type_name()}")
 
     def has_tensors(self) -> bool:
@@ -370,6 +378,25 @@ class ExceptionVariable(VariableTracker):
                 cg.reconstruct(a)
 
         cg.call_const(self.exc_type, emit, len(self.args))
+
+
+_ALWAYS_TRUE = (
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.ModuleType,
+    functools.partial,
+)
+
+
+def is_type_annotation(value: Any) -> bool:
+    """A typing construct (`int | None`, `list[int]`, `Optional[str]`, `Literal["a"]`): an
+    immutable value that validators of dataclass fields inspect with `typing.get_origin`."""
+    t = type(value)
+    if t in (types.UnionType, types.GenericAlias):
+        return True
+    return t.__module__ == "typing" and not isinstance(value, type) and t.__hash__ is not None
 
 
 def is_numpy_scalar(value: Any) -> bool:

@@ -27,6 +27,7 @@ from framejit.frontend.variables.base import (
     LazyNumberVariable,
     VariableTracker,
     is_numpy_scalar,
+    is_type_annotation,
 )
 from framejit.frontend.variables.builtins import is_builtin
 from framejit.frontend.variables.containers import (
@@ -152,7 +153,7 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if t is int and tx.output.int_is_dynamic(source, value):  # dynamic shapes: a graph input
         _guard(tx, source, GuardKind.TYPE_MATCH, int)
         return tx.output.add_sym_input(source, value)
-    if t in CONSTANT_TYPES or is_numpy_scalar(value):
+    if t in CONSTANT_TYPES or is_numpy_scalar(value) or is_type_annotation(value):
         _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
         return ConstantVariable(value, source)
     if t in (torch.dtype, torch.layout, torch.memory_format) or isinstance(value, enum.Enum):
@@ -326,11 +327,14 @@ def _replayed(value: Any) -> bool:
 
 
 def _literal_key(key: Any) -> bool:
-    """A dict key the guards can print: str or int (a str or int enum too, printed as a named
-    constant), or a tuple of str, int and None (`d[(1, "a")]`)."""
+    """A dict key the guards can check: str or int (a str or int enum too, printed as a named
+    constant), a tuple of str, int and None (`d[(1, "a")]`), or an object compared by identity
+    that the guards name as a constant: a class or a `typing` construct (tables of validators
+    keyed by `list`, `Union`, `Literal`), a `torch.dtype` (`{torch.float16: 1e-3}` tables) or an
+    enum member."""
     if type(key) is tuple:
         return all(_literal_key(k) if type(k) is tuple else type(k) in _KEY_TYPES for k in key)
-    return isinstance(key, (str, int))
+    return isinstance(key, (str, int, type, torch.dtype, enum.Enum)) or is_type_annotation(key)
 
 
 _KEY_TYPES = (str, int, bool, type(None))
@@ -351,6 +355,7 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         or t in (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format)
         or isinstance(value, enum.Enum)
         or is_numpy_scalar(value)
+        or is_type_annotation(value)
     ):
         return ConstantVariable(value, source)
     if t in (torch.finfo, torch.iinfo, types.CodeType):

@@ -268,9 +268,13 @@ def _getattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | No
 
 @builtin(object.__getattribute__)
 def _object_getattribute(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    from framejit.frontend.variables.objects import GenericGetattrVariable, UserObjectVariable
+    from framejit.frontend.variables.objects import (
+        GenericGetattrVariable,
+        NewObjectVariable,
+        UserObjectVariable,
+    )
 
-    if len(args) != 2 or kwargs or not isinstance(args[0], UserObjectVariable):
+    if len(args) != 2 or kwargs or not isinstance(args[0], (UserObjectVariable, NewObjectVariable)):
         return None
     return GenericGetattrVariable(args[0]).call(tx, args[1:], {})
 
@@ -766,6 +770,14 @@ def _setattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | No
     if len(args) != 3 or kwargs or not args[1].is_constant():
         return None
     args[0].setattr(tx, args[1].as_constant(), args[2])
+    return ConstantVariable(None)
+
+
+@builtin(delattr)
+def _delattr(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) != 2 or kwargs or not args[1].is_constant():
+        return None
+    args[0].delattr(tx, args[1].as_constant())  # as `del obj.name` does
     return ConstantVariable(None)
 
 

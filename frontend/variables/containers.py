@@ -34,6 +34,11 @@ def _const_index(tx: Translator, index: VariableTracker, what: str) -> Any:
     return index.as_constant()
 
 
+def _key_variable(tx: Translator, key: Any) -> VariableTracker:
+    """A dict's key as a value of the trace (a class key is a ClassVariable)."""
+    return tx.wrap_value(key, None) if isinstance(key, type) else ConstantVariable(key)
+
+
 class BaseSequence(VariableTracker):
     """Shared behaviour of tuples and lists: items are VTs."""
 
@@ -387,7 +392,7 @@ class DictVariable(VariableTracker):
         return bool(self.items)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
-        return [ConstantVariable(k) for k in self.items]
+        return [_key_variable(tx, k) for k in self.items]
 
     def getitem(self, tx: Translator, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key, "dict")

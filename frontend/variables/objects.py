@@ -90,6 +90,17 @@ def _has_custom_getattribute(cls: type) -> bool:
     return cls.__getattribute__ not in _GENERIC_GETATTRIBUTE
 
 
+def _python_getattribute(cls: type) -> bool:
+    """Is every `__getattribute__` along the class's MRO either written in Python or the
+    generic lookup? (A config's attribute aliases; the translator inlines them.)"""
+    return all(
+        isinstance(k.__dict__["__getattribute__"], types.FunctionType)
+        or k.__dict__["__getattribute__"] in _GENERIC_GETATTRIBUTE
+        for k in cls.__mro__
+        if "__getattribute__" in k.__dict__
+    )
+
+
 class UserObjectVariable(VariableTracker):
     def __init__(self, obj: Any, source: Source | None) -> None:
         self.obj = obj
@@ -691,7 +702,15 @@ class ClassVariable(VariableTracker):
             return tx.wrap_source(AttrSource(self.source, name))
         # a builtin type's attribute is fixed (and `dict.fromkeys` is a new bound object at
         # every lookup: an identity guard on it would never hold)
-        return tx.wrap_value(getattr(self.cls, name), None)
+        try:
+            return tx.wrap_value(getattr(self.cls, name), None)
+        except Unsupported as exc:
+            if exc.code != "unsupported_object" or self.cls.__flags__ & _IMMUTABLETYPE:
+                raise
+        # a mutable class attribute (a table of validators, `__annotations__`) of a class
+        # reached without a source: read through the class as a constant, and guarded
+        owner = found[0]
+        return tx.wrap_source(AttrSource(ConstSource(owner, owner.__qualname__), name))
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
         from framejit.frontend.variables.builtins import call_builtin_class
@@ -876,7 +895,7 @@ def _plain_class(cls: type) -> bool:
         return False
     if cls.__setattr__ is not object.__setattr__ and _python_setattr(cls) is None:
         return False
-    if _has_custom_getattribute(cls):
+    if _has_custom_getattribute(cls) and not _python_getattribute(cls):
         return False
     builtins_ok = (object, *_DICT_BASES)
     return all(
@@ -911,6 +930,18 @@ class NewObjectVariable(VariableTracker):
         return any(v.has_tensors() for v in self.attrs.values())
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if _has_custom_getattribute(self.cls):
+            # the class's own `__getattribute__`, inlined (`_plain_class` checked that it is
+            # written in Python); its `super().__getattribute__(key)` reaches generic_getattr
+            hook = _class_attr(self.cls, "__getattribute__")[1]
+            return UserMethodVariable(UserFunctionVariable(hook), self).call(
+                tx, [ConstantVariable(name)], {}
+            )
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx: Translator, name: str) -> VariableTracker:
+        """`object.__getattribute__(obj, name)`: properties, the instance dict, then the
+        class."""
         found = _class_attr(self.cls, name)
         if found is not None and isinstance(found[1], property):
             if found[1].fget is None:
@@ -1005,6 +1036,8 @@ class NewObjectVariable(VariableTracker):
         return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
 
     def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if _has_custom_getattribute(self.cls) and not name.startswith("__"):
+            return self.getattr(tx, name).call(tx, args, kwargs)  # a lookup the class can change
         found = _class_attr(self.cls, name)
         if found is not None and isinstance(found[1], types.FunctionType):
             return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, args, kwargs)
@@ -1196,7 +1229,9 @@ class SuperVariable(VariableTracker):
             if name not in klass.__dict__:
                 continue
             attr = klass.__dict__[name]
-            if attr is object.__getattribute__ and isinstance(self.obj, UserObjectVariable):
+            if attr is object.__getattribute__ and isinstance(
+                self.obj, (UserObjectVariable, NewObjectVariable)
+            ):
                 return GenericGetattrVariable(self.obj)
             if isinstance(self.obj, NewObjectVariable):
                 if attr is object.__setattr__:
@@ -1235,7 +1270,7 @@ class GenericGetattrVariable(VariableTracker):
     """`super().__getattribute__` bound to an object (the generic lookup, past a class's own
     `__getattribute__`): calling it with a constant name reads that attribute."""
 
-    def __init__(self, obj: UserObjectVariable) -> None:
+    def __init__(self, obj: UserObjectVariable | NewObjectVariable) -> None:
         self.obj = obj
 
     def __repr__(self) -> str:
