@@ -44,7 +44,13 @@ from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.translator import decode, root_translator
-from framejit.frontend.variables.base import NULL, CellVariable, VariableTracker
+from framejit.frontend.variables.base import (
+    NULL,
+    CellVariable,
+    VariableTracker,
+    forget_undo,
+    undo_mark,
+)
 from framejit.frontend.variables.containers import (
     BaseSequence,
     DataclassVariable,
@@ -112,6 +118,7 @@ def compile_frame(
     history of input sizes drives automatic dynamic shapes.
     """
     eager_generators: dict[types.CodeType, str] = {}
+    undo_base = undo_mark()
     while True:
         try:
             return _compile_frame_once(
@@ -122,6 +129,8 @@ def compile_frame(
             # its function run as Python (variables/generators.py); each retry adds one code
             log.debug("tracing %s again with %s run as Python", fn.__qualname__, exc.gen_code)
             eager_generators = {**eager_generators, exc.gen_code: exc.detail}
+        finally:
+            forget_undo(undo_base)
 
 
 MAX_GENERATOR_RETRIES = 8
@@ -171,7 +180,8 @@ def _compile_frame_once(
         except GraphBreak as gb:
             _log_break(code, gb.reason)
             entry, graphs = _finish_break(fn, code, output, gb, backend, argnames, wrap_resume)
-            return CompileResult(entry, graphs, [gb.reason], time.perf_counter() - start)
+            reason = _kept(gb.reason)
+            return CompileResult(entry, graphs, [reason], time.perf_counter() - start)
     except Unsupported as exc:
         if (
             isinstance(exc, GeneratorEscapes)
@@ -183,7 +193,7 @@ def _compile_frame_once(
             raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
         if logs.enabled("graph_breaks"):
             logs.artifact("graph_breaks", f"running {code.co_qualname} eagerly: {exc.describe()}")
-        entry = _eager_entry(fn, output, argnames, exc)
+        entry = _eager_entry(fn, output, argnames, _kept(exc))
         return CompileResult(entry, [], [exc], time.perf_counter() - start)
     except FullGraphError:
         raise
@@ -201,6 +211,15 @@ def _compile_frame_once(
         entry = _eager_entry(fn, OutputGraph(fn, {}), argnames, None)
         return CompileResult(entry, [], [], time.perf_counter() - start)
     return CompileResult(entry, graphs, [], time.perf_counter() - start)
+
+
+def _kept(exc: Unsupported) -> Unsupported:
+    """A reason kept in the cache entry, without its traceback or context: those hold the
+    translator's frames, and through them the frame's arguments (tensors, generators whose
+    `finally` must run when the program drops them)."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    return exc
 
 
 def _log_break(code: types.CodeType, reason: Unsupported) -> None:

@@ -6,6 +6,9 @@ eager on real tensors."""
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -433,3 +436,50 @@ def test_yield_from_delegates_lazily_and_returns_the_value() -> None:
     x = torch.randn(3)
     torch.testing.assert_close(compiled(fn)(x), fn(x))
     assert counts(fn, x) == (1, 0)
+
+
+def _leaves_a_generator_suspended(x: torch.Tensor, log: list[str]) -> torch.Tensor:
+    def numbers() -> Iterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            log.append("closed")
+
+    for v in numbers():  # left at its first value, inside the `try`: runs as Python
+        if v == 1:
+            break
+    log.append("after")
+    return x * v
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_dropped_generator_is_closed_when_the_function_returns_on_the_compiling_call_too(
+    backend: str,
+) -> None:
+    # The compile used to keep the generator alive (its reasons' tracebacks and the
+    # translator's undo records held the frame's values) until framejit.reset().
+    jitted = framejit.jit(_leaves_a_generator_suspended, backend=backend)
+    for _ in range(2):
+        log: list[str] = []
+        torch.testing.assert_close(jitted(torch.ones(2), log), torch.ones(2))
+        assert log == ["after", "closed"]
+
+
+def test_compiling_keeps_no_reference_to_the_arguments() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        it = (i for i in range(3))
+        for v in it:
+            x = x + v
+        return x
+
+    refs = []
+    for _ in range(3):
+        framejit.reset()
+        x = torch.randn(64, 64)
+        refs.append(weakref.ref(x))
+        torch.testing.assert_close(framejit.jit(f, backend="eager")(x), x + 3)
+        del x
+    framejit.reset()
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

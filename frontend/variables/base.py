@@ -143,6 +143,12 @@ def undo_to(mark: int) -> None:
         _undo.pop()()
 
 
+def forget_undo(mark: int) -> None:
+    """Drop the restore callables past `mark` without calling them: their changes can no
+    longer be rewound (they hold the trace's values, and through them the frame's arguments)."""
+    del _undo[mark:]
+
+
 class ConstantVariable(VariableTracker):
     """A Python value whose identity does not matter and that never changes."""
 
