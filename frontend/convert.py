@@ -383,6 +383,8 @@ def _entry(
     aliasing = output.aliasing_guard()
     if aliasing is not None:
         guards.append(aliasing)
+    guards += output.object_aliasing_guards()
+    guards += output.absence_guards()
     compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
     new_fn = types.FunctionType(
         new_code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__

@@ -81,6 +81,7 @@ class OutputGraph:
         self._by_source: dict[Source, TensorVariable] = {}
         self._wrapped: dict[Source, VariableTracker] = {}  # every wrapped source (all kinds)
         self.guards: list[Guard] = []
+        self._absent: dict[Source, tuple[dict[str, None], str]] = {}  # see require_absent
         self.calls_modules = False  # a module's forward was inlined: guard global module hooks
         # The graph mutates tensors in place or compares tensors by identity: then distinct
         # input sources must stay distinct objects (NO_ALIASING guard).
@@ -138,6 +139,18 @@ class OutputGraph:
     # --- guards ---------------------------------------------------------------------------------
     def add_guard(self, source: Source | None, kind: GuardKind, expected: Any, origin: str) -> None:
         self.guards.append(Guard(source, kind, expected, origin))
+
+    def require_absent(self, dict_source: Source, key: str, origin: str) -> None:
+        """The trace looked `key` up past the dict at `dict_source` (a method found on the
+        class, not in the instance dict; a builtin, not in the module's globals): a later
+        entry there would shadow what it found. One KEYS_ABSENT guard per dict, at the end."""
+        self._absent.setdefault(dict_source, ({}, origin))[0].setdefault(key, None)
+
+    def absence_guards(self) -> list[Guard]:
+        return [
+            Guard(source, GuardKind.KEYS_ABSENT, tuple(keys), origin)
+            for source, (keys, origin) in self._absent.items()
+        ]
 
     # --- inputs ---------------------------------------------------------------------------------
     def input_dims(self, source: Source, value: torch.Tensor) -> frozenset[int]:
@@ -219,6 +232,29 @@ class OutputGraph:
             tuple(s for s, n in self.placeholders if isinstance(n.meta.get("val"), torch.Tensor)),
             "the graph mutates or compares its input tensors",
         )
+
+    def object_aliasing_guards(self) -> list[Guard]:
+        """Objects from outside the frame that the trace changed (an attribute written, a list
+        appended to) must stay distinct from the other objects of their type it reached: it
+        tracked them as separate objects, so called with one object in two places the replay
+        would lose a write. (Reached as one object while tracing, they share one variable and a
+        DUPLICATE_INPUT guard.)"""
+        changed = [vt for vt, _ in self.side_effects.attrs.values()]
+        changed += self.side_effects.containers.values()
+        kinds = {vt.python_type() for vt in changed if vt.source is not None}
+        guards = []
+        for kind in kinds:
+            sources = tuple(
+                dict.fromkeys(
+                    vt.source
+                    for _, vt in self.objects_by_id.values()
+                    if vt.source is not None and vt.python_type() is kind
+                )
+            )
+            if len(sources) > 1:
+                why = f"the trace changes a {kind.__name__} from outside the frame"
+                guards.append(Guard(None, GuardKind.NO_ALIASING, sources, why))
+        return guards
 
     def _unique_name(self, base: str) -> str:
         names = {n.name for n in self.graph.nodes}

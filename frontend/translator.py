@@ -368,6 +368,10 @@ class Translator(OperatorsMixin, InliningMixin):
         if isinstance(builtins_dict, types.ModuleType):
             builtins_dict = vars(builtins_dict)
         if name in builtins_dict:
+            # a global of that name defined later would shadow the builtin
+            module = str(self.f_globals.get("__name__", "?"))
+            globals_source = ConstSource(self.f_globals, f"globals of {module}")
+            self.output.require_absent(globals_source, name, self.location_text())
             return self.wrap_value(builtins_dict[name], None)
         raise Unsupported("exception", f"name {name!r} is not defined", "NameError")
 

@@ -102,6 +102,7 @@ _COST = {
     GuardKind.CONSTANT_MATCH: 1,
     GuardKind.LENGTH_CHECK: 2,
     GuardKind.DICT_KEYS: 2,
+    GuardKind.KEYS_ABSENT: 2,
     GuardKind.MODULE_NO_HOOKS: 2,
     GuardKind.TENSOR_MATCH: 3,
     GuardKind.DUPLICATE_INPUT: 3,

@@ -48,6 +48,7 @@ class GuardKind(enum.Enum):
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
     NO_ALIASING = "NO_ALIASING"  # the tensors at these sources are distinct objects
     SHAPE_EXPR = "SHAPE_EXPR"  # a fact about symbolic sizes: `x.size()[0] == y.size()[1]`
+    KEYS_ABSENT = "KEYS_ABSENT"  # none of these keys is in dict x (no shadowing name)
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
@@ -204,6 +205,10 @@ class Guard:
             return f"len({{{ids}}}) == {len(exp)}"
         if kind is GuardKind.SHAPE_EXPR:
             return exp.render(render)
+        if kind is GuardKind.KEYS_ABSENT:
+            if len(exp) == 1:
+                return f"{exp[0]!r} not in {x}"
+            return f"{x}.keys().isdisjoint({tuple(exp)!r})"
         raise AssertionError(kind)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -213,8 +214,9 @@ def test_is_leaf_read_into_python_is_guarded() -> None:
     assert_same(jitted(non_leaf), fn(non_leaf))
 
 
-@settings(max_examples=25, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     st.lists(
         st.tuples(
@@ -407,8 +409,13 @@ def test_int_bool_and_str_argument_values() -> None:
 
     jitted, counter = jit_counted(fn)
     x = torch.randn(3)
-    calls = [(2, True, "square"), (3, True, "square"), (3, False, "square"), (3, False, "id"),
-             (2, True, "square")]
+    calls = [
+        (2, True, "square"),
+        (3, True, "square"),
+        (3, False, "square"),
+        (3, False, "id"),
+        (2, True, "square"),
+    ]
     for args in calls:
         assert_same(jitted(x, *args), fn(x, *args))
     assert counter.frame_count == 4
@@ -762,7 +769,8 @@ def test_forward_hook_registered_on_a_submodule_after_compiling() -> None:
 
 
 def test_forward_pre_hook_on_a_global_module_after_compiling(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     torch.manual_seed(0)
     layer = nn.Linear(2, 2)
     monkeypatch.setitem(globals(), "LAYER", layer)
@@ -785,7 +793,8 @@ def test_global_module_hook_registered_after_compiling() -> None:
     jitted(x)
     calls: list[str] = []
     handle = nn.modules.module.register_module_forward_hook(
-        lambda m, args, out: calls.append(type(m).__name__))
+        lambda m, args, out: calls.append(type(m).__name__)
+    )
     try:
         got = jitted(x)
         compiled_calls = [c for c in calls if c in ("Linear", "ReLU")]
@@ -969,8 +978,9 @@ def _noop() -> None:
 def test_compile_guards_keeps_source_and_checks(tensor_guard_language: str) -> None:
     guards = [
         Guard(LocalSource("n"), GuardKind.CONSTANT_MATCH, 3, "f.py:5 in f"),
-        Guard(LocalSource("x"), GuardKind.TENSOR_MATCH, TensorMeta.of(torch.ones(2)),
-              "f.py:3 in f"),
+        Guard(
+            LocalSource("x"), GuardKind.TENSOR_MATCH, TensorMeta.of(torch.ones(2)), "f.py:3 in f"
+        ),
         Guard(LocalSource("xs"), GuardKind.LENGTH_CHECK, 2, "f.py:6 in f"),
     ]
     compiled = compile_guards(guards, ("x", "n", "xs"), name="guard_f")
@@ -1003,20 +1013,29 @@ def test_guards_are_ordered_cheapest_first() -> None:
     ]
     compiled = compile_guards(guards, ("x", "n", "xs"))
     kinds = [g.kind for g in compiled.guards]
-    assert kinds == [GuardKind.GLOBAL_STATE, GuardKind.CONSTANT_MATCH, GuardKind.LENGTH_CHECK,
-                     GuardKind.TENSOR_MATCH]
+    assert kinds == [
+        GuardKind.GLOBAL_STATE,
+        GuardKind.CONSTANT_MATCH,
+        GuardKind.LENGTH_CHECK,
+        GuardKind.TENSOR_MATCH,
+    ]
     src = compiled.source.split("\n", 1)[1]  # the body, after the signature
     tensor_check = re.search(r"\bL_x\b", src)
     assert tensor_check
-    assert src.index("is_grad_enabled") < src.index("L_n == 3") < src.index("len(L_xs)") < (
-        tensor_check.start())
+    assert (
+        src.index("is_grad_enabled")
+        < src.index("L_n == 3")
+        < src.index("len(L_xs)")
+        < (tensor_check.start())
+    )
 
 
 def test_why_failed_names_the_first_failing_guard_with_the_actual_value() -> None:
     guards = [
         Guard(LocalSource("n"), GuardKind.CONSTANT_MATCH, 3, "f.py:5 in f"),
-        Guard(LocalSource("x"), GuardKind.TENSOR_MATCH, TensorMeta.of(torch.ones(2)),
-              "f.py:3 in f"),
+        Guard(
+            LocalSource("x"), GuardKind.TENSOR_MATCH, TensorMeta.of(torch.ones(2)), "f.py:3 in f"
+        ),
     ]
     compiled = compile_guards(guards, ("x", "n"))
     assert compiled.why_failed(_noop, torch.ones(2), 3) is None
@@ -1129,3 +1148,117 @@ def test_global_state_guard() -> None:
     finally:
         torch.set_default_dtype(old)
     assert compiled.check(_noop) is True
+
+
+# --- objects reached twice, names shadowed later ---------------------------------------------
+
+
+class Counter2:
+    def __init__(self) -> None:
+        self.v = 0
+
+    def scale(self) -> int:
+        return 2
+
+
+def bumps_two_objects(x: torch.Tensor, a: Counter2, b: Counter2) -> torch.Tensor:
+    a.v = a.v + 1
+    b.v = b.v + 10
+    return x * a.v
+
+
+def appends_to_two_lists(x: torch.Tensor, a: list[Any], b: list[Any]) -> tuple[int, int]:
+    a.append(x.sum())
+    b.append(len(a))
+    return len(a), len(b)
+
+
+SHARED: list[Any] = []
+
+
+def appends_to_a_global_and_an_argument(x: torch.Tensor, items: list[Any]) -> int:
+    SHARED.append(x.sum())
+    items.append(1)
+    return len(SHARED) + len(items)
+
+
+def test_objects_the_trace_changes_must_stay_distinct_objects() -> None:
+    # Compiled for two distinct objects, then called with one object twice: the entry that
+    # tracked them separately would lose a write. A NO_ALIASING guard sends the call to a new
+    # compile (which sees one object).
+    x = torch.ones(1)
+    jitted, counter = jit_counted(bumps_two_objects)
+    jitted(x, Counter2(), Counter2())
+    o, e = Counter2(), Counter2()
+    torch.testing.assert_close(jitted(x, o, o), bumps_two_objects(x, e, e))
+    assert o.v == e.v == 11
+    assert counter.frame_count == 2
+    a, b = Counter2(), Counter2()  # distinct again: the first entry
+    torch.testing.assert_close(jitted(x, a, b), x)
+    assert (a.v, b.v) == (1, 10) and counter.frame_count == 2
+
+    jitted, _ = jit_counted(appends_to_two_lists)
+    jitted(x, [], [])
+    got, expected = [], []
+    assert jitted(x, got, got) == appends_to_two_lists(x, expected, expected) == (2, 2)
+    assert len(got) == 2 and got[1] == expected[1] == 1
+
+    jitted, _ = jit_counted(appends_to_a_global_and_an_argument)
+    SHARED.clear()
+    jitted(x, [])
+    SHARED.clear()
+    assert jitted(x, SHARED) == 4 and len(SHARED) == 2
+
+
+def calls_scale(x: torch.Tensor, c: Counter2) -> torch.Tensor:
+    return x * c.scale()
+
+
+class Linearish(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def calls_module(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return m(x) + 1
+
+
+def test_an_instance_attribute_that_shadows_a_method_is_seen() -> None:
+    x = torch.ones(1)
+    jitted, counter = jit_counted(calls_scale)
+    c = Counter2()
+    torch.testing.assert_close(jitted(x, c), x * 2)
+    c.scale = lambda: 99  # type: ignore[method-assign]
+    torch.testing.assert_close(jitted(x, c), calls_scale(x, c))
+    assert counter.frame_count == 2
+
+    # the patch accelerate and PEFT apply to a submodule: `module.forward = ...`
+    jitted, counter = jit_counted(calls_module)
+    m, x = Linearish(), torch.ones(1, 2)
+    jitted(m, x)
+    m.lin.forward = types.MethodType(lambda self, x: x * 0, m.lin)
+    torch.testing.assert_close(jitted(m, x), calls_module(m, x))
+    torch.testing.assert_close(jitted(m, x), torch.ones(1, 2))
+    assert counter.frame_count == 2
+
+
+def uses_len(x: torch.Tensor) -> torch.Tensor:
+    return x * (len(x) + abs(-1))
+
+
+def test_a_global_that_later_shadows_a_builtin_is_seen() -> None:
+    jitted, counter = jit_counted(uses_len)
+    x = torch.ones(3)
+    torch.testing.assert_close(jitted(x), x * 4)
+    globals()["len"] = lambda v: 100
+    try:
+        torch.testing.assert_close(jitted(x), uses_len(x))
+        torch.testing.assert_close(jitted(x), x * 101)
+    finally:
+        del globals()["len"]
+    torch.testing.assert_close(jitted(x), x * 4)
+    assert counter.frame_count == 2

@@ -230,6 +230,10 @@ class UserObjectVariable(VariableTracker):
             return tx.wrap_source(self._attr_source(name))
         if found is not None:
             owner, attr = found
+            if isinstance(instance_dict, dict) and self.source is not None:
+                # an instance attribute of that name set later (`obj.method = patched`,
+                # `module.forward = ...`) would shadow what the class gives
+                tx.output.require_absent(self._attr_source("__dict__"), name, tx.location_text())
             cls_source = TypeSource(self.source) if self.source is not None else None
             attr_source = AttrSource(cls_source, name) if cls_source is not None else None
             # What a library class defines is fixed; a user class can be patched: guard it.
