@@ -483,3 +483,41 @@ def test_compiling_keeps_no_reference_to_the_arguments() -> None:
     framejit.reset()
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
+
+
+def stops_early(x: torch.Tensor, log: list[int]) -> tuple[torch.Tensor, list[int], bool]:
+    xs = [1, 2, 3]
+    if any((hit := v) > 1 for v in xs):  # stops at 2: the walrus target is 2
+        x = x * hit
+    done = all(log.append(v) or v < 2 for v in [1, 2, 3])  # stops at 2
+    m = map(lambda v: v * 10, range(4))
+    first = any(m)  # takes 0 and 10: the map keeps the rest
+    return x, list(m), done and first
+
+
+def lazy_map_and_filter(x: torch.Tensor, d: dict[str, int], log: list[Any]) -> torch.Tensor:
+    m = map(lambda v: (log.append(v), v)[1], [1, 2, 3])
+    first = next(m)
+    log.append("mid")  # before the map computes its second item
+    keys = filter(lambda k: d[k] > 0, ["a", "missing"])  # "missing" is never looked up
+    return x * first * d[next(keys)]
+
+
+def test_any_all_map_and_filter_stop_where_python_stops() -> None:
+    x = torch.ones(2)
+    log_e: list[Any] = []
+    expected = stops_early(x, log_e)
+    log_j: list[Any] = []
+    got = compiled(stops_early)(x, log_j)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1:] == expected[1:] == ([20, 30], False)
+    assert log_j == log_e == [1, 2]
+    assert counts(stops_early, x, []) == (1, 0)
+
+    d = {"a": 3}
+    log_e, log_j = [], []
+    torch.testing.assert_close(
+        compiled(lazy_map_and_filter)(x, d, log_j), lazy_map_and_filter(x, d, log_e)
+    )
+    assert log_j == log_e == [1, "mid"]
+    assert counts(lazy_map_and_filter, x, d, []) == (1, 0)

@@ -522,22 +522,15 @@ def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 def _map(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) < 2 or kwargs:
         return None
-    if _has_lazy(args[1:]):
-        return LazyMap(args[0], [_pullable(tx, a) for a in args[1:]])
-    fn, columns = args[0], [_iterable_items(tx, a) for a in args[1:]]
-    return IteratorVariable([fn.call(tx, list(row), {}) for row in zip(*columns)])
+    # lazy, as in Python: each item is computed when the consumer asks for it
+    return LazyMap(args[0], [_pullable(tx, a) for a in args[1:]])
 
 
 @builtin(filter)
 def _filter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 2 or kwargs:
         return None
-    if isinstance(args[1], LazyIteratorVariable):
-        return LazyFilter(args[0], args[1])
-    fn, items = args[0], _iterable_items(tx, args[1])
-    if fn.is_constant() and fn.as_constant() is None:
-        return IteratorVariable([i for i in items if i.truth(tx)])
-    return IteratorVariable([i for i in items if fn.call(tx, [i], {}).truth(tx)])
+    return LazyFilter(args[0], _pullable(tx, args[1]))
 
 
 @builtin(sum)
@@ -727,10 +720,15 @@ def _any_all(fn: Any) -> Handler:
     def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         if len(args) != 1 or kwargs or args[0].is_constant():
             return None  # constants fold through PURE
-        items = _iterable_items(tx, args[0])
-        if any(isinstance(i, TensorVariable) for i in items):
-            raise Unsupported("data_dependent", f"{fn.__name__}() over tensors")
-        return ConstantVariable(fn(i.truth(tx) for i in items))
+        # item by item, stopping where Python's any/all stop: a generator or map is left
+        # where eager leaves it, and its later items are never computed
+        it = _pullable(tx, args[0])
+        while (item := pull(tx, it)) is not None:
+            if isinstance(item, TensorVariable):
+                raise Unsupported("data_dependent", f"{fn.__name__}() over tensors")
+            if item.truth(tx) is (fn is any):
+                return ConstantVariable(fn is any)
+        return ConstantVariable(fn is all)
 
     return handler
 

@@ -411,7 +411,7 @@ class LazyMap(LazyIteratorVariable):
 
 
 class LazyFilter(LazyIteratorVariable):
-    def __init__(self, fn: VariableTracker, inner: LazyIteratorVariable) -> None:
+    def __init__(self, fn: VariableTracker, inner: Any) -> None:
         self.fn = fn
         self.inner = inner
 
@@ -423,7 +423,7 @@ class LazyFilter(LazyIteratorVariable):
 
     def next_item(self, tx: Translator) -> VariableTracker | None:
         identity = self.fn.is_constant() and self.fn.as_constant() is None
-        while (item := self.inner.next_item(tx)) is not None:
+        while (item := pull(tx, self.inner)) is not None:
             keep = item if identity else self.fn.call(tx, [item], {})
             if keep.truth(tx):
                 return item
