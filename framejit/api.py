@@ -169,6 +169,10 @@ def _make_binder(fn: types.FunctionType) -> Any:
     scope: dict[str, Any] = {}
     exec(src, scope)  # noqa: S102 - generated from a signature
     binder = scope["bind"]
+    # named as the function, so a call with bad arguments raises eager's TypeError
+    # ("f() missing 1 required positional argument: 'x'")
+    binder.__code__ = binder.__code__.replace(co_name=code.co_name, co_qualname=code.co_qualname)
+    binder.__name__, binder.__qualname__ = fn.__name__, fn.__qualname__
     binder.__defaults__ = fn.__defaults__
     binder.__kwdefaults__ = fn.__kwdefaults__
     return binder

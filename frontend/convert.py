@@ -470,7 +470,7 @@ def _finish_break(
                 cg.emit(Instr("DELETE_FAST", name))
         local_values = [name for name, _ in live]
     callee = _callee_index(gb) if gb.run_instruction else None
-    if callee is not None and _called_as_it_is(_callee_function(gb.stack[callee])):
+    if callee is not None and _called_as_it_is(_callee_function(gb.stack[callee]), code):
         callee = None  # an optimizer step, autograd, torch's own code: called as it is
     for i, vt in enumerate(gb.stack):
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
@@ -539,14 +539,18 @@ def _emit_state_after_graph(output: OutputGraph, cg: CodeGen) -> None:
         cg.emit(Instr("POP_TOP"))
 
 
-def _called_as_it_is(fn: Any) -> bool:
+def _called_as_it_is(fn: Any, caller: types.CodeType) -> bool:
     """A break's callee that is not compiled on its own: what the frame hook would never
-    compile either (torch, the standard library, tool packages) and torch's Python-only code."""
+    compile either (torch, the standard library, tool packages), torch's Python-only code, and
+    the frame's own function called recursively (the `jit` wrapper around each level would
+    take several Python frames per level of the user's recursion)."""
     from framejit.frontend.hook import skipped_by_rule
 
     if runs_as_python(fn):
         return True
     plain = getattr(fn, "__func__", fn)
+    if getattr(plain, "__code__", None) is caller:
+        return True
     return isinstance(plain, types.FunctionType) and bool(skipped_by_rule(plain))
 
 

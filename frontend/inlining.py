@@ -464,7 +464,15 @@ class InliningMixin:
             child.is_generator = True
             return GeneratorVariable(child)
         child.steps = self.steps
-        result = child.run()
+        try:
+            result = child.run()
+        except RecursionError:
+            # deep recursion in the traced code: Python's stack ran out before the inline
+            # limit (each inlined call takes several of the translator's frames); the call
+            # runs for real instead, at a graph break
+            raise Unsupported(
+                "recursion_limit", f"calling {code.co_name}", "Python's recursion limit"
+            ) from None
         self.steps = child.steps
         return result
 

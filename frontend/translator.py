@@ -45,6 +45,7 @@ from framejit.frontend.variables.base import (
     begin_instruction,
     mutation_count,
     note_mutation,
+    note_undoable,
     undo_mark,
     undo_to,
 )
@@ -325,6 +326,31 @@ class Translator(OperatorsMixin, InliningMixin):
         if type(value) in (set, frozenset) and all(type(v) in CONSTANT_TYPES for v in value):
             return SetVariable(value)  # a new set, made by the folded function
         return self.wrap_value(value, None)
+
+    def locals_dict(self) -> VariableTracker:
+        """`locals()` in a function: one dict per frame that each call refreshes with the
+        bound locals, cells and free variables, in the frame's order (as CPython's f_locals
+        before 3.13). framejit's own names (a resume function's `___stack0`) are left out."""
+        from framejit.frontend.variables.containers import DictVariable
+
+        d = self.__dict__.get("_locals_dict")
+        if d is None:
+            d = self._locals_dict = DictVariable({})
+        code = self.code
+        items: dict[str, VariableTracker] = {}
+        for name in dict.fromkeys((*code.co_varnames, *code.co_cellvars, *code.co_freevars)):
+            if name.startswith("___"):
+                continue
+            cell = self.cells.get(name)
+            if cell is None:
+                if name in self.locals:
+                    items[name] = realize(self, self.locals[name])
+            elif not isinstance(cell, CellVariable) or cell.contents is not None:
+                items[name] = self.load_deref(name)
+        old = d.items
+        note_undoable(lambda: setattr(d, "items", old))
+        d.items = items
+        return d
 
     def has_attr(self, vt: VariableTracker, name: str) -> bool:
         """`hasattr(vt, name)`: found the way `getattr` would find it."""

@@ -112,8 +112,12 @@ def test_jit_function_with_every_kind_of_parameter() -> None:
     counter = CompileCounter()
     jitted = framejit.jit(fn, backend=counter)
     x = torch.randn(3)
-    for args, kwargs in [((x, 2), {}), ((x, 2, 3, 4), {"k": 5}), ((x,), {"y": 3, "z": 7}),
-                         ((x, 2), {})]:
+    for args, kwargs in [
+        ((x, 2), {}),
+        ((x, 2, 3, 4), {"k": 5}),
+        ((x,), {"y": 3, "z": 7}),
+        ((x, 2), {}),
+    ]:
         assert_same(jitted(*args, **kwargs), fn(*args, **kwargs))
     assert counter.frame_count == 3
 
@@ -448,7 +452,8 @@ def test_backend_returning_a_non_callable() -> None:
 
 
 def test_fullgraph_break_names_the_line_and_the_construct(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     jitted = framejit.jit(prints, backend="eager", fullgraph=True)
     with pytest.raises(FullGraphError) as info:
         jitted(torch.randn(3))
@@ -485,8 +490,14 @@ def test_without_fullgraph_the_function_breaks_its_graph(
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("FRAMEJIT")}
     environ.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False,
-                          env=environ, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        check=False,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_framejit_disable_returns_the_function_unchanged() -> None:
@@ -616,3 +627,19 @@ def test_jit_of_a_disabled_function_compiles_nothing() -> None:
     x = torch.randn(3)
     assert_same(jitted(x), fn(x))
     assert counter.frame_count == 0
+
+
+def test_bad_arguments_raise_eagers_type_error_naming_the_function() -> None:
+    def takes(x: torch.Tensor, *args: Any, scale: int = 2, **kw: Any) -> torch.Tensor:
+        return x * scale
+
+    def keyword_only(x: torch.Tensor, *, k: int) -> torch.Tensor:
+        return x * k
+
+    for fn, args, kwargs in ((takes, (), {"scale": 3}), (keyword_only, (torch.ones(1), 2), {})):
+        with pytest.raises(TypeError) as eager:
+            fn(*args, **kwargs)
+        with pytest.raises(TypeError) as compiled:
+            framejit.jit(fn, backend="eager")(*args, **kwargs)
+        assert str(compiled.value) == str(eager.value)
+        assert fn.__name__ in str(compiled.value)

@@ -13,7 +13,11 @@ from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import ConstantVariable, ExceptionVariable
-from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
+from framejit.frontend.variables.containers import (
+    IteratorVariable,
+    TupleVariable,
+    container_iterator,
+)
 from framejit.frontend.variables.generators import LazyIteratorVariable
 from framejit.frontend.variables.objects import ClassVariable, NewObjectVariable
 
@@ -82,7 +86,7 @@ def get_iter(tx: Translator, inst: Any) -> None:
     if isinstance(value, (IteratorVariable, LazyIteratorVariable)):
         tx.push(value)
     else:
-        it = IteratorVariable(value.unpack(tx))
+        it = container_iterator(tx, value) or IteratorVariable(value.unpack(tx))
         it.private = True  # made here, for one loop or generator expression: no one else has it
         tx.push(it)
 

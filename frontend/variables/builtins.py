@@ -34,6 +34,7 @@ from framejit.frontend.variables.containers import (
     IteratorVariable,
     ListVariable,
     TupleVariable,
+    container_iterator,
 )
 from framejit.frontend.variables.generators import (
     LazyEnumerate,
@@ -254,6 +255,13 @@ def _vars(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 1 or kwargs:
         return None  # vars() of the caller's locals: not modelled
     return args[0].getattr(tx, "__dict__")
+
+
+@builtin(locals)
+def _locals(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if args or kwargs:
+        return None
+    return tx.locals_dict()
 
 
 @builtin(getattr)
@@ -503,7 +511,7 @@ def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         it = args[0].python_iter(tx)
         if it is not None:
             return it
-    return IteratorVariable(_iterable_items(tx, args[0]))
+    return container_iterator(tx, args[0]) or IteratorVariable(_iterable_items(tx, args[0]))
 
 
 @builtin(next)

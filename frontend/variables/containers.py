@@ -615,6 +615,84 @@ class IteratorVariable(VariableTracker):
         cg.call_const(iter, lambda: TupleVariable(self.items[self.index :]).reconstruct(cg), 1)
 
 
+class ContainerIteratorVariable(IteratorVariable):
+    """`iter()` of a list, dict or set of the trace, live as Python's iterators are: a list
+    iterator sees items appended while it runs; a dict or set iterator raises RuntimeError at
+    its next step once the container's size changed."""
+
+    def __init__(self, tx: Translator, container: VariableTracker) -> None:
+        self.container = container
+        self.index = 0
+        self.private = False
+        self.is_list = isinstance(container, ListVariable)
+        self.size = None if self.is_list else len(container.items)  # type: ignore[attr-defined]
+        self._keys = None if self.is_list else container.unpack(tx)
+
+    @property
+    def items(self) -> list[VariableTracker]:  # type: ignore[override]
+        return self.container.items if self.is_list else self._keys  # type: ignore[attr-defined,return-value]
+
+    def _check_size(self) -> None:
+        if self.size is not None and len(self.container.items) != self.size:  # type: ignore[attr-defined]
+            what = "dictionary" if isinstance(self.container, DictVariable) else "Set"
+            raise Unsupported.raised(
+                "iterating", RuntimeError(f"{what} changed size during iteration")
+            )
+
+    def next(self) -> VariableTracker | None:
+        self._check_size()
+        return super().next()
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        self._check_size()
+        return super().unpack(tx)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.is_list:
+            cg.call_const(
+                list_iterator_at,
+                lambda: (cg.reconstruct(self.container), cg.load_const(self.index)),
+                2,
+            )
+            return
+        what = "dictionary" if isinstance(self.container, DictVariable) else "Set"
+
+        def emit() -> None:
+            cg.reconstruct(self.container)
+            TupleVariable(self.items[self.index :]).reconstruct(cg)
+            cg.load_const(self.size)
+            cg.load_const(what)
+
+        cg.call_const(checked_iterator, emit, 4)
+
+
+def list_iterator_at(items: list[Any], index: int) -> Any:
+    """A real list iterator over `items` that has taken `index` items already."""
+    it = iter(items)
+    it.__setstate__(index)  # type: ignore[attr-defined]
+    return it
+
+
+def checked_iterator(container: Any, rest: tuple[Any, ...], size: int, what: str) -> Any:
+    """The rest of a dict's or set's iteration, raising as CPython's iterator does when the
+    container's size changes."""
+    for key in rest:
+        if len(container) != size:
+            raise RuntimeError(f"{what} changed size during iteration")
+        yield key
+    if len(container) != size:
+        raise RuntimeError(f"{what} changed size during iteration")
+
+
+def container_iterator(tx: Translator, value: VariableTracker) -> IteratorVariable | None:
+    """The live iterator `iter(value)` gives for a list, dict or set (None for others)."""
+    if type(value) is ListVariable or type(value) is SetVariable:
+        return ContainerIteratorVariable(tx, value)
+    if type(value) is DictVariable and value.cls in (dict, collections.OrderedDict):
+        return ContainerIteratorVariable(tx, value)
+    return None
+
+
 _SET_WRITES = frozenset(
     {
         "add", "update", "discard", "remove", "pop", "clear", "intersection_update",

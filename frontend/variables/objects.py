@@ -776,7 +776,13 @@ class ClassVariable(VariableTracker):
                 raise Unsupported("unsupported_call", "torch.autocast with non-constant arguments")
             return AutocastVariable(autocast_args)
         if cls is functools.partial and args:
-            return PartialVariable(args[0], args[1:], kwargs)
+            inner = args[0]
+            if type(inner) is PartialVariable and inner.python_type() is functools.partial:
+                # a partial of a partial is flattened, as functools.partial does
+                return PartialVariable(
+                    inner.fn, [*inner.args, *args[1:]], {**inner.kwargs, **kwargs}
+                )
+            return PartialVariable(inner, args[1:], kwargs)
         if cls is collections.OrderedDict:
             return DictVariable(call_builtin_class(tx, dict, args, kwargs).items, cls=cls)
         if cls is collections.Counter and all_constant(args, kwargs):
