@@ -142,7 +142,8 @@ def fj_expm1(x):
 def fj_tanh(x):
     e = fj_expm1(-2.0 * tl.abs(x))
     t = -e / (e + 2.0)
-    return tl.where(x < 0, -t, t)
+    # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
+    return tl.where(x < 0, -t, tl.where(x > 0, t, x))
 """,
     ),
     "fj_log1p": (
@@ -182,7 +183,8 @@ def fj_atan(x):
         + v * (0.1111111111111111 + v * -0.09090909090909091)))))
     r = tl.where(shift, 0.5235987755982988 + p, p)
     r = tl.where(big, 1.5707963267948966 - r, r)
-    return tl.where(x < 0, -r, r)
+    # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
+    return tl.where(x < 0, -r, tl.where(x > 0, r, x))
 """,
     ),
     "fj_atan2": (
@@ -190,18 +192,18 @@ def fj_atan(x):
         """\
 @triton.jit
 def fj_atan2(y, x):
-    # the quadrant from the signs; x == 0 gives +-pi/2, and atan2(0, 0) is 0
-    r = fj_atan(y / tl.where(x == 0, 1.0, x))
-    r = tl.where(x < 0, tl.where(y < 0, r - 3.141592653589793, r + 3.141592653589793), r)
-    r = tl.where(x == 0, tl.where(y > 0, 1.5707963267948966, -1.5707963267948966), r)
-    # both infinite: the diagonal of the quadrant
-    r = tl.where((x == float("inf")) & ((y == float("inf")) | (y == -float("inf"))),
-                 tl.where(y > 0, 0.7853981633974483, -0.7853981633974483), r)
-    r = tl.where((x == -float("inf")) & ((y == float("inf")) | (y == -float("inf"))),
-                 tl.where(y > 0, 2.356194490192345, -2.356194490192345), r)
-    # a zero y keeps its sign for x > 0, and atan2(+-0, +-0) is +-0 or +-pi
-    r = tl.where((y == 0) & (x > 0), y, r)
-    return tl.where((x == 0) & (y == 0), 0.0 * y, r)
+    # C's atan2, which torch follows: the angle of (|x|, |y|) in [0, pi/2], then mirrored by
+    # the sign bits (a zero's too: atan2(+-0, -0) is +-pi, atan2(-0, +0) is -0); NaN if
+    # either is NaN. |y| / |x| is +inf for x == 0 (atan gives pi/2) and NaN for 0/0 and
+    # inf/inf, whose angles are 0 and pi/4.
+    ay = tl.abs(y)
+    ax = tl.abs(x)
+    r = fj_atan(ay / ax)
+    r = tl.where((ay == 0) & (ax == 0), 0.0, r)
+    r = tl.where((ay == float("inf")) & (ax == float("inf")), 0.7853981633974483, r)
+    # 1 / -0.0 is -inf: the sign bit of a zero without a bitcast (any float dtype)
+    r = tl.where((x < 0) | ((x == 0) & (1.0 / x < 0)), 3.141592653589793 - r, r)
+    return tl.where((y < 0) | ((y == 0) & (1.0 / y < 0)), -r, r)
 """,
     ),
     "fj_bfloat16_rne": (
@@ -245,10 +247,13 @@ def fj_trunc(x):
         """\
 @triton.jit
 def fj_round(x):
-    # round half to even, as torch.round
-    r = tl.floor(x + 0.5)
-    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-    return tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+    # round half to even, as torch.round; x - floor(x) is exact (floor(x + 0.5) is not, for
+    # 0.49999997 or 2**23 + 1), and a zero result has x's sign (round(-0.3) is -0.0)
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0.0
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+    return tl.where(r == 0.0, x * 0.0, r)
 """,
     ),
 }

@@ -46,7 +46,7 @@ from framejit.backend.triton.ir import (
     loop_vars,
     size_value,
 )
-from framejit.backend.triton.sizes import SymbolicUnsupported
+from framejit.backend.triton.sizes import Size, SymbolicUnsupported, same_size
 
 SUPPORTED_DTYPES = frozenset(
     {
@@ -369,8 +369,6 @@ def _adopt_layout(ctx: Lowering, node: torch.fx.Node, value: Any, count: int) ->
 def _adopt(ctx: Lowering, value: Any, val: Any, count: int) -> None:
     if not (isinstance(value, TensorValue) and isinstance(val, Meta)) or value.base.views:
         return
-    if not is_static(*val.shape, *val.strides):
-        return
     for k in range(count, len(ctx.graph.nodes)):
         buf = ctx.graph.nodes[k]
         if (
@@ -382,13 +380,19 @@ def _adopt(ctx: Lowering, value: Any, val: Any, count: int) -> None:
             ctx.graph.nodes[k] = replace(buf, stride=tuple(val.stride()))
 
 
-def _dense(val: torch.Tensor) -> bool:
-    pairs = sorted((s, n) for n, s in zip(val.shape, val.stride()) if n != 1)
-    step = 1
-    for s, n in pairs:
-        if s != step:
+def _dense(val: Meta) -> bool:
+    """Whether `val`'s strides are contiguous strides of some order of its dims (dims of size 1
+    aside): from stride 1 up, each is the product of the sizes below it. Symbolic sizes and
+    strides compare as expressions, so `x.t()` of an `(s0, s1)` tensor is dense as it is
+    statically."""
+    dims = [(n, s) for n, s in zip(val.shape, val.strides) if n != 1]
+    step: Size = 1
+    while dims:
+        found = next((d for d in dims if same_size(d[1], step)), None)
+        if found is None:
             return False
-        step *= n
+        dims.remove(found)
+        step = step * found[0]
     return True
 
 

@@ -70,6 +70,15 @@ def _sign(e: Any) -> tuple[bool, bool]:
     return True, coeffs.get((0,) * len(shifted), 0) > 0
 
 
+def same_size(a: Size, b: Size) -> bool:
+    """Whether `a == b` for every value of the symbols (`s0*s1` and `s1*s0` are the same)."""
+    if is_static(a, b):
+        return a == b
+    import sympy
+
+    return sympy.expand(sympy.sympify(a) - b) == 0
+
+
 def provably_lt(a: Size, b: Size) -> bool:
     """Whether `a < b` provably (for every value of the symbols)."""
     if is_static(a, b):

@@ -41,7 +41,7 @@ def _tanh(x: Expr) -> Expr:
     return op("tanh", x)
 
 
-def _gelu(x: Expr, approximate: str) -> Expr:
+def _gelu(x: Expr, approximate: str, nan_at_inf: bool = False) -> Expr:
     dt = x.dtype
     if approximate == "tanh":
         inner = op(
@@ -51,7 +51,11 @@ def _gelu(x: Expr, approximate: str) -> Expr:
         )
         return op("mul", op("mul", const(0.5, dt), x), op("add", const(1.0, dt), _tanh(inner)))
     erf = op("erf", op("mul", x, const(1 / math.sqrt(2), dt)))
-    return op("mul", op("mul", const(0.5, dt), x), op("add", const(1.0, dt), erf))
+    y = op("mul", op("mul", const(0.5, dt), x), op("add", const(1.0, dt), erf))
+    if not nan_at_inf:
+        return y
+    # eager's vectorized float32 (and bfloat16) erf gelu is NaN at +inf, as at -inf
+    return op("where", op("eq", x, const(math.inf, dt), dtype=torch.bool), const(math.nan, dt), y)
 
 
 _UNARY_FLOAT = {
@@ -71,7 +75,10 @@ _UNARY_FLOAT = {
 _UNARY_SAME = {
     "neg": _unary("neg"),
     "abs": _unary("abs"),
-    "relu": lambda x: op("maximum", x, const(0, x.dtype)),
+    # x < 0 ? 0 : x, as eager: -0.0 and NaN pass through
+    "relu": lambda x: op(
+        "where", op("lt", x, const(0, x.dtype), dtype=torch.bool), const(0, x.dtype), x
+    ),
     "sign": lambda x: op(
         "sub",
         convert(op("gt", x, const(0, x.dtype), dtype=torch.bool), x.dtype),
@@ -185,6 +192,13 @@ def _is(name: str, x: Expr, y: Expr) -> Expr:
 
 
 def _float_fmod(x: Expr, y: Expr) -> Expr:
+    """torch.fmod as eager computes it: C's fmod, and NaN where x / y overflows (a denormal y;
+    eager's vectorized fmod gives NaN there, the formula of `_truncated_fmod` +-inf)."""
+    overflow = _is("eq", op("abs", op("truediv", x, y)), const(math.inf, x.dtype))
+    return op("where", overflow, const(math.nan, x.dtype), _truncated_fmod(x, y))
+
+
+def _truncated_fmod(x: Expr, y: Expr) -> Expr:
     """C's fmod: x - trunc(x / y) * y with the sign of x (also for a zero result), x itself
     for a finite x over an infinite y, NaN for an infinite x or a zero y."""
     r = op("sub", x, op("mul", op("trunc", op("truediv", x, y)), y))
@@ -207,7 +221,7 @@ def _float_floordiv(x: Expr, y: Expr) -> Expr:
     """Floor division as eager computes it (from fmod, so an infinite x gives NaN, and the
     quotient is rounded to the nearest whole number first): x / y for a zero y."""
     zero = const(0, x.dtype)
-    mod = _float_fmod(x, y)
+    mod = _truncated_fmod(x, y)
     div = op("truediv", op("sub", x, mod), y)
     shift = op("and", _is("ne", mod, zero), _is("ne", _is("lt", y, zero), _is("lt", mod, zero)))
     div = op("where", shift, op("sub", div, const(1, x.dtype)), div)
@@ -250,22 +264,35 @@ def _pow(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
         return elementwise(ctx, out.shape, out.dtype, [a], lambda x: _pow_scalar(x, b))
 
     def fn(x: Expr, y: Expr) -> Expr:
-        magnitude = op("exp", op("mul", y, op("log", op("abs", x))))
-        whole = op("eq", op("floor", y), y, dtype=torch.bool)
-        half = op("mul", y, const(0.5, y.dtype))
-        odd = op("and", whole, op("ne", op("floor", half), half, dtype=torch.bool))
-        negative = op("lt", x, const(0.0, x.dtype), dtype=torch.bool)
-        signed = op("where", op("and", negative, odd), op("neg", magnitude), magnitude)
-        nan = op("and", negative, op("not", whole, dtype=torch.bool))
-        zero = op("eq", x, const(0.0, x.dtype), dtype=torch.bool)
-        # 0 ** y: 1 for y == 0, 0 for y > 0, inf for y < 0 (exp(y * log 0) gives these too).
-        result = op("where", nan, const(math.nan, x.dtype), signed)
-        return op(
+        """C's pow, which eager follows: |x| ** y as exp(y * log|x|) (which gives the zero
+        and infinite cases too: 0 ** -1 = inf, inf ** -1 = 0, 0.5 ** inf = 0), the sign of x
+        (its sign bit: (-0.0) ** -1 = -inf) for an odd whole y, NaN for a negative finite x
+        and a fractional y, and 1 for y == 0, x == 1 and (-1) ** +-inf, even with a NaN."""
+        dt = x.dtype
+        ax = op("abs", x)
+        magnitude = op("exp", op("mul", y, op("log", ax)))
+        whole = _is("eq", op("floor", y), y)
+        half = op("mul", y, const(0.5, dt))
+        odd = op("and", whole, _is("ne", op("floor", half), half))
+        signed = op(
             "where",
-            op("and", zero, op("eq", y, const(0.0, y.dtype), dtype=torch.bool)),
-            const(1.0, x.dtype),
-            result,
+            op("and", op("signbit", x, dtype=torch.bool), odd),
+            op("neg", magnitude),
+            magnitude,
         )
+        negative = op("and", _is("lt", x, const(0.0, dt)), _is("lt", ax, const(math.inf, dt)))
+        result = op(
+            "where",
+            op("and", negative, op("not", whole, dtype=torch.bool)),
+            const(math.nan, dt),
+            signed,
+        )
+        one = op(
+            "or",
+            op("or", _is("eq", y, const(0.0, dt)), _is("eq", x, const(1.0, dt))),
+            op("and", _is("eq", ax, const(1.0, dt)), _is("eq", op("abs", y), const(math.inf, dt))),
+        )
+        return op("where", one, const(1.0, dt), result)
 
     return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
 
@@ -273,8 +300,8 @@ def _pow(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
 def _pow_scalar(x: Expr, exponent: Any) -> Expr:
     dt = x.dtype
     e = float(exponent)
-    if e == 0:
-        return op("add", op("mul", x, const(0.0, dt)), const(1.0, dt))
+    if e == 0:  # 1 for every x, NaN and inf too
+        return const(1.0, dt)
     if e == 0.5:
         return op("sqrt", x)
     if e == -0.5:
@@ -285,13 +312,13 @@ def _pow_scalar(x: Expr, exponent: Any) -> Expr:
             result = op("mul", result, x)
         return op("truediv", const(1.0, dt), result) if e < 0 else result
     magnitude = op("exp", op("mul", op("log", op("abs", x)), const(e, dt)))
-    if not e.is_integer():
-        return op("exp", op("mul", op("log", x), const(e, dt)))
+    if not e.is_integer():  # NaN for a negative x, but (-inf) ** e is inf ** e
+        finite = op("where", _is("eq", x, const(-math.inf, dt)), const(math.inf, dt), x)
+        return op("exp", op("mul", op("log", finite), const(e, dt)))
     if e % 2 == 0:
         return magnitude
-    return op(
-        "where", op("lt", x, const(0.0, dt), dtype=torch.bool), op("neg", magnitude), magnitude
-    )
+    # the sign bit: (-0.0) ** -7 is -inf
+    return op("where", op("signbit", x, dtype=torch.bool), op("neg", magnitude), magnitude)
 
 
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
@@ -483,7 +510,9 @@ def _batch_norm_inference(
 @lowering("gelu", dtype="promote")
 def _gelu_lowering(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *, approximate="none"):
     out = meta(node)
-    return elementwise(ctx, out.shape, out.dtype, [x], lambda v: _gelu(v, approximate))
+    # +inf gives NaN where eager's does: float32 and bfloat16 (float16 and float64 give inf)
+    nan_at_inf = out.dtype in (torch.float32, torch.bfloat16)
+    return elementwise(ctx, out.shape, out.dtype, [x], lambda v: _gelu(v, approximate, nan_at_inf))
 
 
 # ---------------------------------------------------------------------------------------------

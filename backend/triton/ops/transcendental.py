@@ -37,7 +37,8 @@ def _asinh(x: Expr) -> Expr:
     hyp = op("sqrt", op("add", _c(x, 1.0), op("mul", a, a)))
     small = op("log1p", op("add", a, op("truediv", op("mul", a, a), op("add", _c(x, 1.0), hyp))))
     magnitude = _where_large(x, op("add", op("log", a), _c(x, LN2)), small)
-    return op("where", op("lt", x, _c(x, 0.0), dtype=torch.bool), op("neg", magnitude), magnitude)
+    # the sign bit, so asinh(-0.0) is -0.0
+    return op("where", op("signbit", x, dtype=torch.bool), op("neg", magnitude), magnitude)
 
 
 def _acosh(x: Expr) -> Expr:
@@ -108,9 +109,9 @@ BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "copysign": lambda x, y: op(
         "where", op("signbit", y, dtype=torch.bool), op("neg", op("abs", x)), op("abs", x)
     ),
-    # NaN only where both are NaN
-    "fmax": lambda x, y: op("where", _isnan(x), y, op("where", _isnan(y), x, op("maximum", x, y))),
-    "fmin": lambda x, y: op("where", _isnan(x), y, op("where", _isnan(y), x, op("minimum", x, y))),
+    # NaN only where both are NaN; of equal values (0.0 and -0.0) the first, as eager
+    "fmax": lambda x, y: op("where", op("or", op("lt", x, y, dtype=torch.bool), _isnan(x)), y, x),
+    "fmin": lambda x, y: op("where", op("or", op("lt", y, x, dtype=torch.bool), _isnan(x)), y, x),
 }
 
 

@@ -5,6 +5,9 @@ division, fmod and remainder follow eager's formulas (an infinite dividend gives
 one over an infinite divisor is itself), hypot is infinite when either side is (even with a
 NaN) and does not overflow, atan2 of two infinities is a diagonal. Found by
 `tools/op_sweep.py --mode extremal` (NaN, inf and -inf written into every float input).
+
+Special values (NaN, infinities, signed zeros, denormals) are compared bit for bit: the sign
+of a zero result and a NaN where eager gives one (atan2(nan, 0), fmod by a denormal).
 """
 
 from __future__ import annotations
@@ -63,3 +66,69 @@ def test_binary_cross_entropy_checks_its_input() -> None:
     p, t = torch.tensor([0.2, 1.5]), torch.tensor([0.0, 1.0])
     with pytest.raises(RuntimeError, match="between 0 and 1"):
         framejit.jit(lambda p, t: F.binary_cross_entropy(p, t), backend="triton")(p, t)
+
+
+# Every pair of these, padded to 192 elements: eager's CPU kernels then take their
+# vectorized loops for every element, as for most tensors. (Their scalar loops, for tails and
+# tiny tensors, differ in two places: fmod by a denormal is C's exact fmod there, not NaN,
+# and gelu(inf) is inf, not NaN.)
+SPECIAL = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1e-40, -1e-40, 1.0, -1.0, 0.5, -0.5, 2.5, -7.0])
+PAD = torch.ones(192 - len(SPECIAL) ** 2)
+SX = torch.cat([SPECIAL.repeat_interleave(len(SPECIAL)), PAD])
+SY = torch.cat([SPECIAL.repeat(len(SPECIAL)), PAD])
+
+SPECIAL_CASES: dict[str, Any] = {
+    "atan2": torch.atan2,
+    "pow": torch.pow,
+    "pow_odd_negative": lambda a, b: torch.pow(a, -7.0),
+    "pow_fractional": lambda a, b: torch.pow(a, 2.5),
+    "pow_zero": lambda a, b: torch.pow(a, 0.0),
+    "fmax": torch.fmax,
+    "fmin": torch.fmin,
+    "fmod": torch.fmod,
+    "remainder": torch.remainder,
+    "atan": lambda a, b: torch.atan(a),
+    "tanh": lambda a, b: torch.tanh(a),
+    "asinh": lambda a, b: torch.asinh(a),
+    "asin_acos": lambda a, b: (torch.asin(a), torch.acos(a)),
+    "round": lambda a, b: torch.round(a * 0.25),
+    "relu": lambda a, b: torch.relu(a),
+    "gelu": lambda a, b: F.gelu(a),
+    "gelu_tanh": lambda a, b: F.gelu(a, approximate="tanh"),
+}
+
+
+def _same_bits(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """Equal bit patterns (so -0.0 differs from 0.0), any NaN equal to any NaN."""
+    return (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_CASES))
+def test_special_values_match_eager_bit_for_bit(name: str) -> None:
+    fn = SPECIAL_CASES[name]
+    got = check(lambda a, b: fn(a, b), SX, SY)
+    want = fn(SX, SY)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        special = ~w.isfinite() | (w.abs() < torch.finfo(w.dtype).tiny)
+        bad = special & ~_same_bits(g, w)
+        assert not bad.any(), [
+            (SX[k].item(), SY[k].item(), w[k].item(), g[k].item())
+            for k in bad.nonzero().flatten()[:8]
+        ]
+
+
+def test_round_half_to_even_is_exact() -> None:
+    """floor(x + 0.5) rounds up 0.49999997 and 2**23 + 1 (the sum rounds); torch does not."""
+    x = torch.tensor([0.49999997, -0.49999997, 8388609.0, -8388609.0, 2.5, -2.5, 3.5, -0.3])
+    got = check(torch.round, x)
+    assert _same_bits(got, torch.round(x)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_gelu_at_infinity_per_dtype(dtype: torch.dtype) -> None:
+    """Eager's erf gelu(inf) is NaN in float32 and bfloat16, inf in float16 and float64."""
+    x = torch.tensor([INF, -INF, NAN, 0.0, -0.0, 1.0, -1.0, 2.5]).repeat(8).to(dtype)
+    got = check(F.gelu, x)
+    want = F.gelu(x)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())

@@ -135,3 +135,35 @@ def test_saved_size_that_is_a_min_of_symbols() -> None:
         want = torch.autograd.grad((program(x, src) * weight).sum(), [x, src])
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
+
+
+def test_outputs_keep_eager_strides_over_sizes() -> None:
+    """A dense output laid out other than contiguously (a transpose, channels-last) keeps
+    eager's strides when its sizes are symbolic, as it does with static sizes (it once came
+    back contiguous from the second size on)."""
+
+    def fn(x, y):
+        return x.t() * 2, y.contiguous(memory_format=torch.channels_last) * 2
+
+    # distinct example sizes: equal ones would share a symbol
+    _, call = _compile(fn, torch.randn(3, 4), torch.randn(2, 5, 6, 6))
+    assert not isinstance(call, Specializing)
+    for rows, cols, n, channels, side in [(3, 4, 2, 5, 6), (5, 7, 3, 2, 4)]:
+        x, y = torch.randn(rows, cols), torch.randn(n, channels, side, side)
+        for got, want in zip(call(x, y), fn(x, y)):
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got, want)
+
+
+def test_recompiled_dynamic_graph_keeps_eager_strides() -> None:
+    require_interpreter()
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        return x.t() * 2
+
+    jitted = framejit.jit(program, backend="triton")
+    for shape in [(3, 4), (5, 6)]:
+        x = torch.randn(shape)
+        got, want = jitted(x), program(x)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got, want)
