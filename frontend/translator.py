@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import traceback
 import types
 import weakref
 from typing import Any
@@ -57,6 +58,7 @@ from framejit.frontend.variables.containers import (
     TupleVariable,
 )
 
+from framejit import logs
 from framejit.config import config
 
 MAX_STEPS = 2_000_000  # instructions per traced frame, inlined calls included
@@ -117,6 +119,9 @@ def _refuse(opname: str, reason: str) -> Any:
         raise Unsupported("unsupported_opcode", opname, reason)
 
     return refuse
+
+
+_USER_ERRORS = (ArithmeticError, LookupError, ValueError, TypeError, AttributeError)
 
 
 class Translator(OperatorsMixin, InliningMixin):
@@ -257,10 +262,24 @@ class Translator(OperatorsMixin, InliningMixin):
         return True
 
     def _step(self, fn: Any, inst: Any) -> None:
-        if config.debug_stack_check:
-            self._checked_step(fn, inst)
-        else:
-            fn(self, inst)
+        try:
+            if config.debug_stack_check:
+                self._checked_step(fn, inst)
+            else:
+                fn(self, inst)
+        except _USER_ERRORS as exc:
+            # A Python error while modelling the instruction: most often the user's code
+            # raising what eager raises too (`[].pop()`, `max([])`, `{[1]: 2}`). A traced
+            # `except` clause takes it, or the instruction runs for real at a graph break,
+            # which is right whatever the cause. The graph_breaks log names framejit's line.
+            if logs.enabled("graph_breaks"):
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                logs.artifact(
+                    "graph_breaks",
+                    f"{inst.opname} at {self.location()} raised {exc!r} "
+                    f"(in {where.filename}:{where.lineno})",
+                )
+            raise Unsupported.raised(f"{inst.opname}", exc) from None
 
     def _checked_step(self, fn: Any, inst: Any) -> None:
         before = len(self.stack)

@@ -410,3 +410,29 @@ def test_in_place_result_an_integer_tensor_cannot_hold(backend: str, call) -> No
     got = framejit.jit(call, backend=counter)(x.clone(), torch.tensor([1, 2]))
     same(got, call(x.clone(), torch.tensor([1, 2])))
     assert counter.frame_count == 1
+
+
+def user_errors(x, items):
+    try:
+        v = items.pop()  # IndexError, as in eager
+    except IndexError as err:
+        v = str(err)
+    table = {}
+    try:
+        table[[1]] = 2  # TypeError: unhashable
+    except TypeError as err:
+        v = v + "; " + str(err)
+    return x * 2, v
+
+
+def test_python_errors_of_the_users_code_are_traced_not_internal_errors(caplog) -> None:
+    x = torch.ones(2)
+    counter = CompileCounter()
+    got = framejit.jit(user_errors, backend=counter)(x, [])
+    expected = user_errors(x, [])
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == "pop from empty list; unhashable type: 'list'"
+    assert counter.frame_count == 1
+    assert "internal error" not in caplog.text
+    with pytest.raises(ValueError, match="empty"):
+        framejit.jit(lambda t: t + max([]), backend="eager")(x)

@@ -23,7 +23,9 @@ Invariants:
   (aliasing between inputs is preserved by the converter).
 - `fallback` is set, with a reason, for the cases the functional path does not model (metadata
   mutation of an input such as `x.t_()`, a mutated input overlapping another input, an
-  input-alias output of another dtype); the caller then runs the captured graph as it is.
+  input-alias output of another dtype, a leaf that requires grad made inside the graph, an
+  in-place write eager rejects for memory overlap, such as `x.copy_(x.t())`); the caller then
+  runs the captured graph as it is.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Literal
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -50,6 +53,8 @@ class OutputSpec:
     traced graph returns; for "graph_view" the position of the base); for "input"/"input_view"
     a position in the captured graph's inputs; for "repeat" an earlier output's position.
     `detached`: a view that does not require grad of a base that does (`loss.detach()`).
+    `conj`, `neg`: the view's conjugate and negative bits (`x.conj()`, `x.mH` of a complex `x`),
+    which `as_strided` does not set: the view reads its base's memory through them.
     """
 
     kind: OutputKind
@@ -59,6 +64,8 @@ class OutputSpec:
     offset: int = 0
     value: Any = None
     detached: bool = False
+    conj: bool = False
+    neg: bool = False
 
 
 @dataclasses.dataclass
@@ -88,7 +95,9 @@ def no_user_hooks() -> Any:
 
 
 class _Recorder(torch.fx.Interpreter):
-    """Runs the graph and remembers which node produced each tensor value."""
+    """Runs the graph and remembers which node produced each tensor value, and the first
+    thing it does that the functional graph cannot model (`unsupported`, a reason): a new leaf
+    that requires grad, or an in-place write eager rejects for its memory overlap."""
 
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm)
@@ -96,13 +105,97 @@ class _Recorder(torch.fx.Interpreter):
         # Keeps every value alive while `producer` is in use: the interpreter frees values
         # after their last use, and a freed tensor's id can be reused by a later one.
         self._alive: list[torch.Tensor] = []
+        self.unsupported: str | None = None
+        self._inputs: set[int] = set()
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
-        if isinstance(value, torch.Tensor) and n.op != "placeholder":
+        if isinstance(value, torch.Tensor) and n.op == "placeholder":
+            self._inputs.add(id(value))
+        elif isinstance(value, torch.Tensor):
             self.producer.setdefault(id(value), n)
             self._alive.append(value)
+            new = n.op != "get_attr" and id(value) not in self._inputs  # not `w.float()` of w
+            if new and value.requires_grad and value.is_leaf:
+                # `torch.zeros(3, requires_grad=True)`: the traced graph would make it a
+                # constant, and nothing downstream would require grad
+                self._unsupported(f"{n.name} makes a leaf tensor that requires grad")
         return value
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        self._check_write(getattr(target, "__name__", ""), args, kwargs)
+        return super().call_function(target, args, kwargs)
+
+    def call_method(self, target: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        self._check_write(target, args, kwargs)
+        return super().call_method(target, args, kwargs)
+
+    def _unsupported(self, reason: str) -> None:
+        if self.unsupported is None:
+            self.unsupported = reason
+
+    def _check_write(self, name: str, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Eager's memory-overlap checks of an in-place write (TensorIterator's): the written
+        tensor must not have elements sharing memory, nor partly overlap a tensor it reads.
+        The functional graph writes a fresh tensor, so it would not raise."""
+        out = kwargs.get("out")
+        if out is not None:
+            written, read = _tensors(out), _tensors((args, kwargs.get("input")))
+        elif _writes_first_argument(name) and args and isinstance(args[0], torch.Tensor):
+            written, read = [args[0]], _tensors((args[1:], list(kwargs.values())))
+        else:
+            return
+        for w in written:
+            if _has_symbols(w) or w.layout != torch.strided:
+                continue
+            if torch._debug_has_internal_overlap(w) == 1:
+                self._unsupported(f"{name} writes a tensor whose elements share memory")
+            if any(_partial_overlap(w, r) for r in read):
+                self._unsupported(f"{name} writes a tensor that partly overlaps one it reads")
+
+
+_INPLACE_OPERATORS = frozenset(
+    f"{prefix}i{op}{suffix}"
+    for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+    + ("lshift", "rshift", "matmul")
+    for prefix, suffix in (("", ""), ("__", "__"))
+)
+# In-place methods that change no element: no overlap check applies.
+_METADATA_METHODS = frozenset(
+    {"requires_grad_", "detach_", "resize_", "resize_as_", "set_", "as_strided_", "t_"}
+    | {"transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "share_memory_"}
+)
+
+
+def _writes_first_argument(name: str) -> bool:
+    if name in _INPLACE_OPERATORS:
+        return True
+    return name.endswith("_") and not name.startswith("__") and name not in _METADATA_METHODS
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """aten's `get_overlap_status(a, b) == Partial`: both dense without overlap, in the same
+    storage, and their byte ranges overlap without being the same tensor (same start, end and
+    strides). Anything harder eager does not check either."""
+    if a is b or _has_symbols(b) or not a.numel() or not b.numel():
+        return False
+    if not (is_non_overlapping_and_dense_or_false(a) and is_non_overlapping_and_dense_or_false(b)):
+        return False
+    if _storage(a) != _storage(b):
+        return False
+    a_begin, b_begin = a.storage_offset() * a.itemsize, b.storage_offset() * b.itemsize
+    a_end, b_end = a_begin + a.numel() * a.itemsize, b_begin + b.numel() * b.itemsize
+    if (a_begin, a_end) == (b_begin, b_end):
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
@@ -205,7 +298,9 @@ def analyze(
     if not isinstance(results, (tuple, list)):
         results, out_args = (results,), (out_args,)
 
-    info = GraphInfo(unique, [], [], [], [], [])
+    info = GraphInfo(unique, [], [], [], [], [], fallback=recorder.unsupported)
+    if info.fallback is not None:
+        return info
     for i in unique:
         if _layout(fakes[i]) != layouts[i]:
             info.fallback = f"input {i} has its sizes or strides changed in place"
@@ -255,7 +350,9 @@ def analyze(
                 )
             detached = fakes[base_input].requires_grad and not value.requires_grad
             info.outputs.append(
-                OutputSpec("input_view", base_input, *_layout(value), detached=detached)
+                OutputSpec(
+                    "input_view", base_input, *_layout(value), detached=detached, **_bits(value)
+                )
             )
             continue
         base = value._base
@@ -269,8 +366,14 @@ def analyze(
         base = value._base
         index = compute(recorder.producer[id(base)], base)
         detached = base.requires_grad and not value.requires_grad
-        info.outputs[position] = OutputSpec("graph_view", index, *_layout(value), detached=detached)
+        info.outputs[position] = OutputSpec(
+            "graph_view", index, *_layout(value), detached=detached, **_bits(value)
+        )
     return info
+
+
+def _bits(view: torch.Tensor) -> dict[str, bool]:
+    return {"conj": view.is_conj(), "neg": view.is_neg()}
 
 
 def _functional_mutations(

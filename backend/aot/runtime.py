@@ -7,9 +7,11 @@ the captured graph's inputs positionally and return its outputs as a tuple:
 2. run the compiled graph: the inference graph under `no_grad`, or the forward graph inside an
    `autograd.Function` whose backward (compiled on first use) runs the backward graph;
 3. epilogue: copy the new values of mutated inputs into the real inputs (in place, so aliases
-   and `_version` see the write, and autograd records a copy when the new value has a grad);
+   and `_version` see the write, and autograd records a copy when the new value has a grad),
+   resizing an `out=` tensor of another size first, as eager does;
 4. build the outputs from their `OutputSpec`s: computed values, inputs themselves, views of
-   inputs or of computed bases rebuilt with `as_strided` (after the epilogue), constants.
+   inputs or of computed bases rebuilt with `as_strided` (after the epilogue, with the view's
+   conjugate and negative bits), constants.
 
 Invariants: no per-call allocation beyond what the graph and the outputs need; nothing is
 logged on the call path; the backward graph is compiled at most once per runner; a backward
@@ -19,6 +21,7 @@ raises an error naming framejit (double backward is not supported yet).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +40,10 @@ def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[A
         elif kind in ("input_view", "graph_view"):
             base = args[spec.index] if kind == "input_view" else computed[spec.index]
             view = torch.as_strided(base, spec.size, spec.stride, spec.offset)
+            if view.is_conj() != spec.conj:  # as_strided keeps the base's bits
+                view = view.conj()
+            if view.is_neg() != spec.neg:
+                view = torch._neg_view(view)
             out.append(view.detach() if spec.detached else view)
         elif kind == "repeat":
             out.append(out[spec.index])
@@ -47,7 +54,27 @@ def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[A
 
 def _epilogue(mutated: list[int], args: Sequence[Any], new_values: Sequence[Any]) -> None:
     for i, value in zip(mutated, new_values):
+        if args[i].shape != value.shape:  # an `out=` tensor of another size, resized as eager does
+            _resize_output(args[i], value.shape)
         args[i].copy_(value)
+
+
+def _resize_output(out: torch.Tensor, size: torch.Size) -> None:
+    """aten's `resize_output`: an `out=` tensor is resized to the result's size, with its
+    deprecation warning when it had elements. (A graph whose traced sizes include the resize
+    runs as captured; this is a graph traced with one symbolic size for the result and the
+    `out=` tensor, then called with an `out=` tensor of another size.)"""
+    if out.numel():
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape {list(size)}. "
+            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+            "resized unless they have zero elements. You can explicitly reuse an out tensor t "
+            "by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=2,
+        )
+    out.resize_(size)
 
 
 class InferenceRunner:

@@ -9,7 +9,7 @@ up as mutations) and `make_fx` with the core decomposition table (`core_ops.py`)
   returns an alias of an input among its outputs' producers (views inside are fine).
 - `trace_joint(fn, inputs, mutated, differentiable, tangents)`: the graph takes
   `primals + tangents` and returns `forward outputs (as above) + gradients of the primals that
-  require grad` (None where a primal gets no gradient). Tangents are contiguous, one per
+  require grad on entry` (None where a primal gets no gradient). Tangents are contiguous, one per
   differentiable forward output.
 
 Invariants: user saved-tensor hooks never see the trace's tensors; the returned graphs contain
@@ -90,12 +90,14 @@ def trace_joint(
     def joint(*args: torch.Tensor) -> list[Any]:
         primals = [_to_functional(a) for a in args[:count]]
         cotangents = [_to_functional(a) for a in args[count:]]
+        # Chosen before the forward runs: an input that does not require grad but is written
+        # with one that does (`x.mul_(w)`) requires grad afterwards, yet gets no gradient.
+        wanted = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
         torch._enable_functionalization(reapply_views=True)
         try:
             with torch.enable_grad():
                 outs, new_values = _functional_forward(fn, primals, mutated)
             forward = [*outs, *new_values]
-            wanted = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
             grads: Sequence[Any] = ()
             if wanted:
                 grads = torch.autograd.grad(

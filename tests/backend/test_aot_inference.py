@@ -248,3 +248,90 @@ def test_grad_mode_switches_without_grad_go_through_the_stage(monkeypatch):
     (g,) = torch.autograd.grad(got.sum(), w)
     (h,) = torch.autograd.grad(want.sum(), w)
     torch.testing.assert_close(g, h)
+
+
+def test_out_tensor_of_another_size_is_resized():
+    """A graph traced with one symbolic size for `x` and the `out=` tensor, called with an
+    `out=` tensor of another size: resized as eager resizes it (warning when it had elements)."""
+
+    def f(x, o):
+        torch.sin(x, out=o)
+        return o
+
+    jitted = framejit.jit(f, backend="aot_eager")
+    jitted(torch.randn(4), torch.empty(4))
+    x, o = torch.randn(5), torch.empty(0)
+    assert jitted(x, o) is o
+    torch.testing.assert_close(o, x.sin())
+    x, o = torch.randn(6), torch.empty(2)
+    with pytest.warns(UserWarning, match="was resized since it had shape"):
+        jitted(x, o)
+    torch.testing.assert_close(o, x.sin())
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x.conj(),),
+        lambda x: (x.mH,),
+        lambda x: (x.conj().t(), x * 1),
+        lambda x: ((x * 2).conj(),),
+        lambda x: (torch._neg_view(x),),
+    ],
+    ids=["conj", "mH", "conj_t", "conj_of_computed", "neg_view"],
+)
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_conjugate_views_keep_their_bits(fn, grad):
+    x = torch.tensor([[1 + 2j, 3 - 1j], [0.5 - 2j, -1 + 1j]], requires_grad=grad)
+    compiled = aot(fn, *clone_inputs((x,)))
+    (x_eager,), (x_compiled,) = clone_inputs((x,)), clone_inputs((x,))
+    expected, actual = fn(x_eager), compiled(x_compiled)
+    weight = torch.tensor([[1 + 1j, 2 - 3j], [0.3 + 0j, -1j]])
+    for a, e in zip(actual, expected):
+        assert (a.is_conj(), a.is_neg()) == (e.is_conj(), e.is_neg())
+        torch.testing.assert_close(a.resolve_conj().resolve_neg(), e.resolve_conj().resolve_neg())
+    if grad:
+        sum((e * weight).real.sum() for e in expected).backward()
+        sum((a * weight).real.sum() for a in actual).backward()
+        torch.testing.assert_close(x_compiled.grad, x_eager.grad)
+
+
+def _copy_transpose(x):
+    x.copy_(x.t())
+    return (x,)
+
+
+def _add_to_expanded(x):
+    y = x.expand(2, 3)
+    y.add_(1)
+    return (y,)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_copy_transpose, lambda n: torch.arange(n * n * 1.0).reshape(n, n)),
+        (_add_to_expanded, torch.ones),
+    ],
+    ids=["partial_overlap", "internal_overlap"],
+)
+def test_overlapping_in_place_write_raises_as_in_eager(fn, make):
+    with pytest.raises(RuntimeError, match="unsupported operation") as eager:
+        fn(make(3))
+    with pytest.raises(RuntimeError, match="unsupported operation") as compiled:
+        framejit.jit(fn, backend="aot_eager")(make(3))
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_writes_eager_accepts_stay_in_the_stage():
+    """Full overlap (`x.mul_(x)`) and strided views eager does not check go through the stage."""
+
+    def f(x):
+        x.mul_(x)
+        x[:, 0].copy_(x[:, 1])
+        x[0::2, 0].add_(x[1, :2])  # byte ranges overlap, elements do not
+        return (x + 1,)
+
+    x = torch.randn(3, 3)
+    assert analyze(torch.fx.symbolic_trace(f), [x.clone()]).fallback is None
+    check(f, x)

@@ -237,3 +237,69 @@ def test_transformer_encoder_layer_training_gradients():
     (framejit.jit(twin, backend="aot_eager")(x) * weight).sum().backward()
     for (name, p), q in zip(layer.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+
+def _index_add(x, w):
+    x[torch.tensor([0, 2])] += w[:2]
+
+
+_WRITES_WITH_GRAD = {
+    "mul_": lambda x, w: x.mul_(w),
+    "add_": lambda x, w: x.add_(w),
+    "addcmul_": lambda x, w: x.addcmul_(w, w),
+    "lerp_": lambda x, w: x.lerp_(w, 0.3),
+    "index_add_": lambda x, w: x.index_add_(0, torch.tensor([0, 2]), w[:2]),
+    "index_copy_": lambda x, w: x.index_copy_(0, torch.tensor([2, 0]), w[:2]),
+    "masked_scatter_": lambda x, w: x.masked_scatter_(torch.tensor([True, False, True]), w),
+    "setitem": _index_add,
+    "slice_mul_": lambda x, w: x[:2].mul_(w[:2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WRITES_WITH_GRAD))
+def test_input_without_grad_written_with_one_that_has_grad(name):
+    """`x.mul_(w)` where only `w` requires grad: `x` joins the autograd graph as in eager, and
+    `w` gets the gradient of the outputs and of `x`'s new value (the joint graph once handed
+    the gradient of `x`'s new value to `w`)."""
+    write = _WRITES_WITH_GRAD[name]
+
+    def f(x, w):
+        write(x, w)
+        return w * 2, x * 3
+
+    weights = [torch.tensor([1.0, 10.0, 100.0]), torch.tensor([3.0, 7.0, 11.0])]
+    x_weight = torch.tensor([2.0, 5.0, 13.0])
+    results = []
+    for fn in (f, framejit.jit(f, backend="aot_eager")):
+        x = torch.tensor([1.0, 2.0, 3.0])
+        w = torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
+        outs = fn(x, w)
+        assert x.requires_grad and not x.is_leaf
+        (sum((o * u).sum() for o, u in zip(outs, weights)) + (x * x_weight).sum()).backward()
+        results.append((*outs, x, w.grad))
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
+def test_leaf_made_inside_the_graph_requires_grad():
+    """`torch.zeros(3, requires_grad=True)` inside: the graph runs as captured, so outputs
+    computed from the new leaf require grad and its gradient is eager's."""
+
+    def f(x):
+        t = torch.zeros(3, requires_grad=True)
+        return t, t * x + x, t + 1
+
+    x = torch.randn(3)
+    for fn in (f, framejit.jit(f, backend="aot_eager")):
+        t, y, z = fn(x)
+        assert t.is_leaf and y.requires_grad and z.requires_grad
+        (y * 2).sum().backward()
+        torch.testing.assert_close(t.grad, 2 * x)
+
+
+def test_input_returned_by_a_no_op_conversion_stays_in_the_stage():
+    """`w.float()` of a float leaf is `w` itself: no new leaf, the graph goes through the stage."""
+    compiled = grads_match(
+        lambda w: (w.float() * 2, w.contiguous()), torch.randn(3, requires_grad=True)
+    )
+    assert isinstance(compiled, TrainingRunner)
