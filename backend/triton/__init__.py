@@ -4,7 +4,8 @@ A named, linear pipeline, each step printable (golden tests compare the text):
 
     lower     (lower.py, op table in ops.py)  aten graph -> LoopGraph (pointwise/reduction/extern)
     schedule  (schedule.py)                   inline pointwise chains, group nodes into kernels
-    codegen   (codegen.py, kernels.py)        one Python module: Triton kernels + `call` wrapper
+    codegen   (codegen.py, kernels.py,        one Python module: Triton kernels + `call` wrapper
+               helpers.py)
     load      (cache.py)                      written under config.cache_dir, keyed by source
 
 Indices read from memory (gather, `x[idx]`, index_select, embedding) that are not proven in

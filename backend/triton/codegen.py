@@ -3,7 +3,7 @@
 `codegen(schedule) -> (source, constants)` writes:
 
 1. the imports and the device;
-2. the helper functions the kernels use (kernels.py's `HELPERS`);
+2. the helper functions the kernels use (helpers.py's `HELPERS`);
 3. one `@triton.jit` kernel per scheduled kernel (kernels.py's `KernelCode`), and a `Launcher`
    (autotune.py) for each kernel with several candidate launch configs;
 4. `call(*inputs)`: binds the size symbols of a symbolic graph from the inputs' shapes,
@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 from framejit.backend.triton import autotune
+from framejit.backend.triton.helpers import HELPERS
 from framejit.backend.triton.ir import BoundsCheck, Extern, ExternArg, InputBuffer, size_text
-from framejit.backend.triton.kernels import HELPERS, KernelCode, Writer, _numel, is_static
+from framejit.backend.triton.kernels import KernelCode, Writer, _numel, is_static
 from framejit.backend.triton.lower import NotLowered
 from framejit.backend.triton.schedule import Kernel, Schedule, extern_buffers
 from framejit.backend.triton.sizes import SymbolicUnsupported

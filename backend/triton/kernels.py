@@ -2,9 +2,9 @@
 
 Written through a small indenting `Writer`:
 
-- `KERNEL_OPS`: how each kernel-level op of the IR is written in Triton; `HELPERS`: the
-  `@triton.jit` helper functions some of them call (`fj_tanh`, `fj_atan`, ...), in core `tl`
-  math only, so the same source runs on a GPU and in Triton's CPU interpreter;
+- `KERNEL_OPS`: how each kernel-level op of the IR is written in Triton; some call
+  `@triton.jit` helper functions (`fj_tanh`, `fj_fmod`, ...; helpers.py's `HELPERS`), in core
+  `tl` math only, so the same source runs on a GPU and in Triton's CPU interpreter;
 - `KernelCode(kernel, schedule, layouts).source()`: one `@triton.jit` kernel named for what it
   does (`fj_pointwise_add_relu_0`, `fj_reduce_softmax_1`), with a header comment listing the
   nodes fused into it, and tutorial-style names: `in_ptr0`, `out_ptr0`, `pid`, `offsets`,
@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 from framejit.backend.triton import autotune
+from framejit.backend.triton.helpers import HELPERS
 from framejit.backend.triton.ir import (
     BoundsCheck,
     Const,
@@ -118,144 +119,9 @@ KERNEL_OPS = {
     "log2": "tl.log2({0})",
     "atan": "fj_atan({0})",
     "atan2": "fj_atan2({0}, {1})",
+    "fmod": "fj_fmod({0}, {1})",  # C's fmod, exactly
     "rand": "tl.rand({0}, {1})",
     "randn": "tl.randn({0}, {1})",
-}
-
-# Helpers in core `tl` math (libdevice does not run in the interpreter); name -> (deps, source).
-HELPERS = {
-    "fj_expm1": (
-        (),
-        """\
-@triton.jit
-def fj_expm1(x):
-    # exp(x) - 1 without cancellation near 0 (Kahan)
-    u = tl.exp(x)
-    d = u - 1.0
-    return tl.where(u == 1.0, x, tl.where((d == -1.0) | (u == float("inf")), d, d * x / tl.log(u)))
-""",
-    ),
-    "fj_tanh": (
-        ("fj_expm1",),
-        """\
-@triton.jit
-def fj_tanh(x):
-    e = fj_expm1(-2.0 * tl.abs(x))
-    t = -e / (e + 2.0)
-    # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
-    return tl.where(x < 0, -t, tl.where(x > 0, t, x))
-""",
-    ),
-    "fj_log1p": (
-        (),
-        """\
-@triton.jit
-def fj_log1p(x):
-    # log(1 + x) without cancellation near 0 (Kahan)
-    u = 1.0 + x
-    exact = (u == 1.0) | (u == float("inf"))
-    return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * x / (u - 1.0))
-""",
-    ),
-    "fj_mul": (
-        (),
-        """\
-@triton.jit
-def fj_mul(a, b):
-    # the combine function of a product reduction
-    return a * b
-""",
-    ),
-    "fj_atan": (
-        (),
-        """\
-@triton.jit
-def fj_atan(x):
-    # |x| > 1: pi/2 - atan(1/|x|); t > tan(pi/12): pi/6 + atan((t*sqrt(3) - 1) / (t + sqrt(3)));
-    # then |u| <= tan(pi/12) and the series to u**11 is within float32 rounding.
-    a = tl.abs(x)
-    big = a > 1.0
-    t = tl.where(big, 1.0 / a, a)
-    shift = t > 0.2679491924311227
-    u = tl.where(shift, (t * 1.7320508075688772 - 1.0) / (t + 1.7320508075688772), t)
-    v = u * u
-    p = u * (1.0 + v * (-0.3333333333333333 + v * (0.2 + v * (-0.14285714285714285
-        + v * (0.1111111111111111 + v * -0.09090909090909091)))))
-    r = tl.where(shift, 0.5235987755982988 + p, p)
-    r = tl.where(big, 1.5707963267948966 - r, r)
-    # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
-    return tl.where(x < 0, -r, tl.where(x > 0, r, x))
-""",
-    ),
-    "fj_atan2": (
-        ("fj_atan",),
-        """\
-@triton.jit
-def fj_atan2(y, x):
-    # C's atan2, which torch follows: the angle of (|x|, |y|) in [0, pi/2], then mirrored by
-    # the sign bits (a zero's too: atan2(+-0, -0) is +-pi, atan2(-0, +0) is -0); NaN if
-    # either is NaN. |y| / |x| is +inf for x == 0 (atan gives pi/2) and NaN for 0/0 and
-    # inf/inf, whose angles are 0 and pi/4.
-    ay = tl.abs(y)
-    ax = tl.abs(x)
-    r = fj_atan(ay / ax)
-    r = tl.where((ay == 0) & (ax == 0), 0.0, r)
-    r = tl.where((ay == float("inf")) & (ax == float("inf")), 0.7853981633974483, r)
-    # 1 / -0.0 is -inf: the sign bit of a zero without a bitcast (any float dtype)
-    r = tl.where((x < 0) | ((x == 0) & (1.0 / x < 0)), 3.141592653589793 - r, r)
-    return tl.where((y < 0) | ((y == 0) & (1.0 / y < 0)), -r, r)
-""",
-    ),
-    "fj_bfloat16_rne": (
-        (),
-        """\
-@triton.jit
-def fj_bfloat16_rne(x):
-    # float32 -> bfloat16, rounded to nearest even (written out for the CPU interpreter)
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    rounded = bits.to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, rounded).to(tl.bfloat16)
-""",
-    ),
-    "fj_max_nan": (
-        (),
-        """\
-@triton.jit
-def fj_max_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-""",
-    ),
-    "fj_min_nan": (
-        (),
-        """\
-@triton.jit
-def fj_min_nan(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-""",
-    ),
-    "fj_trunc": (
-        (),
-        """\
-@triton.jit
-def fj_trunc(x):
-    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
-""",
-    ),
-    "fj_round": (
-        (),
-        """\
-@triton.jit
-def fj_round(x):
-    # round half to even, as torch.round; x - floor(x) is exact (floor(x + 0.5) is not, for
-    # 0.49999997 or 2**23 + 1), and a zero result has x's sign (round(-0.3) is -0.0)
-    f = tl.floor(x)
-    d = x - f
-    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0.0
-    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
-    return tl.where(r == 0.0, x * 0.0, r)
-""",
-    ),
 }
 
 
@@ -421,6 +287,14 @@ class KernelCode:
             if expr.dtype == torch.bool:
                 return self.emit(f"{args[0]} != 0", expr)
             return self.emit(self.cast(args[0], expr.args[0].dtype, expr.dtype), expr)
+        if expr.name == "fmod":  # fj_fmod takes tensors (of the operands' dtype), not literals
+            args = [
+                t if _literal_number(t) is None else f"tl.full([], {t}, {TL_DTYPES[a.dtype]})"
+                for t, a in zip(args, expr.args)
+            ]
+        if expr.name == "neg" and expr.dtype.is_floating_point:
+            # `* -1.0`: Triton 3.6 writes `-x` as `0 - x`, which makes -(0.0) +0.0
+            return self.emit(f"{args[0]} * -1.0", expr)
         template = KERNEL_OPS[expr.name]
         helper = re.match(r"(fj_\w+)\(", template)
         if helper:

@@ -3,7 +3,8 @@
 
 Each is a `Pointwise` node whose body applies the op to its operands loaded at the same
 element (broadcasting by index: a size-1 dimension reads index 0). Integer division and
-remainder follow torch (floor rounding) although the kernels' `//` and `%` truncate.
+remainder follow torch (floor rounding) although the kernels' `//` and `%` truncate; float
+fmod, remainder and floor division are exact, as eager's (the kernels' `fj_fmod`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.triton.ir import Expr, IndexValue, Ix, compute_dtype
+from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import (
     aten,
@@ -173,7 +174,18 @@ def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: A
         return elementwise(
             ctx, out.shape, out.dtype, [a, b], lambda x, y: op("trunc", op("truediv", x, y))
         )
-    return elementwise(ctx, out.shape, out.dtype, [a, b], _float_floordiv)
+    # Eager divides by a divisor that is one number (a Python number, a one-element tensor)
+    # in float32, as it is, rounding once; else it casts both operands to the result's dtype
+    # and rounds each step to it (float16, bfloat16).
+    one_number = not isinstance(b, TensorValue) or all(n == 1 for n in b.shape)
+    steps = compute_dtype(out.dtype) if one_number else out.dtype
+
+    def floordiv(x: Expr, y: Expr) -> Expr:
+        y = y if one_number else _rounded(y, out.dtype)
+        return _float_floordiv(_rounded(x, out.dtype), y, steps)
+
+    values = [_eager_cast(a, out.dtype), b if one_number else _eager_cast(b, out.dtype)]
+    return elementwise(ctx, out.shape, out.dtype, values, floordiv)
 
 
 @lowering("fmod", "remainder", dtype="promote")
@@ -184,7 +196,39 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
         remainder = _int_remainder if floor else _binary("mod")
         return elementwise(ctx, out.shape, out.dtype, [a, b], remainder)
     body = _float_remainder if floor else _float_fmod
-    return elementwise(ctx, out.shape, out.dtype, [a, b], body)
+    values = [_eager_cast(a, out.dtype), _eager_cast(b, out.dtype)]
+    return elementwise(
+        ctx,
+        out.shape,
+        out.dtype,
+        values,
+        lambda x, y: body(_rounded(x, out.dtype), _rounded(y, out.dtype)),
+    )
+
+
+def _eager_cast(value: Any, dtype: torch.dtype) -> Any:
+    """A Python number as eager's kernel gets it for a float16/bfloat16 result: cast to that
+    dtype (0.1 is float16's 0.1). Tensor operands are cast in the body (`_rounded`)."""
+    if dtype == compute_dtype(dtype) or isinstance(value, (bool, TensorValue)):
+        return value
+    if isinstance(value, (int, float)):
+        return torch.tensor(value).to(dtype).item()
+    return value
+
+
+def _rounded(e: Expr, dtype: torch.dtype) -> Expr:
+    """`e` (of the compute dtype) rounded to `dtype`'s precision, as eager's cast to the
+    result dtype or its float16/bfloat16 arithmetic rounds; itself when exact already."""
+    if e.dtype == dtype or _exact_in(e, dtype):
+        return e
+    return convert(convert(e, dtype), e.dtype)
+
+
+def _exact_in(e: Expr, dtype: torch.dtype) -> bool:
+    """`e` is a conversion of a `dtype` value (or a constant already rounded to it)."""
+    if isinstance(e, Const):
+        return e.value == _eager_cast(e.value, dtype)
+    return isinstance(e, Op) and e.name == "convert" and e.args[0].dtype == dtype
 
 
 def _is(name: str, x: Expr, y: Expr) -> Expr:
@@ -192,45 +236,45 @@ def _is(name: str, x: Expr, y: Expr) -> Expr:
 
 
 def _float_fmod(x: Expr, y: Expr) -> Expr:
-    """torch.fmod as eager computes it: C's fmod, and NaN where x / y overflows (a denormal y;
-    eager's vectorized fmod gives NaN there, the formula of `_truncated_fmod` +-inf)."""
+    """torch.fmod as eager's vectorized CPU loop computes it: C's fmod, exactly (the kernels'
+    `fj_fmod`: long division, not x - trunc(x / y) * y, which rounds once the quotient passes
+    2**24: fmod(1.0, 0.1) is 0.09999999, not 0), and NaN where x / y overflows (a denormal y;
+    eager's Sleef fmod gives NaN there, its scalar loop C's fmod)."""
     overflow = _is("eq", op("abs", op("truediv", x, y)), const(math.inf, x.dtype))
-    return op("where", overflow, const(math.nan, x.dtype), _truncated_fmod(x, y))
-
-
-def _truncated_fmod(x: Expr, y: Expr) -> Expr:
-    """C's fmod: x - trunc(x / y) * y with the sign of x (also for a zero result), x itself
-    for a finite x over an infinite y, NaN for an infinite x or a zero y."""
-    r = op("sub", x, op("mul", op("trunc", op("truediv", x, y)), y))
-    zero = const(0, x.dtype)
-    r = op("where", _is("eq", r, zero), op("mul", x, zero), r)  # 0 with x's sign
-    finite_x = _is("lt", op("abs", x), const(math.inf, x.dtype))
-    infinite_y = _is("eq", op("abs", y), const(math.inf, y.dtype))
-    return op("where", op("and", finite_x, infinite_y, dtype=torch.bool), x, r)
+    return op("where", overflow, const(math.nan, x.dtype), op("fmod", x, y))
 
 
 def _float_remainder(x: Expr, y: Expr) -> Expr:
-    """torch.remainder as eager computes it: fmod, moved by y when the signs differ."""
+    """torch.remainder as eager computes it: fmod, moved by y when the signs differ (exact:
+    the sum has the magnitude of y at most, on y's grid)."""
     r = _float_fmod(x, y)
     zero = const(0, x.dtype)
     moved = op("and", _is("ne", r, zero), _is("ne", _is("lt", y, zero), _is("lt", r, zero)))
     return op("where", moved, op("add", r, y), r)
 
 
-def _float_floordiv(x: Expr, y: Expr) -> Expr:
-    """Floor division as eager computes it (from fmod, so an infinite x gives NaN, and the
-    quotient is rounded to the nearest whole number first): x / y for a zero y."""
-    zero = const(0, x.dtype)
-    mod = _truncated_fmod(x, y)
-    div = op("truediv", op("sub", x, mod), y)
+def _float_floordiv(x: Expr, y: Expr, dtype: torch.dtype) -> Expr:
+    """Floor division as eager's vectorized CPU loop computes it (div_floor_floating_vec):
+    (x - fmod(x, y)) / y, less 1 where fmod has the other sign than y, rounded to the nearest
+    whole number; x / y where that overflows (fmod is NaN there), or for a zero y, and a zero
+    quotient's sign. Each step rounds to `dtype`'s precision (float16 and bfloat16 where eager
+    computes in Vectorized<Half>; its scalar loop rounds once)."""
+
+    def rounded(e: Expr) -> Expr:
+        return _rounded(e, dtype)
+
+    zero, one, inf = (const(v, x.dtype) for v in (0, 1, math.inf))
+    quotient = rounded(op("truediv", x, y))
+    mod = _float_fmod(x, y)
+    overflow = op("and", _is("eq", op("abs", quotient), inf), _is("ne", op("abs", x), inf))
+    div = rounded(op("truediv", op("where", overflow, x, rounded(op("sub", x, mod))), y))
     shift = op("and", _is("ne", mod, zero), _is("ne", _is("lt", y, zero), _is("lt", mod, zero)))
-    div = op("where", shift, op("sub", div, const(1, x.dtype)), div)
+    div = op("where", shift, rounded(op("sub", div, one)), div)
     floored = op("floor", div)
     up = _is("gt", op("sub", div, floored), const(0.5, x.dtype))
-    floored = op("where", up, op("add", floored, const(1, x.dtype)), floored)
-    quotient = op("truediv", x, y)
+    floored = op("where", up, rounded(op("add", floored, one)), floored)
     signed_zero = op("mul", quotient, zero)  # 0 with the quotient's sign (it is finite here)
-    result = op("where", _is("ne", div, zero), floored, signed_zero)
+    result = op("where", _is("eq", div, zero), signed_zero, floored)
     return op("where", _is("eq", y, zero), quotient, result)
 
 

@@ -7,11 +7,15 @@ NaN) and does not overflow, atan2 of two infinities is a diagonal. Found by
 `tools/op_sweep.py --mode extremal` (NaN, inf and -inf written into every float input).
 
 Special values (NaN, infinities, signed zeros, denormals) are compared bit for bit: the sign
-of a zero result and a NaN where eager gives one (atan2(nan, 0), fmod by a denormal).
+of a zero result and a NaN where eager gives one (atan2(nan, 0), fmod by a denormal). So are
+float fmod, remainder and floor division everywhere: eager's fmod is exact (C's), and x -
+trunc(x / y) * y is not once the quotient rounds (remainder(1.0, 0.1) is 0.09999999, not 0).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -87,6 +91,7 @@ SPECIAL_CASES: dict[str, Any] = {
     "fmin": torch.fmin,
     "fmod": torch.fmod,
     "remainder": torch.remainder,
+    "neg": lambda a, b: (-a, torch.neg(a * 0.0)),  # -(0.0) is -0.0 (Triton 3.6's -x is 0 - x)
     "atan": lambda a, b: torch.atan(a),
     "tanh": lambda a, b: torch.tanh(a),
     "asinh": lambda a, b: torch.asinh(a),
@@ -132,3 +137,83 @@ def test_gelu_at_infinity_per_dtype(dtype: torch.dtype) -> None:
     got = check(F.gelu, x)
     want = F.gelu(x)
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+
+
+def _bits_equal(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """Equal bit patterns in any float dtype, any NaN equal to any NaN."""
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[got.element_size()]
+    return (got.view(bits) == want.view(bits)) | (got.isnan() & want.isnan())
+
+
+def _fmod_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """192 pairs (eager's vectorized loop): quotients up to 2**60 (2**160 in float64, long
+    division's many rounds), both signs, and the awkward ones. No bfloat16 denormals: the
+    interpreter's bfloat16 conversion flushes them."""
+    g = torch.Generator().manual_seed(0)
+    top = 160 if dtype == torch.float64 else 40
+
+    def values(lo: float, hi: float) -> torch.Tensor:
+        exponent = torch.rand(160, generator=g, dtype=torch.float64) * (hi - lo) + lo
+        sign = torch.randint(0, 2, (160,), generator=g) * 2 - 1
+        return sign * (1 + torch.rand(160, generator=g, dtype=torch.float64)) * 2**exponent
+
+    special_x = [1.0, 1.0, -1.0, 1e30, -1e30, 5.0, -5.0, 0.0, -0.0, 3.0, INF, -INF, NAN, 7.5]
+    special_y = [0.1, -0.1, 0.1, 3.3, 3.3, 0.5, -2.0, 3.0, -3.0, 0.0, 2.0, 2.0, 1.0, INF]
+    special_x += [65504.0, 1e10, 0.3, -0.3, 4.0, 6.0, 1e-3, 2.5, -2.5, 1e20, 9.0, 9.0]
+    special_y += [1e-4, 7.0, 0.1, 0.1, -INF, -4.0, 1e-3, 0.5, 0.5, 1e-20, 3.0, -3.0]
+    special_x += [8388609.0, 16777217.0, 33554431.0, -1e15, 12.0, -12.0]
+    special_y += [0.7, 0.3, 1.1, 0.37, 0.1, -0.1]
+    x = torch.cat([values(-20, top), torch.tensor(special_x, dtype=torch.float64)])
+    y = torch.cat([values(-20, 10), torch.tensor(special_y, dtype=torch.float64)])
+    return x.to(dtype), y.to(dtype)
+
+
+@pytest.fixture
+def no_fallback(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The kernels themselves give the results: failing at run time, they would hand over to
+    the aten graph (eager's own results) with a warning."""
+    warned: list[Any] = []
+    log = logging.getLogger("framejit.backend")
+    monkeypatch.setattr(log, "warning", lambda *args, **kwargs: warned.append(args))
+    yield
+    assert not warned, warned
+
+
+FMOD_FAMILY: dict[str, Any] = {
+    "fmod": torch.fmod,
+    "remainder": torch.remainder,
+    "floor_divide": torch.floor_divide,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("name", list(FMOD_FAMILY))
+def test_fmod_family_is_exact_bit_for_bit(name: str, dtype: torch.dtype, no_fallback: None) -> None:
+    """Large quotients (fmod(1e30, 3.3)), inexact ones (1.0 by 0.1), both signs and the special
+    values give eager's bits: an exact fmod, and float16/bfloat16 floor division rounding each
+    step as eager's vectorized loop does."""
+    fn = FMOD_FAMILY[name]
+    x, y = _fmod_operands(dtype)
+    got = check(lambda a, b: fn(a, b), x, y)
+    want = fn(x, y)
+    bad = ~_bits_equal(got, want)
+    assert not bad.any(), [
+        (x[k].item(), y[k].item(), want[k].item(), got[k].item()) for k in bad.nonzero()[:8, 0]
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_fmod_family_by_a_python_number(dtype: torch.dtype, no_fallback: None) -> None:
+    """remainder(1.0, 0.1) is 0.09999999 and 1.0 // 0.1 is 9 in float32 (the number is cast to
+    a float16 result's dtype for fmod and remainder, used as it is for floor division)."""
+    x = torch.linspace(-40, 40, 255, dtype=torch.float64).to(dtype)
+    x = torch.cat([x, torch.tensor([1.0, 1e30], dtype=dtype)])
+
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.remainder(a, 0.1), torch.floor_divide(a, 0.1), torch.fmod(a, -3.3)
+
+    got = check(fn, x)
+    for g, w in zip(got, fn(x)):
+        assert _bits_equal(g, w).all()
+    if dtype == torch.float32:
+        assert got[0][-2].item() == pytest.approx(0.09999999) and got[1][-2].item() == 9.0

@@ -1,0 +1,234 @@
+"""The `@triton.jit` helper functions that generated kernels call (`fj_tanh`, `fj_atan`,
+`fj_fmod`, ...): name -> (the helpers it calls, its source). codegen.py writes the ones a
+module's kernels use, in this order (so a helper follows those it calls).
+
+Invariants: core `tl` math only (libdevice does not run in Triton's CPU interpreter), and the
+same results from the interpreter as from the GPU: no `tl.fma` where exactness matters (the
+interpreter of Triton 3.6 rounds its product), no float32 division where exactness matters
+(a GPU's is `div.full.f32`, within 2 ulp; float64 division is correctly rounded).
+"""
+
+from __future__ import annotations
+
+HELPERS = {
+    "fj_expm1": (
+        (),
+        """\
+@triton.jit
+def fj_expm1(x):
+    # exp(x) - 1 without cancellation near 0 (Kahan)
+    u = tl.exp(x)
+    d = u - 1.0
+    return tl.where(u == 1.0, x, tl.where((d == -1.0) | (u == float("inf")), d, d * x / tl.log(u)))
+""",
+    ),
+    "fj_tanh": (
+        ("fj_expm1",),
+        """\
+@triton.jit
+def fj_tanh(x):
+    e = fj_expm1(-2.0 * tl.abs(x))
+    t = -e / (e + 2.0)
+    # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
+    # `t * -1.0`, not `-t`: Triton 3.6 writes `-t` as `0 - t`, which loses the sign of zero
+    return tl.where(x < 0, t * -1.0, tl.where(x > 0, t, x))
+""",
+    ),
+    "fj_log1p": (
+        (),
+        """\
+@triton.jit
+def fj_log1p(x):
+    # log(1 + x) without cancellation near 0 (Kahan)
+    u = 1.0 + x
+    exact = (u == 1.0) | (u == float("inf"))
+    return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * x / (u - 1.0))
+""",
+    ),
+    "fj_mul": (
+        (),
+        """\
+@triton.jit
+def fj_mul(a, b):
+    # the combine function of a product reduction
+    return a * b
+""",
+    ),
+    "fj_atan": (
+        (),
+        """\
+@triton.jit
+def fj_atan(x):
+    # |x| > 1: pi/2 - atan(1/|x|); t > tan(pi/12): pi/6 + atan((t*sqrt(3) - 1) / (t + sqrt(3)));
+    # then |u| <= tan(pi/12) and the series to u**11 is within float32 rounding.
+    a = tl.abs(x)
+    big = a > 1.0
+    t = tl.where(big, 1.0 / a, a)
+    shift = t > 0.2679491924311227
+    u = tl.where(shift, (t * 1.7320508075688772 - 1.0) / (t + 1.7320508075688772), t)
+    v = u * u
+    p = u * (1.0 + v * (-0.3333333333333333 + v * (0.2 + v * (-0.14285714285714285
+        + v * (0.1111111111111111 + v * -0.09090909090909091)))))
+    r = tl.where(shift, 0.5235987755982988 + p, p)
+    r = tl.where(big, 1.5707963267948966 - r, r)
+    # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
+    return tl.where(x < 0, r * -1.0, tl.where(x > 0, r, x))
+""",
+    ),
+    "fj_atan2": (
+        ("fj_atan",),
+        """\
+@triton.jit
+def fj_atan2(y, x):
+    # C's atan2, which torch follows: the angle of (|x|, |y|) in [0, pi/2], then mirrored by
+    # the sign bits (a zero's too: atan2(+-0, -0) is +-pi, atan2(-0, +0) is -0); NaN if
+    # either is NaN. |y| / |x| is +inf for x == 0 (atan gives pi/2) and NaN for 0/0 and
+    # inf/inf, whose angles are 0 and pi/4.
+    ay = tl.abs(y)
+    ax = tl.abs(x)
+    r = fj_atan(ay / ax)
+    r = tl.where((ay == 0) & (ax == 0), 0.0, r)
+    r = tl.where((ay == float("inf")) & (ax == float("inf")), 0.7853981633974483, r)
+    # 1 / -0.0 is -inf: the sign bit of a zero without a bitcast (any float dtype)
+    r = tl.where((x < 0) | ((x == 0) & (1.0 / x < 0)), 3.141592653589793 - r, r)
+    return tl.where((y < 0) | ((y == 0) & (1.0 / y < 0)), r * -1.0, r)
+""",
+    ),
+    "fj_bfloat16_rne": (
+        (),
+        """\
+@triton.jit
+def fj_bfloat16_rne(x):
+    # float32 -> bfloat16, rounded to nearest even (written out for the CPU interpreter)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = bits.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+""",
+    ),
+    "fj_max_nan": (
+        (),
+        """\
+@triton.jit
+def fj_max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+""",
+    ),
+    "fj_min_nan": (
+        (),
+        """\
+@triton.jit
+def fj_min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+""",
+    ),
+    "fj_trunc": (
+        (),
+        """\
+@triton.jit
+def fj_trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+""",
+    ),
+    "fj_round": (
+        (),
+        """\
+@triton.jit
+def fj_round(x):
+    # round half to even, as torch.round; x - floor(x) is exact (floor(x + 0.5) is not, for
+    # 0.49999997 or 2**23 + 1), and a zero result has x's sign (round(-0.3) is -0.0)
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0.0
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+    return tl.where(r == 0.0, x * 0.0, r)
+""",
+    ),
+    "fj_pow2": (
+        (),
+        """\
+@triton.jit
+def fj_pow2(k):
+    # 2.0 ** k as float64, from its bits (0 <= k <= 1023)
+    return ((k + 1023) << 52).to(tl.float64, bitcast=True)
+""",
+    ),
+    "fj_exponent": (
+        (),
+        """\
+@triton.jit
+def fj_exponent(v, WIDE: tl.constexpr):
+    # floor(log2(v)) of a float64 v > 0 (or -1023 for 0), from its bits; WIDE: v may be
+    # subnormal (float64 data; float32 values are normal in float64), scaled up by 2**54 first
+    if WIDE:
+        tiny = v < 2.2250738585072014e-308
+        e = ((v * tl.where(tiny, 18014398509481984.0, 1.0)).to(tl.int64, bitcast=True) >> 52) - 1023
+        e = tl.where(tiny, e - 54, e)
+    else:
+        e = (v.to(tl.int64, bitcast=True) >> 52) - 1023
+    return e
+""",
+    ),
+    "fj_fmod_step": (
+        ("fj_pow2", "fj_exponent"),
+        """\
+@triton.jit
+def fj_fmod_step(r, d, ed, WIDE: tl.constexpr):
+    # One round of long division, in float64 (r >= 0, d > 0, ed = fj_exponent(d)): r becomes
+    # r mod s for s = d * 2**k, k >= 0 the least with r / s < 2**26, so the round takes 25
+    # bits off the quotient r / d (all of it once that is below 2**26). q = r / s is correctly
+    # rounded (div.rn.f64 on a GPU), so n = floor(q) is the exact quotient's or one more, and
+    # r - n * s is exactly representable, in [-s, s): float32 data (s has 24 bits) gives an
+    # exact product n * s; float64 data splits s into 26 high and 27 low bits (exact products
+    # with n), and adds back the rounding errors of the two subtractions (TwoSum). Every
+    # product is exact, so fusing one into an fma changes nothing.
+    k = tl.maximum(fj_exponent(r, WIDE) - ed - 25, 0)
+    if WIDE:  # k up to 2072: three factors of at most 2**691
+        k3 = k // 3
+        s = d * fj_pow2(k3) * fj_pow2(k3) * fj_pow2(k - 2 * k3)
+    else:
+        s = d * fj_pow2(k)
+    n = tl.floor(r / s)
+    if WIDE:
+        hi = (s.to(tl.int64, bitcast=True) & -134217728).to(tl.float64, bitcast=True)
+        p1 = n * hi
+        p2 = n * (s - hi)
+        t1 = r - p1
+        b1 = t1 - r
+        e1 = (r - (t1 - b1)) + (-p1 - b1)
+        t2 = t1 - p2
+        b2 = t2 - t1
+        e2 = (t1 - (t2 - b2)) + (-p2 - b2)
+        v = t2 + (e1 + e2)
+    else:
+        v = r - n * s
+    return tl.where(v < 0, v + s, v)
+""",
+    ),
+    "fj_fmod": (
+        ("fj_exponent", "fj_fmod_step"),
+        """\
+@triton.jit
+def fj_fmod(x, y):
+    # C's fmod, exactly: x - n * y for n = trunc(x / y) taken exactly (the result is always
+    # representable), by long division in float64 (fj_fmod_step), as many rounds as the
+    # block's largest quotient needs: one below 2**26, at most 12 for float32, 84 for float64.
+    # x itself for |x| < |y| (an infinite y too), NaN for an infinite x, a zero y or a NaN,
+    # else the sign of x (a zero result too).
+    WIDE: tl.constexpr = x.dtype == tl.float64
+    x, y = tl.broadcast(x, y)  # the interpreter cannot `&` a 0-d bool and a block of them
+    a = tl.abs(x).to(tl.float64)
+    b = tl.abs(y).to(tl.float64)
+    live = (a >= b) & (a < float("inf")) & (b > 0)
+    r = tl.where(live, a, 0.0)
+    d = tl.where(live, b, 1.0)
+    ed = fj_exponent(d, WIDE)
+    r = fj_fmod_step(r, d, ed, WIDE)
+    # reduced over the block (made one of 1 element for a 0-d x)
+    while tl.max((r >= d).to(tl.int32) + tl.zeros([1], tl.int32)) != 0:
+        r = fj_fmod_step(r, d, ed, WIDE)
+    r = tl.where(x < 0, r * -1.0, r).to(x.dtype)  # * -1.0: a zero result gets the sign too
+    return tl.where(live, r, tl.where((a < float("inf")) & (b > 0), x, float("nan")))
+""",
+    ),
+}
