@@ -316,7 +316,7 @@ class JitModule(torch.nn.Module):
     attribute read or written on the wrapper go to the original, so the two never disagree.
     """
 
-    _OWN = frozenset({"_orig_mod", "_jit_forward", "_jit_call"})
+    _OWN = frozenset({"_orig_mod", "_jit_forward", "_jit_call", "_settings", "_bound_to"})
 
     def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
         object.__setattr__(self, "_orig_mod", mod)
@@ -327,6 +327,14 @@ class JitModule(torch.nn.Module):
         self.__dict__["_parameters"] = mod._parameters
         self.__dict__["_buffers"] = mod._buffers
         self.__dict__["_modules"] = mod._modules
+        object.__setattr__(self, "_settings", settings)
+        self._bind_forward()
+        object.__setattr__(self, "_jit_call", _jit_function(_call_module, settings))
+
+    def _bind_forward(self) -> None:
+        """Compile the original's forward as it is now; `forward` binds it again when the
+        original's class or forward changed (`m.forward = ...`, `m.__class__ = Other`)."""
+        mod, settings = self.__dict__["_orig_mod"], self.__dict__["_settings"]
         forward = type(mod).forward
         if type(mod) in _CALLED_AS_A_WHOLE:
             # captured through the module call itself (an aten op), not its Python forward
@@ -342,7 +350,7 @@ class JitModule(torch.nn.Module):
         else:
             jitted = types.MethodType(_jit_function(forward, settings), mod)
         object.__setattr__(self, "_jit_forward", jitted)
-        object.__setattr__(self, "_jit_call", _jit_function(_call_module, settings))
+        object.__setattr__(self, "_bound_to", (type(mod), mod.__dict__.get("forward", forward)))
 
     @property  # type: ignore[override]
     def training(self) -> bool:
@@ -362,6 +370,9 @@ class JitModule(torch.nn.Module):
         ):
             # the original's hooks must run: compile the call itself, hooks included
             return self._jit_call(mod, *args, **kwargs)
+        cls, forward = self._bound_to
+        if type(mod) is not cls or mod.__dict__.get("forward", cls.forward) is not forward:
+            self._bind_forward()
         return self._jit_forward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

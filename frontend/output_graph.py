@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import operator
 import os
 import types
@@ -284,16 +285,28 @@ class OutputGraph:
             if self.dynamic.symbols and _is_matmul(kind, target)
             else nullcontext()
         )
-        try:
-            with self.fake_mode, python_dispatch:
+
+        def run() -> Any:
+            with self.fake_mode, _QUIET_FAKE_LOG:
                 if kind == "call_method":
                     _check_in_place_dtype(fake_args, fake_kwargs, target)
-                    result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
-                else:
-                    if getattr(target, "__objclass__", None) in _TENSOR_CLASSES:
-                        # a method called through its class (torch.Tensor.logit_(x))
-                        _check_in_place_dtype(fake_args, fake_kwargs, target.__name__)
-                    result = target(*fake_args, **fake_kwargs)
+                    return getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                if getattr(target, "__objclass__", None) in _TENSOR_CLASSES:
+                    # a method called through its class (torch.Tensor.logit_(x))
+                    _check_in_place_dtype(fake_args, fake_kwargs, target.__name__)
+                return target(*fake_args, **fake_kwargs)
+
+        try:
+            try:
+                with python_dispatch:
+                    result = run()
+            except RuntimeError as exc:
+                if not (self.dynamic.symbols and _CONCRETE_ONLY in str(exc)):
+                    raise
+                # a C++ kernel that takes only concrete sizes (constant_pad_nd's, given a pad
+                # computed from a symbolic size): its Python decomposition takes symbolic ones
+                with enable_python_dispatcher():
+                    result = run()
         except DynamicOutputShapeException:
             raise Unsupported("dynamic_shape_op", f"{label}") from None
         except DataDependentOutputException:
@@ -301,7 +314,8 @@ class OutputGraph:
         except Unsupported:
             raise
         except Exception as exc:  # the same call would fail eagerly; let eager raise it
-            if "symbolic sizes" in str(exc):  # a kernel without symbolic-shape support
+            if "symbolic sizes" in str(exc) or _CONCRETE_ONLY in str(exc):
+                # a kernel without symbolic-shape support
                 raise Unsupported(
                     "symbolic_sizes", f"{label}", "dynamic=False avoids the break"
                 ) from None
@@ -512,6 +526,30 @@ def _is_sym_node(node: torch.fx.Node) -> bool:
 
 def _is_structseq(cls: type) -> bool:
     return cls.__module__ == "torch.return_types"
+
+
+_CONCRETE_ONLY = "expected to contain only concrete integers"
+
+
+class _QuietLogger:
+    """Silences torch's fake-tensor logger while an op runs on FakeTensors: a kernel that
+    fails there (a meta function without symbolic-size support) logs the error with its
+    traceback before raising it, and the failure is the translator's to report (as a graph
+    break), not the user's to read."""
+
+    def __init__(self, name: str) -> None:
+        self.logger = logging.getLogger(name)
+        self.saved: list[bool] = []
+
+    def __enter__(self) -> None:
+        self.saved.append(self.logger.disabled)
+        self.logger.disabled = True
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.disabled = self.saved.pop()
+
+
+_QUIET_FAKE_LOG = _QuietLogger("torch._subclasses.fake_tensor")
 
 
 def _contains_tensor(value: Any) -> bool:

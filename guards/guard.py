@@ -42,7 +42,7 @@ class GuardKind(enum.Enum):
     TENSOR_MATCH = "TENSOR_MATCH"  # type, dtype, device, sizes, strides, requires_grad, keys
     LENGTH_CHECK = "LENGTH_CHECK"  # len(x) == n
     DICT_KEYS = "DICT_KEYS"  # list(x) == [k0, k1, ...]
-    MODULE_MATCH = "MODULE_MATCH"  # x is module and x.training is flag
+    MODULE_MATCH = "MODULE_MATCH"  # x is module, x.training is flag (and type(x) is its class)
     MODULE_NO_HOOKS = "MODULE_NO_HOOKS"  # no forward/backward hooks registered on x
     GLOBAL_STATE = "GLOBAL_STATE"  # grad mode, autocast, default dtype, determinism
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
@@ -190,7 +190,9 @@ class Guard:
             keys = ", ".join(_const_or_literal(k, const) for k in exp)
             return f"list({x}) == [{keys}]"
         if kind is GuardKind.MODULE_MATCH:
-            return f"{x} is {const(exp[0])} and {x}.training is {exp[1]}"
+            # its class too: `m.__class__ = Other` changes what its calls run
+            check = f"{x} is {const(exp[0])} and {x}.training is {exp[1]}"
+            return check + (f" and type({x}) is {const(exp[2])}" if len(exp) > 2 else "")
         if kind is GuardKind.MODULE_NO_HOOKS:
             return (
                 f"not ({x}._forward_hooks or {x}._forward_pre_hooks"

@@ -522,3 +522,23 @@ def test_a_decided_size_condition_held_by_a_variable_stays_in_the_graph() -> Non
         for a, b in zip(got, want, strict=True):
             assert torch.equal(a, b)
     assert counter.frame_count <= 2
+
+
+def pads_to_a_multiple_of_four(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-1]
+    return torch.nn.functional.pad(x, (0, (4 - n % 4) % 4)) * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_pad_computed_from_a_symbolic_size_is_captured(backend: str, capfd: Any) -> None:
+    # constant_pad_nd's C++ kernel takes only concrete sizes; its Python decomposition runs
+    # instead. Before, a graph break, and torch's fake-tensor logger printed a traceback.
+    counter = CompileCounter()
+    jitted = framejit.jit(pads_to_a_multiple_of_four, backend=counter, dynamic=True)
+    expected_backend = framejit.jit(pads_to_a_multiple_of_four, backend=backend, dynamic=True)
+    for n in (3, 5, 6, 8):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(jitted(x), pads_to_a_multiple_of_four(x))
+        torch.testing.assert_close(expected_backend(x), pads_to_a_multiple_of_four(x))
+    assert counter.frame_count == 1
+    assert "failed while attempting" not in capfd.readouterr().err

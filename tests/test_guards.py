@@ -1262,3 +1262,87 @@ def test_a_global_that_later_shadows_a_builtin_is_seen() -> None:
         del globals()["len"]
     torch.testing.assert_close(jitted(x), x * 4)
     assert counter.frame_count == 2
+
+
+# --- a module's structure, changed between calls ----------------------------------------------
+
+
+def test_a_container_that_grows_or_shrinks_is_seen() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    jitted = framejit.jit(model, backend="eager")
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(jitted(x), model(x))
+    model.append(nn.Linear(3, 3))
+    torch.testing.assert_close(jitted(x), model(x))
+    del model[0]
+    torch.testing.assert_close(jitted(x), model(x))
+
+    layers = nn.ModuleList([nn.Linear(3, 3)])
+
+    def through(x: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            x = layer(x)
+        return x * len(layers)
+
+    jitted_fn = framejit.jit(through, backend="eager")
+    torch.testing.assert_close(jitted_fn(x), through(x))
+    layers.append(nn.Linear(3, 3))
+    torch.testing.assert_close(jitted_fn(x), through(x))
+
+
+class OptionalShift(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("shift", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.shift is None else x + self.shift
+
+
+def test_a_none_buffer_set_later_is_seen() -> None:
+    model = OptionalShift()
+    jitted = framejit.jit(model, backend="eager")
+    x = torch.zeros(3)
+    torch.testing.assert_close(jitted(x), x)
+    model.shift = torch.ones(3)
+    torch.testing.assert_close(jitted(x), model(x))
+    torch.testing.assert_close(jitted(x), torch.ones(3))
+
+
+class Tripled(nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+
+def test_a_modules_class_or_forward_replaced_is_seen() -> None:
+    x = torch.ones(1, 2)
+    inner = nn.Sequential(nn.Linear(2, 2))
+    jitted = framejit.jit(inner, backend="eager")
+    jitted(x)
+    inner[0].__class__ = Tripled  # a submodule's class
+    torch.testing.assert_close(jitted(x), x * 3)
+
+    top = nn.Linear(2, 2)
+    jitted = framejit.jit(top, backend="eager")
+    jitted(x)
+    top.__class__ = Tripled  # the compiled module's own class
+    torch.testing.assert_close(jitted(x), x * 3)
+    top.forward = lambda x: x * 5  # its forward, on the instance
+    torch.testing.assert_close(jitted(x), x * 5)
+
+
+def makes_a_layer(x: torch.Tensor) -> torch.Tensor:
+    return nn.Linear(4, 2)(x)
+
+
+def test_a_module_built_in_the_function_draws_the_same_random_numbers() -> None:
+    # The trace builds it once to see what it holds; that build must not use the RNG.
+    x = torch.randn(3, 4)
+    jitted = framejit.jit(makes_a_layer, backend="eager")
+    for seed in range(2):
+        torch.manual_seed(seed)
+        expected, after = makes_a_layer(x), torch.rand(2)
+        torch.manual_seed(seed)
+        got, after_jit = jitted(x), torch.rand(2)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(after_jit, after)

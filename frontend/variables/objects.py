@@ -364,12 +364,14 @@ class NNModuleVariable(UserObjectVariable):
         src = self.source
         if name in d.get("_parameters", {}):
             return tx.wrap_source(param_source(self._need_source(name), name))
+        # (a None buffer or submodule is read through its source too: guarded, so setting it
+        # to a tensor or a module later compiles again)
         if name in d.get("_buffers", {}):
-            if d["_buffers"][name] is None:
+            if d["_buffers"][name] is None and src is None:  # a module built in the frame
                 return ConstantVariable(None)
             return tx.wrap_source(buffer_source(self._need_source(name), name))
         if name in d.get("_modules", {}):
-            if d["_modules"][name] is None:
+            if d["_modules"][name] is None and src is None:
                 return ConstantVariable(None)
             return tx.wrap_source(submodule_source(self._need_source(name), name))
         del src
@@ -377,25 +379,36 @@ class NNModuleVariable(UserObjectVariable):
             return _ModuleMethodVariable(self, name)
         return super().getattr(tx, name)
 
+    def module_keys(self, tx: Translator) -> list[str]:
+        """The names in `_modules`, guarded: a container's length, order and items
+        (`Sequential.append`, `del layers[0]`, a second parametrization) are part of what the
+        trace unrolled."""
+        src = self._need_source("reading a module container")
+        keys = list(self.obj._modules)
+        tx.output.add_guard(
+            AttrSource(src, "_modules"), GuardKind.DICT_KEYS, tuple(keys), tx.location_text()
+        )
+        return keys
+
     def _children(self, tx: Translator) -> list[VariableTracker]:
         src = self._need_source("iterating a module container")
-        return [tx.wrap_source(submodule_source(src, k)) for k in self.obj._modules]
+        return [tx.wrap_source(submodule_source(src, k)) for k in self.module_keys(tx)]
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         if isinstance(self.obj, (torch.nn.Sequential, torch.nn.ModuleList)):
             return self._children(tx)
         if isinstance(self.obj, torch.nn.ModuleDict):
-            return [ConstantVariable(k) for k in self.obj._modules]
+            return [ConstantVariable(k) for k in self.module_keys(tx)]
         raise Unsupported("unsupported_object", f"iterating over {type(self.obj).__name__}")
 
     def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
         mod = self.obj
         if isinstance(mod, _MODULE_CONTAINERS):
             if name == "__len__":
-                return ConstantVariable(len(mod))
+                return ConstantVariable(len(self.module_keys(tx)))
             if name == "__getitem__" and len(args) == 1 and args[0].is_constant():
                 key = args[0].as_constant()
-                keys = list(mod._modules)
+                keys = self.module_keys(tx)
                 if isinstance(mod, torch.nn.ModuleDict):
                     return tx.wrap_source(submodule_source(self._need_source("[]"), key))
                 if isinstance(key, int):
@@ -405,11 +418,12 @@ class NNModuleVariable(UserObjectVariable):
             if isinstance(mod, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
                 from framejit.frontend.variables.containers import TupleVariable
 
-                keys = [ConstantVariable(k) for k in mod._modules]
+                names = self.module_keys(tx)
+                keys = [ConstantVariable(k) for k in names]
                 if name == "keys":
                     return TupleVariable(keys)
                 src = self._need_source(name)
-                values = [tx.wrap_source(submodule_source(src, k)) for k in mod._modules]
+                values = [tx.wrap_source(submodule_source(src, k)) for k in names]
                 if name == "values":
                     return TupleVariable(values)
                 return TupleVariable([TupleVariable([k, v]) for k, v in zip(keys, values)])
@@ -577,7 +591,10 @@ def fresh_torch_module(cls: type, args: Args, kwargs: Kwargs) -> FreshModuleVari
         cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()}
     )
     try:
-        module = build()
+        # built while tracing to see what it holds: a module with parameters initializes them
+        # from the RNG, which the program's own build (at the break) must find untouched
+        with torch.random.fork_rng(devices=[]):
+            module = build()
     except Exception as exc:  # eager raises the same: at the break, for real
         raise Unsupported("exception", f"creating a {cls.__qualname__}", repr(exc)) from None
     settings = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
