@@ -32,6 +32,7 @@ from framejit.guards import guard as guard_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch.nn import functional as F
 
 import framejit
 from framejit.testing import CompileCounter
@@ -1346,3 +1347,56 @@ def test_a_module_built_in_the_function_draws_the_same_random_numbers() -> None:
         got, after_jit = jitted(x), torch.rand(2)
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close(after_jit, after)
+
+
+# --- patched torch functions and class attributes ----------------------------------------------
+
+
+def attends(q: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q).sum() + F.gelu(q).sum()
+
+
+def test_a_patched_torch_function_is_seen() -> None:
+    # libraries replace attention or activations in torch's namespace between calls
+    q = torch.randn(1, 2, 4, 8)
+    jitted, counter = jit_counted(attends)
+    torch.testing.assert_close(jitted(q), attends(q))
+    sdpa, gelu = torch.nn.functional.scaled_dot_product_attention, F.gelu
+    calls: list[str] = []
+
+    def my_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        calls.append("mine")
+        return v * 0
+
+    try:
+        torch.nn.functional.scaled_dot_product_attention = my_attention
+        torch.testing.assert_close(jitted(q), attends(q))
+        F.gelu = lambda t: t * 100
+        torch.testing.assert_close(jitted(q), attends(q))
+    finally:
+        torch.nn.functional.scaled_dot_product_attention, F.gelu = sdpa, gelu
+    assert calls == ["mine", "mine", "mine", "mine"]
+    torch.testing.assert_close(jitted(q), attends(q))
+    assert counter.frame_count == 3
+
+
+class WithProperty:
+    @property
+    def scale(self) -> int:
+        return 2
+
+
+def reads_property(x: torch.Tensor, obj: WithProperty) -> torch.Tensor:
+    return x * obj.scale
+
+
+def test_a_replaced_property_is_seen() -> None:
+    x, obj = torch.ones(2), WithProperty()
+    jitted, _ = jit_counted(reads_property)
+    torch.testing.assert_close(jitted(x, obj), x * 2)
+    original = WithProperty.scale
+    WithProperty.scale = property(lambda self: 9)  # type: ignore[assignment]
+    try:
+        torch.testing.assert_close(jitted(x, obj), x * 9)
+    finally:
+        WithProperty.scale = original  # type: ignore[method-assign]

@@ -1153,3 +1153,14 @@ def test_a_dict_that_changes_size_while_iterated_raises_like_eager() -> None:
     got, expected = framejit.jit(catches_the_change, backend="eager")(x), catches_the_change(x)
     same(got[0], expected[0])
     assert got[1] == expected[1] == "dictionary changed size during iteration"
+
+
+def returns_a_sentinel(x):
+    missing = object()
+    return x + 1, missing, type(missing) is object
+
+
+def test_an_object_made_in_the_frame_is_returned() -> None:
+    got = framejit.jit(returns_a_sentinel, backend="eager")(torch.ones(1))
+    same(got[0], torch.ones(1) + 1)
+    assert type(got[1]) is object and got[2] is True

@@ -217,10 +217,18 @@ class UserObjectVariable(VariableTracker):
         cls = type(self.obj)
         found = _class_attr(cls, name)
         if found is not None:
-            _, attr = found
+            owner, attr = found
             if isinstance(attr, property):
                 if attr.fget is None:
                     raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}")
+                if self.source is not None and not _trusted_class(owner):
+                    # a user class's property can be replaced (`P.s = property(...)`)
+                    tx.output.add_guard(
+                        AttrSource(TypeSource(self.source), name),
+                        GuardKind.ID_MATCH,
+                        attr,
+                        tx.location_text(),
+                    )
                 return tx.call_function_value(attr.fget, [self], {})
             if hasattr(type(attr), "__set__") and not isinstance(attr, types.FunctionType):
                 # another data descriptor (slots, C getters): read it as a value
@@ -1136,7 +1144,8 @@ def rebuild_object(cls: type, attrs: dict[str, Any], items: dict[Any, Any] | Non
         base = _dict_base(cls)
         for key, value in items.items():
             base.__setitem__(obj, key, value)  # type: ignore[union-attr]
-    obj.__dict__.update(attrs)
+    if attrs or hasattr(obj, "__dict__"):  # `object()` (a sentinel) has no __dict__
+        obj.__dict__.update(attrs)
     return obj
 
 
@@ -1190,6 +1199,16 @@ def is_trusted_module(mod: types.ModuleType) -> bool:
     return root in TRUSTED_MODULE_ROOTS or root in sys.stdlib_module_names
 
 
+def _patchable_torch_function(mod: types.ModuleType, value: Any) -> bool:
+    """A function of torch's namespace (`torch.nn.functional.gelu`), as libraries patch them."""
+    name = getattr(mod, "__name__", "")
+    return (
+        (name == "torch" or name.startswith("torch."))
+        and callable(value)
+        and not isinstance(value, (type, types.ModuleType))
+    )
+
+
 class PythonModuleVariable(VariableTracker):
     def __init__(self, mod: types.ModuleType, source: Source | None = None) -> None:
         self.mod = mod
@@ -1222,6 +1241,14 @@ class PythonModuleVariable(VariableTracker):
             value = getattr(self.mod, name)
         except AttributeError:
             raise Unsupported("exception", f"{self.name}.{name}", "AttributeError") from None
+        if self.source is not None and isinstance(value, types.ModuleType):
+            # a submodule (`torch.nn.functional`) keeps a source, so the functions read from
+            # it can be guarded; the module itself is fixed
+            return PythonModuleVariable(value, AttrSource(self.source, name))
+        if self.source is not None and _patchable_torch_function(self.mod, value):
+            # `F.scaled_dot_product_attention = my_attention` between calls is seen: a
+            # function of torch's namespace read through a source is guarded by identity
+            return tx.wrap_source(AttrSource(self.source, name))
         if is_trusted_module(self.mod) or self.source is None:
             try:
                 return tx.wrap_value(value, None)
