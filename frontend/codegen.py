@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, TryBegin, TryEnd
+from bytecode.instr import InstrLocation
 from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
@@ -87,6 +88,10 @@ class CodeGen:
         # Set while emitting code that stands for one user line (a replayed warnings.warn call
         # reports that line, as in eager).
         self.line_override: int | None = None
+        # Set while emitting code that stands for one user instruction (the one that runs for
+        # real at a break, the call of the resume function): its line and columns, so that
+        # tracebacks show the user's line with its `^^^` marks.
+        self.positions_override: Any = None
         self._built: dict[int, str] = {}  # id(VT of an object made in the frame) -> its local
         self._keep: list[VariableTracker] = []  # keeps those VTs alive while ids are in use
         # id(CellVariable) -> name, for the cells of the frame being compiled: a closure rebuilt
@@ -96,10 +101,27 @@ class CodeGen:
         self._tail: list[Any] = []  # code placed after the body (the graph call's handler)
 
     def _emit(self, *instrs: Instr) -> None:
-        if self.line_override is not None:
+        if self.positions_override is not None:
+            p = self.positions_override
+            for inst in instrs:
+                inst.location = InstrLocation(
+                    p.lineno, p.end_lineno, p.col_offset, p.end_col_offset
+                )
+        elif self.line_override is not None:
             for inst in instrs:
                 inst.lineno = self.line_override
         self.instructions.extend(instrs)
+
+    @contextlib.contextmanager
+    def at_positions(self, positions: Any) -> Iterator[None]:
+        """Emit at a user instruction's positions (`dis.Positions`; None: as before)."""
+        saved = self.positions_override
+        if positions is not None and positions.lineno is not None:
+            self.positions_override = positions
+        try:
+            yield
+        finally:
+            self.positions_override = saved
 
     def emit(self, instr: Instr) -> None:
         self._emit(instr)
@@ -289,12 +311,13 @@ class CodeGen:
     # --- graph breaks --------------------------------------------------------------------------
     def run_original(self, inst: Any, kw_names: tuple[str, ...]) -> None:
         """Execute the instruction the translator could not capture, unchanged."""
-        if inst.opname == "CALL":
-            self._emit(*versions.emit_call(inst.arg, kw_names))
-        else:
-            from framejit.frontend.breaks import original_instr
+        with self.at_positions(getattr(inst, "positions", None)):
+            if inst.opname == "CALL":
+                self._emit(*versions.emit_call(inst.arg, kw_names))
+            else:
+                from framejit.frontend.breaks import original_instr
 
-            self._emit(original_instr(self.code, inst.offset))
+                self._emit(original_instr(self.code, inst.offset))
 
     def pop_jump_if(self, truth: bool) -> Label:
         label = Label()

@@ -444,7 +444,12 @@ def _finish_break(
     for vt in reversed(gb.stack):  # autocast blocks the break interrupts: the graph leaves them
         if isinstance(vt, AutocastExitVariable):
             vt.ctx.close_in_graph(output)
-    lineno = gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
+    # the line of the instruction that breaks, in this frame (a break inside an inlined call
+    # is located in the callee; tracebacks through this frame must show the call's line)
+    positions = getattr(gb.inst, "positions", None)
+    lineno = (positions.lineno if positions is not None else None) or (
+        gb.reason.location.lineno if gb.reason.location else code.co_firstlineno
+    )
     cg = CodeGen(code, lineno)
     cg.frame_cells = {id(c): name for name, c in frame_cells.items()}
     graphs = _compile_graph(code, output, outputs, backend, cg)
@@ -483,7 +488,11 @@ def _finish_break(
             target = wrap_resume(target)
         else:  # a long chain (a loop that breaks): the rest runs as Python, hook or not
             target._framejit_disabled = True
-        with cg.branch():
+        decoded = decode(code)
+        at = decoded.instructions[decoded.index_of[offset]] if offset in decoded.index_of else None
+        # at the instruction the resume function starts from: a traceback through this frame
+        # then shows the line that raised, not the one that broke the graph
+        with cg.branch(), cg.at_positions(getattr(at, "positions", None)):
             cg.call_resume(target, kinds, local_values)
 
     if handler is not None:

@@ -18,7 +18,9 @@ outside the frame can observe the intermediate states while the frame runs.
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +73,97 @@ class ReplayedCallVariable(ExternalCallableVariable):
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
+        if self.fn is warnings.warn:
+            located = _located_warning(tx, args, kwargs)
+            if located is not None:
+                tx.output.side_effects.calls.append((*located, tx.lineno))
+                return ConstantVariable(None)
         tx.output.side_effects.calls.append((self, list(args), dict(kwargs), tx.lineno))
         return ConstantVariable(None)
+
+
+_WARN_PARAMS = ("message", "category", "stacklevel", "source")
+
+
+def _located_warning(
+    tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker]] | None:
+    """`warnings.warn(message, category, stacklevel)` replayed where eager attributes it: the
+    frame `stacklevel` levels up from the caller, which may be a function the trace inlined
+    (gone at run time: its file and line are known now) or a frame above the compiled one
+    (found at run time, past framejit's own frames). None: replayed as it was called."""
+    if len(args) > len(_WARN_PARAMS) or set(kwargs) - set(_WARN_PARAMS):
+        return None  # skip_file_prefixes (3.12) and the like: as called
+    bound = dict(zip(_WARN_PARAMS, args)) | kwargs
+    level_vt = bound.get("stacklevel", ConstantVariable(1))
+    if not level_vt.is_constant() or not isinstance(level_vt.as_constant(), int):
+        return None
+    level = max(level_vt.as_constant(), 1)
+    message = bound["message"] if "message" in bound else ConstantVariable(None)
+    category = bound.get("category", ConstantVariable(None))
+    source = bound.get("source", ConstantVariable(None))
+    chain = []
+    frame: Any = tx
+    while frame is not None:
+        chain.append(frame)
+        frame = frame.parent
+    if level <= len(chain):
+        at = chain[level - 1]
+        where = functools.partial(
+            warn_at, filename=at.code.co_filename, lineno=at.lineno, module_globals=at.f_globals
+        )
+    else:
+        where = functools.partial(warn_above, levels=level - len(chain))
+    return ConstantVariable(where), [message, category, source], {}
+
+
+def warn_at(
+    message: Any,
+    category: Any,
+    source: Any,
+    *,
+    filename: str,
+    lineno: int,
+    module_globals: dict[str, Any],
+) -> None:
+    """`warnings.warn` as seen from a frame the trace inlined."""
+    if isinstance(message, Warning):
+        category = type(message)
+    registry = module_globals.setdefault("__warningregistry__", {})
+    module = module_globals.get("__name__", "<string>")
+    warnings.warn_explicit(
+        message, category or UserWarning, filename, lineno, module, registry, module_globals, source
+    )
+
+
+def warn_above(message: Any, category: Any, source: Any, *, levels: int) -> None:
+    """`warnings.warn` attributed to the frame `levels` levels above the compiled one (its
+    caller's frames at run time, past framejit's wrappers; a resume function and the compiled
+    frame that called it are one frame of the user's)."""
+    frame: Any = sys._getframe(1)
+    for _ in range(levels):
+        frame = _user_caller(frame)
+        if frame is None:
+            warnings.warn(message, category, stacklevel=1, source=source)
+            return
+    warn_at(
+        message,
+        category,
+        source,
+        filename=frame.f_code.co_filename,
+        lineno=frame.f_lineno,
+        module_globals=frame.f_globals,
+    )
+
+
+def _user_caller(frame: Any) -> Any:
+    resumed = frame.f_code.co_name.startswith("resume_in_")
+    frame = frame.f_back
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("framejit"):
+        frame = frame.f_back
+    if resumed and frame is not None:  # the transformed frame that called the resume function
+        return _user_caller(frame)
+    return frame
 
 
 def _replace_dict(target: dict[Any, Any], new: dict[Any, Any]) -> None:

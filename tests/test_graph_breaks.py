@@ -857,3 +857,45 @@ def test_root_frame_except_clause_with_the_exception_bound() -> None:
     x = torch.randn(3)
     for _ in range(2):
         torch.testing.assert_close(fast(x, {}), fn(x, {}))
+
+
+def _validate(t):
+    if t.shape[0] != 3:
+        raise ValueError(f"expected 3 rows, got {t.shape[0]}")
+    return t
+
+
+def validates(x):
+    h = x * 2
+    _validate(h)  # the traceback shows this line for this frame
+    return h.sum()
+
+
+def reshapes_after_a_break(x):
+    y = x + 1
+    print("a break")
+    return y.reshape(2, 2)  # raises here
+
+
+def _frames(fn, *args):
+    import traceback
+
+    with pytest.raises(Exception) as info:
+        fn(*args)
+    return [
+        (f.name, f.lineno, f.line)
+        for f in traceback.extract_tb(info.value.__traceback__)
+        if f.filename == __file__ and f.name != "_frames"
+    ]
+
+
+def test_tracebacks_show_the_users_lines(capsys) -> None:
+    jitted = framejit.jit(validates, backend="eager")
+    jitted(torch.ones(3))
+    assert _frames(jitted, torch.ones(4)) == _frames(validates, torch.ones(4))
+
+    jitted = framejit.jit(reshapes_after_a_break, backend="eager")
+    got = _frames(jitted, torch.ones(3))
+    line = reshapes_after_a_break.__code__.co_firstlineno + 3
+    # the resume function is one more frame, at the same line
+    assert got[0][1:] == got[-1][1:] == (line, "return y.reshape(2, 2)  # raises here")

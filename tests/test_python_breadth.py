@@ -1164,3 +1164,53 @@ def test_an_object_made_in_the_frame_is_returned() -> None:
     got = framejit.jit(returns_a_sentinel, backend="eager")(torch.ones(1))
     same(got[0], torch.ones(1) + 1)
     assert type(got[1]) is object and got[2] is True
+
+
+def _deprecated(t, level):
+    warnings.warn("deprecated argument", DeprecationWarning, stacklevel=level)
+    return t
+
+
+def warns_through_a_helper(x, level):
+    y = x + 1
+    _deprecated(y, level)  # the line eager blames for stacklevel=2
+    return y * 2
+
+
+def warns_after_a_break(x):
+    y = x + 1
+    print("a break")
+    warnings.warn("from the resumed part", stacklevel=2)  # blames the caller's line
+    return y
+
+
+def _where(fn, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn(*args)
+    return [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_warnings_are_attributed_to_the_frame_eager_blames(level, capsys) -> None:
+    # stacklevel counts the frames the trace inlined (gone at run time) and, above the
+    # compiled frame, the caller's frames past framejit's own
+    x = torch.ones(2)
+    jitted = framejit.jit(warns_through_a_helper, backend="eager")
+
+    def call_compiled():
+        return jitted(x, level)
+
+    def call_eager():
+        return warns_through_a_helper(x, level)
+
+    got, expected = _where(call_compiled), _where(call_eager)
+    if level == 3:  # the test's own caller functions differ by name, not by file
+        got, expected = [g[:3] for g in got], [e[:3] for e in expected]
+    assert got == expected and len(got) == 1
+
+    resumed = framejit.jit(warns_after_a_break, backend="eager")
+    got = _where(lambda: resumed(x))
+    expected = _where(lambda: warns_after_a_break(x))
+    assert [g[:3] for g in got] == [e[:3] for e in expected]
+    assert got[0][3] == expected[0][3] - 1  # each lambda's own line, one line apart
