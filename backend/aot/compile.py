@@ -342,6 +342,10 @@ def _compile(
     _mark_static_inputs(parts.backward, [name in static_names for name in parts.saved], "backward")
     forward = inner(parts.forward, _example(parts.forward))
     wants_grad = [k for k, f in enumerate(fakes) if isinstance(f, torch.Tensor) and f.requires_grad]
+    # A double backward (`autograd.grad(..., create_graph=True)`, then a backward through the
+    # gradients: a gradient penalty) runs the captured graph again with autograd, on the same
+    # inputs; not for a graph that writes its inputs or draws random numbers.
+    recompute = None if mutated or _draws_random_numbers(parts.forward) else fn
     return TrainingRunner(
         info,
         forward,
@@ -350,6 +354,15 @@ def _compile(
         wants_grad=wants_grad,
         num_forward_outputs=len(forward_values),
         saved_bytes=parts.saved_bytes,
+        recompute=recompute,
+    )
+
+
+def _draws_random_numbers(graph: torch.fx.GraphModule) -> bool:
+    return any(
+        isinstance(n.target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in n.target.tags
+        for n in graph.graph.nodes
     )
 
 

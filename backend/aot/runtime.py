@@ -14,9 +14,11 @@ the captured graph's inputs positionally and return its outputs as a tuple:
    conjugate and negative bits), constants.
 
 Invariants: no per-call allocation beyond what the graph and the outputs need; nothing is
-logged on the call path; the backward graph is compiled at most once per runner; a backward
-is differentiable only once: with `create_graph=True` it returns gradients whose own backward
-raises an error naming framejit (double backward is not supported yet).
+logged on the call path; the backward graph is compiled at most once per runner. With
+`create_graph=True` the backward runs the captured graph again under autograd (its inputs are
+kept on the autograd context for that), so the gradients can be differentiated again; for a
+graph that writes its inputs or draws random numbers, the gradients' own backward raises an
+error naming framejit.
 """
 
 from __future__ import annotations
@@ -107,8 +109,11 @@ class TrainingRunner:
         wants_grad: list[int],
         num_forward_outputs: int,
         saved_bytes: int = 0,
+        recompute: Callable[..., Sequence[Any]] | None = None,
     ) -> None:
         self.info = info
+        # the captured graph on the unique inputs, for a double backward (None: not possible)
+        self.recompute = recompute
         self.saved_bytes = saved_bytes  # what the forward keeps for the backward (at trace sizes)
         self.forward = forward
         self.compile_backward = compile_backward
@@ -186,6 +191,8 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
         ctx.scalars = [(k, s) for k, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
         ctx.runner = runner
+        # the inputs themselves (one reference to their tuple), for a double backward
+        ctx.inputs = inputs if runner.recompute is not None else None
         ctx.mark_non_differentiable(
             *[outputs[i] for i in runner.non_differentiable if isinstance(outputs[i], torch.Tensor)]
         )
@@ -194,6 +201,8 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
         create_graph = torch.is_grad_enabled()
+        if create_graph and ctx.inputs is not None:
+            return (None, *_differentiable_backward(ctx.runner, ctx.inputs, grads))
         saved = list(ctx.saved_tensors)
         for k, value in ctx.scalars:
             saved.insert(k, value)
@@ -202,6 +211,33 @@ class _CompiledFunction(torch.autograd.Function):
         if create_graph:
             input_grads = _not_differentiable(input_grads)
         return (None, *input_grads)
+
+
+def _differentiable_backward(
+    runner: TrainingRunner, inputs: Sequence[Any], grads: Sequence[Any]
+) -> list[Any]:
+    """The gradients as autograd computes them in eager, with their own graph
+    (`create_graph=True`): the captured graph runs again with autograd on the same inputs,
+    and `autograd.grad` differentiates it, so a backward through the gradients works."""
+    with torch.enable_grad():
+        outputs = runner.recompute(*inputs)  # type: ignore[misc]
+        pairs = [
+            (outputs[i], grads[i])
+            for i in runner.differentiable
+            if grads[i] is not None and outputs[i].requires_grad
+        ]
+        wanted = [inputs[i] for i in runner.wants_grad]
+        found = torch.autograd.grad(
+            [o for o, _ in pairs],
+            wanted,
+            [g for _, g in pairs],
+            create_graph=True,
+            allow_unused=True,
+        )
+    input_grads: list[Any] = [None] * runner.num_inputs
+    for i, grad in zip(runner.wants_grad, found):
+        input_grads[i] = grad
+    return input_grads
 
 
 _DOUBLE_BACKWARD = (

@@ -135,9 +135,41 @@ def test_retain_graph_and_second_backward():
     torch.testing.assert_close(x.grad, 2 * first)
 
 
-def test_double_backward_raises_clearly():
+def test_double_backward_runs_the_graph_again_under_autograd():
     x = torch.randn(4, requires_grad=True)
-    (out,) = aot(lambda x: (x.sin(),), x.detach().requires_grad_())(x)
+    (out,) = aot(lambda x: (x.sin() * x,), x.detach().requires_grad_())(x)
+    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    g.sum().backward()
+    x2 = x.detach().requires_grad_()
+    (g2,) = torch.autograd.grad((x2.sin() * x2).sum(), x2, create_graph=True)
+    g2.sum().backward()
+    torch.testing.assert_close(g, g2)
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+def test_gradient_penalty_of_a_critic_matches_eager():
+    # WGAN-GP: the critic's gradient with respect to its input, penalized, trains the critic
+    torch.manual_seed(0)
+    critic = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    twin = copy.deepcopy(critic)
+    compiled = framejit.jit(critic, backend="aot_eager")
+    points = torch.randn(5, 4)
+
+    def penalty(model):
+        x = points.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+        return ((grad.norm(2, dim=1) - 1) ** 2).mean()
+
+    for _ in range(2):
+        penalty(compiled).backward()
+        penalty(twin).backward()
+    for a, b in zip(critic.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_double_backward_through_random_numbers_raises_clearly():
+    x = torch.randn(4, requires_grad=True)
+    (out,) = aot(lambda x: (F.dropout(x.sin(), 0.5),), x.detach().requires_grad_())(x)
     (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         g.sum().backward()
