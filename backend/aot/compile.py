@@ -324,7 +324,9 @@ def _compile(
             return gm.forward
         _log(gm, inference=graph)
         _mark_static_inputs(graph, static, "inference")
-        return InferenceRunner(info, inner(graph, _example(graph)))
+        runner = InferenceRunner(info, inner(graph, _example(graph)))
+        runner.on_error = gm.forward if info.mutated else None
+        return runner
 
     with mode:
         tangents = [
@@ -346,7 +348,7 @@ def _compile(
     # gradients: a gradient penalty) runs the captured graph again with autograd, on the same
     # inputs; not for a graph that writes its inputs or draws random numbers.
     recompute = None if mutated or _draws_random_numbers(parts.forward) else fn
-    return TrainingRunner(
+    training = TrainingRunner(
         info,
         forward,
         lambda: inner(parts.backward, _example(parts.backward)),
@@ -356,6 +358,8 @@ def _compile(
         saved_bytes=parts.saved_bytes,
         recompute=recompute,
     )
+    training.on_error = gm.forward if info.mutated else None
+    return training
 
 
 def _draws_random_numbers(graph: torch.fx.GraphModule) -> bool:

@@ -82,6 +82,11 @@ def _resize_output(out: torch.Tensor, size: torch.Size) -> None:
 class InferenceRunner:
     """Runs the functional inference graph; see the module docstring."""
 
+    # The captured graph as it is, run when the compiled one raises and the graph writes its
+    # inputs: the functional graph writes them only after it succeeds, eager writes them up to
+    # the op that raises. Running the captured graph gives eager's writes and eager's error.
+    on_error: Callable[..., Any] | None = None
+
     def __init__(self, info: GraphInfo, compiled: Callable[..., Sequence[Any]]) -> None:
         self.info = info
         self.compiled = compiled
@@ -89,8 +94,13 @@ class InferenceRunner:
 
     def __call__(self, *args: Any) -> tuple:
         info = self.info
-        with torch.no_grad():
-            results = self.compiled(*[args[i] for i in info.unique])
+        try:
+            with torch.no_grad():
+                results = self.compiled(*[args[i] for i in info.unique])
+        except Exception:
+            if self.on_error is None:
+                raise
+            return self.on_error(*args)
         computed = results[: self.num_computed]
         _epilogue(info.mutated, args, results[self.num_computed :])
         return _assemble(info.outputs, args, computed)
@@ -136,9 +146,16 @@ class TrainingRunner:
             if i < len(info.computed) and isinstance(info.computed_values[i], torch.Tensor)
         ]
 
+    on_error: Callable[..., Any] | None = None  # as InferenceRunner's
+
     def __call__(self, *args: Any) -> tuple:
         info = self.info
-        results = _CompiledFunction.apply(self, *[args[i] for i in info.unique])
+        try:
+            results = _CompiledFunction.apply(self, *[args[i] for i in info.unique])
+        except Exception:
+            if self.on_error is None:
+                raise
+            return self.on_error(*args)
         computed = list(results[: len(info.computed)])
         for i in self.detached_outputs:
             # A non-differentiable output the forward graph returns as the same tensor as a

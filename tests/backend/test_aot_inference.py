@@ -335,3 +335,23 @@ def test_writes_eager_accepts_stay_in_the_stage():
     x = torch.randn(3, 3)
     assert analyze(torch.fx.symbolic_trace(f), [x.clone()]).fallback is None
     check(f, x)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_write_before_an_op_that_raises_is_kept_as_in_eager(grad):
+    # the functional graph writes inputs only once it succeeded; eager wrote x before the
+    # index failed: the captured graph runs as it is to give eager's writes and error
+    def f(x, w, idx):
+        x.add_(1)
+        return x[idx] * w
+
+    w = torch.ones(1, requires_grad=grad)
+    jitted = framejit.jit(f, backend="aot_eager")
+    jitted(torch.zeros(3), w, torch.tensor([1]))
+    x, expected = torch.zeros(3), torch.zeros(3)
+    with pytest.raises(IndexError) as got:
+        jitted(x, w, torch.tensor([9]))
+    with pytest.raises(IndexError) as want:
+        f(expected, w, torch.tensor([9]))
+    assert str(got.value) == str(want.value)
+    torch.testing.assert_close(x, expected)
