@@ -555,6 +555,10 @@ def _internal_origin(error: BaseException) -> str | None:
     innermost frame), else None."""
     if not isinstance(error, _BUG_TYPES):
         return None
+    from framejit.backend.triton.bounds import IndexOutOfBounds
+
+    if isinstance(error, IndexOutOfBounds):  # the user's index, found by a kernel's check
+        return None
     tb = error.__traceback__
     if tb is None:
         return None

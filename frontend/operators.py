@@ -11,6 +11,7 @@ import operator
 import types
 from typing import Any
 
+import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import (
     BINARY_OPS,
@@ -36,6 +37,13 @@ from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
 _NUMBERS = (int, float, bool)
+
+
+def _negative_number(vt: VariableTracker) -> bool:
+    if not vt.is_constant():
+        return False
+    value = vt.as_constant()
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
 
 
 def _symbolic_operands(a: VariableTracker, b: VariableTracker) -> bool:
@@ -66,6 +74,9 @@ class OperatorsMixin:
             if not isinstance(a, TensorVariable):
                 # `n = 0; n += t`: a number has no in-place form, Python computes `n + t`
                 op = _OUT_OF_PLACE.get(op, op)
+                if op is operator.pow and _negative_number(a):
+                    # torch.fx would write `-2.0 ** t`, which Python reads as `-(2.0 ** t)`
+                    op = torch.pow
             return self.output.call_op("call_function", op, [a, b], {})
         if _symbolic_operands(a, b):
             return self._sym_op(op, [a, b])

@@ -144,3 +144,15 @@ def test_torch_ops_and_custom_ops_are_graph_ops(backend: str, fn: Any) -> None:
         torch.testing.assert_close(jitted(x, y), fn(x, y))
     explained = framejit.explain(fn, x, y)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def alternating(t: torch.Tensor) -> torch.Tensor:
+    return (-2.0) ** t + (-1) ** torch.arange(3)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_negative_number_raised_to_a_tensor(backend: str) -> None:
+    # torch.fx writes `operator.pow(-2.0, t)` as `-2.0 ** t`, which is `-(2.0 ** t)`
+    t = torch.tensor([0.0, 0.5, 2.0])
+    got = framejit.jit(alternating, backend=backend)(t)
+    torch.testing.assert_close(got, alternating(t), equal_nan=True)
