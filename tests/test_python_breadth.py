@@ -1214,3 +1214,24 @@ def test_warnings_are_attributed_to_the_frame_eager_blames(level, capsys) -> Non
     expected = _where(lambda: warns_after_a_break(x))
     assert [g[:3] for g in got] == [e[:3] for e in expected]
     assert got[0][3] == expected[0][3] - 1  # each lambda's own line, one line apart
+
+
+def uses_views(x, d):
+    keys = d.keys()
+    d["z"] = 1  # a view sees it
+    seen = [k for k in keys]
+    for k, v in d.items():
+        x = x + v
+    return x, seen, type(keys).__name__, "z" in keys, keys & {"z", "q"}, d.values()
+
+
+def test_dict_views_are_live_views() -> None:
+    x = torch.ones(1)
+    got_d, expected_d = {"a": 2}, {"a": 2}
+    got = framejit.jit(uses_views, backend="eager")(x, got_d)
+    expected = uses_views(x, expected_d)
+    same(got[0], expected[0])
+    assert got[1:5] == expected[1:5] == (["a", "z"], "dict_keys", True, {"z"})
+    assert type(got[5]) is type(expected[5]) and list(got[5]) == list(expected[5]) == [2, 1]
+    assert got_d == expected_d
+    assert framejit.explain(uses_views, x, {"a": 2}).graph_break_count == 0

@@ -130,6 +130,74 @@ class TupleVariable(BaseSequence):
     kind = tuple
 
 
+_VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
+
+
+class DictViewVariable(TupleVariable):
+    """`d.keys()`, `d.values()`, `d.items()` of a dict of the trace: a live view, read each
+    time it is used (a key added after the view was taken is seen), of the view's type. It
+    reads as a tuple of the dict's current keys, values or pairs."""
+
+    def __init__(self, mapping: DictVariable, view: str) -> None:
+        self.mapping = mapping
+        self.view = view
+        self.source = None
+        self.kind = _VIEW_TYPES[view]  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"dict_{self.view}({self.mapping!r})"
+
+    @property
+    def items(self) -> list[VariableTracker]:  # type: ignore[override]
+        from framejit.frontend.variables.objects import ClassVariable
+
+        def key(k: Any) -> VariableTracker:
+            return ClassVariable(k) if isinstance(k, type) else ConstantVariable(k)
+
+        found = self.mapping.items
+        if self.view == "keys":
+            return [key(k) for k in found]
+        if self.view == "values":
+            return list(found.values())
+        return [TupleVariable([key(k), v]) for k, v in found.items()]
+
+    def as_constant(self) -> Any:
+        values = {k: v.as_constant() for k, v in self.mapping.items.items()}
+        return getattr(values, self.view)()  # a real view of a copy
+
+    def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
+        raise Unsupported.raised(
+            f"dict_{self.view}[...]", TypeError(f"'dict_{self.view}' object is not subscriptable")
+        )
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        if name == "__len__":
+            return ConstantVariable(len(self.mapping.items))
+        if self.view != "values" and self.is_constant() and all_constant(args, kwargs):
+            # `keys() & other`, `isdisjoint`, `in`: on a real view of the constant contents
+            method = getattr(self.as_constant(), name, None)
+            if method is not None:
+                value = constant_fold(method, args, kwargs)
+                return tx.wrap_constant_result(value)
+        raise Unsupported("unsupported_call", f"dict_{self.view}.{name}")
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.call_const(
+            dict_view, lambda: (cg.reconstruct(self.mapping), cg.load_const(self.view)), 2
+        )
+
+
+def dict_view(mapping: dict[Any, Any], view: str) -> Any:
+    """`mapping.keys()` (or values, items): a view the transformed code rebuilds."""
+    return getattr(mapping, view)()
+
+
 class ListVariable(BaseSequence):
     """A list. One read from outside the frame can leave its contents unread: then it is only
     type-guarded, appends are kept aside, and the replay appends them to the real list - so
@@ -428,14 +496,8 @@ class DictVariable(VariableTracker):
         if name == "get" and 1 <= len(args) <= 2:
             k = _const_index(tx, args[0], "dict")
             return items.get(k, args[1] if len(args) == 2 else ConstantVariable(None))
-        if name == "keys" and not args:
-            return TupleVariable([ConstantVariable(k) for k in items])
-        if name == "values" and not args:
-            return TupleVariable(list(items.values()))
-        if name == "items" and not args:
-            return TupleVariable(
-                [TupleVariable([ConstantVariable(k), v]) for k, v in items.items()]
-            )
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            return DictViewVariable(self, name)
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(_const_index(tx, args[0], "dict") in items)
         if name == "__len__":
@@ -685,7 +747,12 @@ def checked_iterator(container: Any, rest: tuple[Any, ...], size: int, what: str
 
 
 def container_iterator(tx: Translator, value: VariableTracker) -> IteratorVariable | None:
-    """The live iterator `iter(value)` gives for a list, dict or set (None for others)."""
+    """The live iterator `iter(value)` gives for a list, dict or set, or a view of a dict
+    (None for others)."""
+    if type(value) is DictViewVariable:
+        it = ContainerIteratorVariable(tx, value.mapping)
+        it._keys = value.items  # the view's items, with the dict's size check
+        return it
     if type(value) is ListVariable or type(value) is SetVariable:
         return ContainerIteratorVariable(tx, value)
     if type(value) is DictVariable and value.cls in (dict, collections.OrderedDict):
