@@ -1220,7 +1220,7 @@ def uses_views(x, d):
     keys = d.keys()
     d["z"] = 1  # a view sees it
     seen = [k for k in keys]
-    for k, v in d.items():
+    for _k, v in d.items():
         x = x + v
     return x, seen, type(keys).__name__, "z" in keys, keys & {"z", "q"}, d.values()
 
