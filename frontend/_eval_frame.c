@@ -28,7 +28,8 @@
  *    module/class bodies or exec), entered with throwflag == 0, are ever intercepted.  Generator,
  *    coroutine and async-generator code is always evaluated normally.
  *  - Frames entered while a trace or profile function is set (sys.settrace / sys.setprofile, a
- *    debugger, cProfile on 3.11) or while tstate->tracing is set are evaluated normally.
+ *    debugger, cProfile on 3.11), while tstate->tracing is set, or while 3.12's sys.monitoring
+ *    has events set (`monitoring`, kept by hook.py) are evaluated normally.
  *  - Re-entrancy: while the callback or a guard check runs, `tls_busy` is set and every frame of
  *    this thread is evaluated normally (framejit's compiler and torch are never hooked by it).
  *  - Enable state is per thread (`tls_mode`: -1 follow the global switch, 0 off, 1 on).  The
@@ -90,6 +91,9 @@ static _Thread_local int tls_busy = 0;
 #endif
 static _Thread_local int tls_depth = 0;
 static int suspended = 0;
+/* 3.12's sys.monitoring (a debugger or coverage in sysmon mode) has events set: frames run
+   uncompiled, so every line and call they expect happens (set from Python, hook.py). */
+static int monitoring = 0;
 
 /* Counters for tests and the summary (all under the GIL). */
 static unsigned long long n_intercepted, n_hits, n_callbacks, n_skipped, n_chunk_pops, n_not_top;
@@ -375,7 +379,7 @@ evaluate(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
         n_skipped++;
         return eval_default(tstate, frame, throwflag);
     }
-    if (throwflag || tls_busy || !thread_on() || callback == NULL ||
+    if (throwflag || tls_busy || monitoring || !thread_on() || callback == NULL ||
         frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
         frame->f_locals != NULL || tstate->tracing || tstate->c_tracefunc != NULL ||
         tstate->c_profilefunc != NULL) {
@@ -586,7 +590,21 @@ py_stats(PyObject *self, PyObject *noargs)
                          n_chunk_pops, "not_top", n_not_top, "installed", installed);
 }
 
+static PyObject *
+py_set_monitoring(PyObject *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) {
+        return NULL;
+    }
+    int before = monitoring;
+    monitoring = on;
+    return PyBool_FromLong(before);
+}
+
 static PyMethodDef methods[] = {
+    {"set_monitoring", py_set_monitoring, METH_O,
+     "set_monitoring(on) -> previous: sys.monitoring has events set, step aside"},
     {"set_callback", py_set_callback, METH_O, "set_callback(fn | None): fn(func, args) -> (state, entry)"},
     {"set_global", py_set_global, METH_O, "set_global(on) -> previous: whole-script switch"},
     {"set_thread", py_set_thread, METH_O, "set_thread(mode) -> previous: -1 follow global, 0 off, 1 on"},

@@ -266,7 +266,38 @@ def set_global(on: bool, settings: Settings | None = None) -> bool:
 
 
 def install() -> None:
-    require().set_callback(on_frame)
+    mod = require()
+    mod.set_callback(on_frame)
+    _watch_monitoring(mod)
+
+
+def _watch_monitoring(mod: Any) -> None:
+    """On 3.12, step aside while any sys.monitoring tool has events set (a debugger, coverage
+    in sysmon mode): they must see the user's own code run, line by line. sys.monitoring has
+    no notification, so its two setters are wrapped, once, to tell the C hook."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None or getattr(monitoring.set_events, "_framejit_watch", False):
+        return
+    set_events, set_local_events = monitoring.set_events, monitoring.set_local_events
+    local_on: set[int] = set()  # tools with local events on some code
+
+    def refresh() -> None:
+        mod.set_monitoring(bool(local_on) or any(monitoring.get_events(tool) for tool in range(6)))
+
+    def watched_set_events(tool_id: int, event_set: int) -> None:
+        set_events(tool_id, event_set)
+        refresh()
+
+    def watched_set_local_events(tool_id: int, code: Any, event_set: int) -> None:
+        set_local_events(tool_id, code, event_set)
+        if event_set:
+            local_on.add(tool_id)
+        refresh()
+
+    watched_set_events._framejit_watch = True  # type: ignore[attr-defined]
+    monitoring.set_events = watched_set_events
+    monitoring.set_local_events = watched_set_local_events
+    refresh()  # a tool set before framejit was
 
 
 # --- what happened, for the summary -----------------------------------------------------------

@@ -373,6 +373,40 @@ def test_settrace_sees_user_frames_and_results_hold():
     assert calls, "the traced call ran the original frame"
 
 
+@pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="sys.monitoring is 3.12+")
+def test_sys_monitoring_sees_every_line_of_the_users_code():
+    # a debugger or coverage in sysmon mode: while a tool has events set, frames run uncompiled
+    def f(x):
+        y = x + 1
+        print("a break")
+        return y * 2
+
+    mon = sys.monitoring
+    tool = mon.COVERAGE_ID
+    lines: list[int] = []
+
+    def on_line(code, line):
+        if code is f.__code__:
+            lines.append(line - f.__code__.co_firstlineno)
+
+    mon.use_tool_id(tool, "framejit-test")
+    try:
+        mon.register_callback(tool, mon.events.LINE, on_line)
+        with framejit.enabled(backend="eager"):
+            f(torch.ones(2))  # compiled
+            mon.set_events(tool, mon.events.LINE)
+            try:
+                got = f(torch.ones(2))
+            finally:
+                mon.set_events(tool, 0)
+            assert _compiled(f)
+        torch.testing.assert_close(got, (torch.ones(2) + 1) * 2)
+        assert lines == [1, 2, 3]
+    finally:
+        mon.register_callback(tool, mon.events.LINE, None)
+        mon.free_tool_id(tool)
+
+
 def test_cprofile_still_works():
     def f(x):
         return (x + 1).exp()
