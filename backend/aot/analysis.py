@@ -342,6 +342,13 @@ def analyze(
         if id(value) in input_of:
             info.outputs.append(OutputSpec("input", input_of[id(value)]))
             continue
+        if isinstance(value.grad_fn, torch.autograd.function.BackwardCFunction) and (
+            value._base is not None or any(storages[i] == _storage(value) for i in unique)
+        ):
+            # a view made by a custom autograd Function (a gradient-reversal layer returns
+            # `x.view_as(x)`): rebuilt as a plain view, it would lose the Function's backward
+            info.fallback = f"output {position} is a view an autograd Function returns"
+            return info
         base_input = next((i for i in unique if storages[i] == _storage(value)), None)
         if base_input is not None:
             if value.dtype != fakes[base_input].dtype:

@@ -56,9 +56,17 @@ def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[A
 
 def _epilogue(mutated: list[int], args: Sequence[Any], new_values: Sequence[Any]) -> None:
     for i, value in zip(mutated, new_values):
-        if args[i].shape != value.shape:  # an `out=` tensor of another size, resized as eager does
-            _resize_output(args[i], value.shape)
-        args[i].copy_(value)
+        target = args[i]
+        if target.shape != value.shape:  # an `out=` tensor of another size, resized as eager does
+            _resize_output(target, value.shape)
+        if target.requires_grad and (target.is_leaf or not value.requires_grad):
+            # a write through `p.data` or `p.detach()`, or under no_grad (a hand-written SGD
+            # step, an EMA): no autograd history. (A write with history into a leaf that
+            # requires grad raised in eager, and in the analysis's run of the graph.)
+            with torch.no_grad():
+                target.copy_(value)
+        else:
+            target.copy_(value)
 
 
 def _resize_output(out: torch.Tensor, size: torch.Size) -> None:
@@ -237,6 +245,13 @@ def _differentiable_backward(
     (`create_graph=True`): the captured graph runs again with autograd on the same inputs,
     and `autograd.grad` differentiates it, so a backward through the gradients works."""
     with torch.enable_grad():
+        # each input through a view of its own: the graph's gradient is taken with respect
+        # to these (an input that is another's ancestor, `y = x * x` before a graph break and
+        # `y.sum()` after it, gets no gradient through the other), and the gradients stay
+        # functions of the real inputs, so the next backward reaches their history
+        inputs = [
+            t.view_as(t) if isinstance(t, torch.Tensor) and t.requires_grad else t for t in inputs
+        ]
         outputs = runner.recompute(*inputs)  # type: ignore[misc]
         pairs = [
             (outputs[i], grads[i])

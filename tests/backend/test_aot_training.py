@@ -335,3 +335,72 @@ def test_input_returned_by_a_no_op_conversion_stays_in_the_stage():
         lambda w: (w.float() * 2, w.contiguous()), torch.randn(3, requires_grad=True)
     )
     assert isinstance(compiled, TrainingRunner)
+
+
+class _ReverseGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -ctx.alpha * grad, None
+
+
+def test_a_view_an_autograd_function_returns_keeps_its_backward():
+    # a gradient-reversal layer's output leaves the graph: rebuilt as a plain view of its
+    # input it lost the Function's backward (gradients came back with the wrong sign)
+    def f(feat, w):
+        return _ReverseGradient.apply(feat @ w, 2.0)
+
+    feat, w = torch.randn(3, 4), torch.randn(4, 2, requires_grad=True)
+    framejit.jit(f, backend="aot_eager")(feat, w).pow(2).sum().backward()
+    got, w.grad = w.grad, None
+    f(feat, w).pow(2).sum().backward()
+    torch.testing.assert_close(got, w.grad)
+
+
+def test_writes_through_data_or_detach_of_a_leaf_are_allowed_as_in_eager():
+    # a hand-written SGD step and an EMA update write parameters through .data or detach()
+    def sgd(model, lr):
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+
+    def forward_then_scale(p, x):
+        out = (p * x).sum()
+        p.detach().mul_(2)
+        return out
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    twin = copy.deepcopy(model)
+    for m in (model, twin):
+        m(torch.ones(4, 2)).sum().backward()
+    framejit.jit(sgd, backend="aot_eager")(model, 0.1)
+    sgd(twin, 0.1)
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+    p, q = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    x = torch.arange(3.0)
+    framejit.jit(forward_then_scale, backend="aot_eager")(p, x).backward()
+    forward_then_scale(q, x).backward()
+    torch.testing.assert_close(p, q)
+    torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_create_graph_through_two_graphs_counts_each_path_once():
+    # `y = x * x`, a graph break, then the gradient of `y.sum()` with create_graph: the second
+    # graph takes x too (unused there); its gradient must not also reach x through y's history
+    def f(x):
+        y = x * x
+        print("a break")
+        s = y.sum()
+        return torch.autograd.grad(s, x, create_graph=True)[0]
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    got = framejit.jit(f, backend="aot_eager")(x)
+    torch.testing.assert_close(got, 2 * x.detach())
+    got.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((2,), 2.0))
