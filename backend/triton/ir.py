@@ -394,11 +394,23 @@ class Load:
 
 @dataclass(frozen=True)
 class Const:
+    """A constant. Equal as its text is (with its dtype): -0.0 is not 0.0 here, though the
+    floats compare equal, so codegen's reuse of equal expressions cannot swap them."""
+
     value: bool | int | float
     dtype: torch.dtype
 
     def __str__(self) -> str:
         return repr(self.value)
+
+    def _key(self) -> tuple[Any, torch.dtype]:
+        return (repr(self.value) if isinstance(self.value, float) else self.value, self.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 @dataclass(frozen=True)

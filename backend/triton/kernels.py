@@ -48,6 +48,7 @@ from framejit.backend.triton.ir import (
     Reduction,
     ScalarArg,
     Sym,
+    compute_dtype,
     contiguous_strides,
     expr_syms,
     is_static,
@@ -151,6 +152,10 @@ class Writer:
         return "\n".join(self.lines) + "\n"
 
 
+# -0.0 as a value computed in the kernel: Triton 3.6 makes every constant equal to 0 +0.0
+NEG_ZERO = "(tl.zeros([], tl.float32) * -1.0)"
+
+
 def literal(value: Any) -> str:
     if not isinstance(value, (bool, int, float)):  # a symbolic size
         text = size_text(value)
@@ -160,6 +165,8 @@ def literal(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return 'float("nan")'
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return NEG_ZERO
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
         return f"({value!r})" if value < 0 else repr(value)
@@ -168,7 +175,12 @@ def literal(value: Any) -> str:
 
 def _literal_number(text: str) -> bool | int | float | None:
     """The number a `literal()` text spells (None: the text is an expression)."""
-    special = {'float("nan")': math.nan, 'float("inf")': math.inf, 'float("-inf")': -math.inf}
+    special = {
+        'float("nan")': math.nan,
+        'float("inf")': math.inf,
+        'float("-inf")': -math.inf,
+        NEG_ZERO: -0.0,
+    }
     if text in special:
         return special[text]
     try:
@@ -194,7 +206,8 @@ def _fold_convert(expr: Expr) -> Const | None:
     if isinstance(expr, Op) and expr.name == "convert":
         inner = _fold_convert(expr.args[0])
         if inner is not None:
-            return Const(_converted(inner.value, expr.dtype), expr.dtype)
+            value = _converted(_converted(inner.value, inner.dtype), expr.dtype)
+            return Const(value, expr.dtype)
     return None
 
 
@@ -202,7 +215,9 @@ def _converted(value: Any, dtype: torch.dtype) -> Any:
     """A constant as `dtype` holds it (float16 rounding, integer truncation)."""
     if not isinstance(value, (bool, int, float)):
         return value
-    return torch.tensor(value).to(dtype).item()
+    # a float as float64 first: torch.tensor(0.1) would round it to float32
+    source = torch.float64 if isinstance(value, float) else None
+    return torch.tensor(value, dtype=source).to(dtype).item()
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -278,6 +293,9 @@ class KernelCode:
             return self.masked(expr)
         args = [self.value(a) for a in expr.args]
         if expr.name == "signbit":  # set for -0.0 too, unlike x < 0
+            number = _literal_number(args[0])
+            if number is not None:  # a Python number has no .to(): its own sign bit
+                return literal(math.copysign(1.0, number) < 0)
             bits = "tl.int64" if expr.args[0].dtype == torch.float64 else "tl.int32"
             return self.emit(f"{args[0]}.to({bits}, bitcast=True) < 0", expr)
         folded = _fold_convert(expr)
@@ -287,19 +305,39 @@ class KernelCode:
             if expr.dtype == torch.bool:
                 return self.emit(f"{args[0]} != 0", expr)
             return self.emit(self.cast(args[0], expr.args[0].dtype, expr.dtype), expr)
-        if expr.name == "fmod":  # fj_fmod takes tensors (of the operands' dtype), not literals
+        template = KERNEL_OPS[expr.name]
+        if expr.name in ("maximum", "minimum") and expr.dtype.is_floating_point:
+            # equal operands (-0.0 and 0.0) give the second, as eager's vectorized loop does
+            template = f"tl.where({{0}} == {{1}}, {{1}}, {template})"
+        helper = re.match(r"(fj_\w+)\(", template)
+        literals = [_literal_number(t) is not None for t in args]
+        if helper or (literals and all(literals)):
+            # helpers take tensors, not literals (a Python float has no .to(), and the
+            # interpreter's bool ops fail on one), and so does a `tl` call or an op of
+            # literals only: those become 0-d tensors (a helper's all, else the first)
             args = [
-                t if _literal_number(t) is None else f"tl.full([], {t}, {TL_DTYPES[a.dtype]})"
-                for t, a in zip(args, expr.args)
+                self.tensor_literal(t, a.dtype) if is_literal and (helper or k == 0) else t
+                for k, (t, a, is_literal) in enumerate(zip(args, expr.args, literals))
             ]
         if expr.name == "neg" and expr.dtype.is_floating_point:
             # `* -1.0`: Triton 3.6 writes `-x` as `0 - x`, which makes -(0.0) +0.0
             return self.emit(f"{args[0]} * -1.0", expr)
-        template = KERNEL_OPS[expr.name]
-        helper = re.match(r"(fj_\w+)\(", template)
         if helper:
             self._use_helper(helper.group(1))
         return self.emit(template.format(*args), expr)
+
+    def tensor_literal(self, text: str, dtype: torch.dtype) -> str:
+        """A literal as a tensor: its value as `dtype` holds it (as eager rounds a scalar
+        operand), in the dtype the kernel computes `dtype` in. 0-d, or under the interpreter
+        a block like the lanes' (its bool ops fail on a 0-d bool with a block)."""
+        value = literal(_converted(_literal_number(text), dtype))
+        shape = "[]"
+        if self.interpreter:
+            shape = ("xoffsets" if self.reduction else "offsets") + ".shape"
+        tl_dtype = TL_DTYPES[compute_dtype(dtype)]
+        if value == NEG_ZERO:
+            return f"(tl.full({shape}, 0.0, {tl_dtype}) * -1.0)"
+        return f"tl.full({shape}, {value}, {tl_dtype})"
 
     def masked(self, expr: Op) -> str:
         """`tl.where(cond, value, other)`, every load of `value` masked by `cond`."""
@@ -340,7 +378,7 @@ class KernelCode:
         there truncate (and mishandle integers and float64)."""
         number = _literal_number(value)
         if number is not None:  # a Python number has no .to(): convert it here
-            return literal(_converted(number, target))
+            return literal(_converted(_converted(number, source), target))
         if target in (torch.float16, torch.bfloat16) and (
             not source.is_floating_point or source == torch.float64
         ):

@@ -211,10 +211,31 @@ def _in_range(bounds: tuple[int, int] | None, size: int) -> bool:
 def value_range(expr: Expr, graph: LoopGraph, depth: int = 0) -> tuple[int, int] | None:
     """Inclusive bounds of an integer expression's values where they are evident from its
     form (None: unknown). Reads of other buffers follow their bodies (a few levels deep);
-    graph inputs are unknown."""
-    if expr.dtype.is_floating_point or depth > 8:
+    graph inputs are unknown.
+
+    The bounds are exact-integer arithmetic on the arguments' bounds, so they hold only while
+    they fit the expression's dtype: a range that does not fit (`int8(126) + 2` wraps to
+    -128, a convert truncates) is unknown, never a range the wrapped values violate."""
+    if expr.dtype.is_floating_point or expr.dtype.is_complex or depth > 8:
         return None
+    bounds = _expr_range(expr, graph, depth)
+    return bounds if bounds is not None and _fits(bounds, expr.dtype) else None
+
+
+def _fits(bounds: tuple[int, int], dtype: torch.dtype) -> bool:
+    if dtype == torch.bool:
+        return bounds[0] >= 0 and bounds[1] <= 1
+    try:
+        info = torch.iinfo(dtype)
+    except TypeError:  # not an integer dtype
+        return False
+    return info.min <= bounds[0] and bounds[1] <= info.max
+
+
+def _expr_range(expr: Expr, graph: LoopGraph, depth: int) -> tuple[int, int] | None:
     if isinstance(expr, Const):
+        if not isinstance(expr.value, (bool, int)):  # a symbolic size
+            return None
         return (int(expr.value), int(expr.value))
     if isinstance(expr, BoundsCheck):
         return (0, 1)
@@ -270,11 +291,8 @@ def _op_range(expr: Op, args: list[tuple[int, int] | None]) -> tuple[int, int] |
         return _union(args[1], args[2])
     if any(a is None for a in args):
         return None
-    if name == "convert":
-        (lo, hi), info = args[0], torch.iinfo(expr.dtype)
-        src = expr.args[0].dtype
-        fits = info.min <= lo and hi <= info.max
-        return (lo, hi) if fits and not src.is_floating_point else None
+    if name == "convert":  # an int-to-int convert keeps the values that fit (checked above)
+        return None if expr.args[0].dtype.is_floating_point else args[0]
     if name in ("add", "sub", "maximum", "minimum", "neg"):
         (alo, ahi), (blo, bhi) = args[0], args[-1]
         return {

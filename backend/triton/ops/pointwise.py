@@ -432,12 +432,17 @@ def _clamp(ctx: Lowering, node: torch.fx.Node, x: TensorValue, lo: Any = None, h
         lo, hi = (-1.0 if lo is None else lo), (1.0 if hi is None else hi)
     values = [x] + [v for v in (lo, hi) if v is not None]
 
+    def bounded(name: str, v: Expr, bound: Expr, scalar: bool) -> Expr:
+        # a value equal to the bound (-0.0 and 0.0) stays itself for a number bound, and
+        # becomes a tensor bound, as in eager (maximum/minimum give their second operand)
+        return op(name, bound, v) if scalar else op(name, v, bound)
+
     def fn(v: Expr, *bounds: Expr) -> Expr:
         k = 0
         if lo is not None:
-            v, k = op("maximum", v, bounds[0]), 1
+            v, k = bounded("maximum", v, bounds[0], not isinstance(lo, TensorValue)), 1
         if hi is not None:
-            v = op("minimum", v, bounds[k])
+            v = bounded("minimum", v, bounds[k], not isinstance(hi, TensorValue))
         return v
 
     return elementwise(ctx, out.shape, out.dtype, values, fn)

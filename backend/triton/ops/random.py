@@ -66,8 +66,9 @@ def _dropout(ctx: Lowering, node: torch.fx.Node, x: TensorValue, p: float, train
         return op("ge", sample(index), const(p, torch.float32), dtype=torch.bool)
 
     def body(index: tuple[Ix, ...]) -> Expr:
-        scaled = op("mul", convert(x.load(index), dt), const(scale, dt))
-        return op("where", keep(index), scaled, const(0.0, dt))
+        # x * (scale or 0), as eager multiplies by its mask: a dropped -x is -0.0, inf NaN
+        factor = op("where", keep(index), const(scale, dt), const(0.0, dt))
+        return op("mul", convert(x.load(index), dt), factor)
 
     result = ctx.pointwise(out.shape, out.dtype, body)
     mask = ctx.pointwise(mask_meta.shape, torch.bool, keep)

@@ -2,9 +2,10 @@
 interpreter): exp2/log2/log10/expm1/erfc, tan, hyperbolic and inverse trigonometric functions,
 atan2, hypot, copysign, fmax/fmin, isinf.
 
-`atan` is a helper kernel function (codegen.py's `fj_atan`: two range reductions and a short
-series, float32-accurate); the others are expressions of it and of exp/log/sqrt. Inputs of
-other dtypes are converted to the result's float compute dtype first, as torch promotes them.
+`atan` is a helper kernel function (helpers.py's `fj_atan`: two range reductions and a short
+series, float32-accurate, then a Newton step for float64); the others are expressions of it
+and of exp/log/sqrt. Inputs of other dtypes are converted to the result's float compute dtype
+first, as torch promotes them.
 """
 
 from __future__ import annotations

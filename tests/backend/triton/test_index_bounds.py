@@ -210,3 +210,41 @@ def test_deferred_error_is_not_hidden_by_the_eager_rerun(monkeypatch: pytest.Mon
     jitted(w, torch.tensor([9, 1]))
     with pytest.raises(IndexOutOfBounds, match="index 9 .*earlier call"):
         jitted(w, torch.tensor([0, 1]))
+
+
+# index arithmetic that wraps in its dtype: exact-integer bounds would put every value in
+# [0, 200) and drop the check, but the wrapped values are not. name -> (index of i = argmax,
+# i = 0, 1, 2 -> the values; the i whose index stays in range)
+WRAPPING_INDICES = {
+    "int8_add": (lambda i: (i.to(torch.int8) + 126).long(), [0, 1]),  # 126, 127, -128
+    "int8_sub": (lambda i: (i.to(torch.int8) - (-127)).long(), [0]),  # 127, -128, -127
+    "int8_mul": (lambda i: (i.to(torch.int8) * 64).long(), [0, 1]),  # 0, 64, -128
+    "int8_neg": (lambda i: (-(i.to(torch.int8) - 127 - 1)).long(), [1, 2]),  # -128, 127, 126
+    "int32_add": (lambda i: (i.to(torch.int32) + (2**31 - 2)).long() - (2**31 - 150), [0, 1]),
+    "int64_compare": (lambda i: torch.where(i + (2**63 - 2) > 0, i, i + 300), [0, 1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPING_INDICES))
+def test_wrapping_index_arithmetic_is_checked(name: str) -> None:
+    index, fine = WRAPPING_INDICES[name]
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.gather(x, 0, index(y.argmax(1)))
+
+    x = torch.arange(1000.0)[500:700]  # memory before the tensor holds 0..499
+    expected = eager_error(fn, x, torch.eye(3))
+    run = compiled(fn, x, torch.eye(3))
+    with pytest.raises(expected, match="out of bounds for dimension 0 with size 200"):
+        run(x, torch.eye(3))
+    good = torch.eye(3)[[fine[k % len(fine)] for k in range(3)]]  # same shape, all in range
+    torch.testing.assert_close(run(x, good), fn(x, good))
+
+
+def test_index_select_of_wrapped_int8_index_raises() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x, 0, (y.argmax(1).to(torch.int8) + 126).long())
+
+    x = torch.arange(1000.0)[500:700]
+    with pytest.raises(IndexOutOfBounds, match="index -128 is out of bounds"):
+        compiled(fn, x, torch.eye(3))(x, torch.eye(3))

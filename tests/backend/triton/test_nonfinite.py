@@ -217,3 +217,59 @@ def test_fmod_family_by_a_python_number(dtype: torch.dtype, no_fallback: None) -
         assert _bits_equal(g, w).all()
     if dtype == torch.float32:
         assert got[0][-2].item() == pytest.approx(0.09999999) and got[1][-2].item() == 9.0
+
+
+# A Python number or a constant tensor where an op takes a tensor: the kernel's operand is a
+# literal (`-1.0`), which has no `.to()` and which the interpreter's bool ops reject.
+CONSTANT_OPERANDS: dict[str, Any] = {
+    "copysign_number": lambda a: torch.copysign(a, -1.0),
+    "copysign_full": lambda a: a * 3 + torch.copysign(a, torch.full_like(a, -1.0)),
+    "copysign_zero": lambda a: torch.copysign(a, torch.full_like(a, -0.0)),
+    "pow_number_base": lambda a: torch.pow(2.0, a),
+    "pow_negative_base": lambda a: torch.pow(-2.0, a),
+    "atan2_ones": lambda a: torch.atan2(a, torch.ones_like(a)),
+    "atan2_of_a_constant": lambda a: torch.atan2(torch.full_like(a, -0.0), a),
+    "fmod_full": lambda a: torch.fmod(torch.full_like(a, 7.5), a),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(CONSTANT_OPERANDS))
+def test_constant_operands_run_in_the_kernels(
+    name: str, dtype: torch.dtype, no_fallback: None
+) -> None:
+    fn = CONSTANT_OPERANDS[name]
+    x = SX.to(dtype)
+    got, want = check(fn, x), fn(x)
+    special = ~want.isfinite() | (want == 0)
+    bad = special & ~_bits_equal(got, want)
+    assert not bad.any(), [
+        (x[k].item(), want[k].item(), got[k].item()) for k in bad.nonzero()[:8, 0]
+    ]
+
+
+# Eager keeps the input where it equals a number bound (clamp(-0.0, min=0.0) is -0.0), and
+# its vectorized maximum/minimum (every element of a tensor this long) give the second operand
+# on a tie; dropout multiplies by its mask (a dropped -x is -0.0, a dropped inf NaN).
+SIGNED_ZERO_CASES: dict[str, Any] = {
+    "clamp_min": lambda a, b: a.clamp(min=0.0),
+    "clamp_max": lambda a, b: a.clamp(max=-0.0),
+    "clamp_both": lambda a, b: (a.clamp(-0.0, 0.0), a.clamp(0.0, -0.0), a.clamp(2.0, -1.0)),
+    "relu6_hardtanh": lambda a, b: (F.relu6(a), F.hardtanh(a), F.hardtanh(a, 0.0, 0.0)),
+    "maximum_minimum": lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.max(b, a)),
+    "maximum_of_zeros": lambda a, b: torch.maximum(a, torch.zeros_like(a)),
+    "clamp_tensor": lambda a, b: (a.clamp(min=b), a.clamp(max=b), a.clamp(b, b.abs())),
+    "dropout_all": lambda a, b: F.dropout(a, 1.0, True),
+}
+
+
+@pytest.mark.parametrize("name", list(SIGNED_ZERO_CASES))
+def test_signed_zeros_and_ties_match_eager_bit_for_bit(name: str, no_fallback: None) -> None:
+    fn = SIGNED_ZERO_CASES[name]
+    got, want = check(fn, SX, SY), fn(SX, SY)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        bad = ~_bits_equal(g, w)
+        assert not bad.any(), [
+            (SX[k].item(), SY[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:8, 0]
+        ]

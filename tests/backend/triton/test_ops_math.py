@@ -77,3 +77,35 @@ def test_binary() -> None:
 def test_bool_arithmetic() -> None:
     a, b = torch.rand(5, 4) > 0.5, torch.rand(5, 4) > 0.5
     check_lowered(lambda a, b: (a + b, a * b, torch.isfinite(a.float() / 0.0)), a, b)
+
+
+def _float64_sweep() -> torch.Tensor:
+    """Magnitudes from denormal to near overflow, the range reductions' edges, specials."""
+    g = torch.Generator().manual_seed(0)
+    magnitude = torch.cat(
+        [
+            10 ** (torch.rand(300, generator=g, dtype=torch.float64) * 616 - 308),
+            torch.rand(300, generator=g, dtype=torch.float64) * 4,
+            1 - 10 ** -(torch.rand(100, generator=g, dtype=torch.float64) * 16),
+            torch.tensor([0.0, 5e-324, 1.0, 0.2679491924311227, 1.7e308, math.inf, math.nan]),
+        ]
+    ).double()
+    return torch.cat([magnitude, -magnitude])
+
+
+def test_inverse_trig_is_float64_accurate() -> None:
+    """atan, atan2, asin and acos in float64 to float64 accuracy, not float32's (~3e-9)."""
+    x = _float64_sweep()
+    y = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(1))]
+    unit = x.clamp(-1, 1)
+    got = check_lowered(
+        lambda x, y, u: (torch.atan(x), torch.atan2(x, y), torch.asin(u), torch.acos(u)),
+        x,
+        y,
+        unit,
+    )
+    want = (torch.atan(x), torch.atan2(x, y), torch.asin(unit), torch.acos(unit))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-13, atol=0.0, equal_nan=True)
+        zeros = w == 0  # the sign of a zero result too
+        assert torch.equal(torch.signbit(g[zeros]), torch.signbit(w[zeros]))
