@@ -308,7 +308,9 @@ def resume_code(
         (i.positions.lineno for i in real[start:] if i.positions and i.positions.lineno),
         code.co_firstlineno,
     )
-    bc.name = f"resume_in_{root_name}_at_line_{line}"
+    # named as the user's function (tracebacks, logging's funcName and warnings show it);
+    # the qualified name says where it resumes
+    bc.name = root_name
     bc.qualname = f"{root_qualname}.<resume at line {line}>"
     bc.filename = code.co_filename
     bc.first_lineno = code.co_firstlineno

@@ -131,8 +131,10 @@ def warn_at(
         category = type(message)
     registry = module_globals.setdefault("__warningregistry__", {})
     module = module_globals.get("__name__", "<string>")
+    # no module_globals: 3.12's warn_explicit would warn about a script's globals lacking
+    # __spec__.loader; the source line is read from the file, as for eager's warning
     warnings.warn_explicit(
-        message, category or UserWarning, filename, lineno, module, registry, module_globals, source
+        message, category or UserWarning, filename, lineno, module, registry, None, source
     )
 
 
@@ -157,7 +159,7 @@ def warn_above(message: Any, category: Any, source: Any, *, levels: int) -> None
 
 
 def _user_caller(frame: Any) -> Any:
-    resumed = frame.f_code.co_name.startswith("resume_in_")
+    resumed = ".<resume at line " in frame.f_code.co_qualname
     frame = frame.f_back
     while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("framejit"):
         frame = frame.f_back

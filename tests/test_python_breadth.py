@@ -1235,3 +1235,20 @@ def test_dict_views_are_live_views() -> None:
     assert type(got[5]) is type(expected[5]) and list(got[5]) == list(expected[5]) == [2, 1]
     assert got_d == expected_d
     assert framejit.explain(uses_views, x, {"a": 2}).graph_break_count == 0
+
+
+def comprehension_over_a_captured_name(x):
+    k = 5
+    g = lambda: x * k  # noqa: E731
+    fns = [lambda: x + k for k in range(3)]  # 3.12 inlines it, on its own cell for k
+    return k, g(), [f() for f in fns]
+
+
+def test_a_comprehension_variable_captured_by_lambdas_keeps_the_outer_one() -> None:
+    x = torch.ones(1)
+    got = framejit.jit(comprehension_over_a_captured_name, backend="eager")(x)
+    expected = comprehension_over_a_captured_name(x)
+    assert got[0] == expected[0] == 5
+    same(got[1], expected[1])
+    for a, b in zip(got[2], expected[2], strict=True):
+        same(a, b)

@@ -45,7 +45,14 @@ def load_fast_and_clear(tx: Translator, inst: Any) -> None:
     # is saved as NULL and restored as unbound by STORE_FAST.
     from framejit.frontend.translator import realize
 
-    vt = tx.locals.pop(inst.argval, None)
+    name = inst.argval
+    if name in tx.code.co_cellvars and name in tx.cells:
+        # a comprehension's loop variable that its lambdas capture: the slot holds the
+        # function's cell, saved here and put back by STORE_FAST after the loop (the loop
+        # runs on a new cell, MAKE_CELL)
+        tx.push(tx.cells.pop(name))
+        return
+    vt = tx.locals.pop(name, None)
     tx.push(NULL if vt is None else realize(tx, vt))
 
 
@@ -54,8 +61,17 @@ def store_fast(tx: Translator, inst: Any) -> None:
     value = tx.pop()
     if value is NULL:
         tx.locals.pop(inst.argval, None)
+    elif _is_cell(value) and inst.argval in tx.code.co_cellvars:
+        tx.locals.pop(inst.argval, None)
+        tx.cells[inst.argval] = value  # the cell LOAD_FAST_AND_CLEAR saved, back in its slot
     else:
         tx.locals[inst.argval] = value
+
+
+def _is_cell(value: Any) -> bool:
+    from framejit.frontend.translator import _RealCell
+
+    return isinstance(value, (CellVariable, _RealCell))
 
 
 @handler("DELETE_FAST")
