@@ -1240,7 +1240,7 @@ def test_dict_views_are_live_views() -> None:
 def comprehension_over_a_captured_name(x):
     k = 5
     g = lambda: x * k  # noqa: E731
-    fns = [lambda: x + k for k in range(3)]  # 3.12 inlines it, on its own cell for k
+    fns = [lambda: x + k for k in range(3)]  # noqa: B023  (3.12: its own cell for k)
     return k, g(), [f() for f in fns]
 
 
