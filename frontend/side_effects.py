@@ -78,8 +78,95 @@ class ReplayedCallVariable(ExternalCallableVariable):
             if located is not None:
                 tx.output.side_effects.calls.append((*located, tx.lineno))
                 return ConstantVariable(None)
+        logger, method = _logging_call(self.fn)
+        if logger is not None and tx.parent is not None:
+            # logged in a function the trace inlined: the record names its file, line and
+            # function (`%(funcName)s`, `%(filename)s:%(lineno)d`), not the compiled frame's
+            where = functools.partial(
+                log_at,
+                logger,
+                method,
+                filename=tx.code.co_filename,
+                lineno=tx.lineno,
+                func=tx.code.co_name,
+                root=self.fn is getattr(logging, method, None),
+            )
+            tx.output.side_effects.calls.append(
+                (ConstantVariable(where), list(args), dict(kwargs), tx.lineno)
+            )
+            return ConstantVariable(None)
         tx.output.side_effects.calls.append((self, list(args), dict(kwargs), tx.lineno))
         return ConstantVariable(None)
+
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+    "log": None,
+}
+
+
+def _logging_call(fn: Any) -> tuple[logging.Logger | None, str]:
+    """(the logger, the method) of a standard logging call: `logger.info`, `logging.warning`."""
+    name = getattr(fn, "__name__", "")
+    if name not in _LEVELS:
+        return None, ""
+    owner = getattr(fn, "__self__", None)
+    if type(owner) is logging.Logger or type(owner) is logging.RootLogger:
+        if getattr(type(owner), name, None) is getattr(logging.Logger, name, None):
+            return owner, name
+        return None, ""
+    if fn is getattr(logging, name, None):
+        return logging.root, name
+    return None, ""
+
+
+def log_at(
+    logger: logging.Logger,
+    method: str,
+    *args: Any,
+    filename: str,
+    lineno: int,
+    func: str,
+    root: bool,
+    **kwargs: Any,
+) -> None:
+    """A logging call made in a frame the trace inlined, as that frame would have made it:
+    the same level, message, arguments and options, the record located at its line."""
+    if root and not logging.root.handlers:
+        logging.basicConfig()  # as logging.info() and friends do
+    level = _LEVELS[method]
+    if level is None:
+        level, *args = args  # type: ignore[assignment]
+    msg, *rest = args
+    if not logger.isEnabledFor(level):
+        return
+    exc_info = kwargs.pop("exc_info", True if method == "exception" else None)
+    extra = kwargs.pop("extra", None)
+    stack_info = kwargs.pop("stack_info", False)
+    kwargs.pop("stacklevel", None)
+    if kwargs:
+        raise TypeError(f"unexpected keyword arguments for Logger.{method}: {sorted(kwargs)}")
+    if exc_info:
+        if isinstance(exc_info, BaseException):
+            exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+        elif not isinstance(exc_info, tuple):
+            exc_info = sys.exc_info()
+    sinfo = None
+    if stack_info:
+        import traceback
+
+        sinfo = "Stack (most recent call last):\n" + "".join(traceback.format_stack()).rstrip()
+    record = logger.makeRecord(
+        logger.name, level, filename, lineno, msg, tuple(rest), exc_info, func, extra, sinfo
+    )
+    logger.handle(record)
 
 
 _WARN_PARAMS = ("message", "category", "stacklevel", "source")

@@ -1252,3 +1252,25 @@ def test_a_comprehension_variable_captured_by_lambdas_keeps_the_outer_one() -> N
     same(got[1], expected[1])
     for a, b in zip(got[2], expected[2], strict=True):
         same(a, b)
+
+
+def _logs_in_a_helper(h):
+    log.info("helper sees %s", tuple(h.shape))
+    return h + 1
+
+
+def logs_through_a_helper(x):
+    log.warning("top")
+    return _logs_in_a_helper(x * 2)
+
+
+def test_log_records_name_the_inlined_function_and_its_line(caplog) -> None:
+    x = torch.ones(3)
+    with caplog.at_level(logging.INFO, logger=log.name):
+        logs_through_a_helper(x)
+        expected = [(r.funcName, r.lineno, r.filename, r.getMessage()) for r in caplog.records]
+        caplog.clear()
+        framejit.jit(logs_through_a_helper, backend="eager")(x)
+        got = [(r.funcName, r.lineno, r.filename, r.getMessage()) for r in caplog.records]
+    assert got == expected
+    assert [g[0] for g in got] == ["logs_through_a_helper", "_logs_in_a_helper"]
