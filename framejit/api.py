@@ -184,31 +184,48 @@ class JitFunction:
     def __init__(self, fn: types.FunctionType, settings: _Settings) -> None:
         self._fn = fn
         self._settings = settings
-        code = fn.__code__
+        self._wrapped: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
+        self._follow_code()
+
+    def _follow_code(self) -> None:
+        """Cache, binder and fast path for the function's code as it is now (again when the
+        user assigns `fn.__code__`)."""
+        fn = self._fn
+        code = self._code = fn.__code__
         self._cache = CodeCache(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
         _live_caches.add(self._cache)
         self._bind = _make_binder(fn)
         self._nargs = code.co_argcount
         # Positional calls with exactly co_argcount arguments need no binding.
         self._simple = not (code.co_flags & 0x0C) and code.co_kwonlyargcount == 0
-        # Resume functions and callees that graph breaks hand back, compiled with our settings.
-        self._wrapped: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fn = self._fn
+        if fn.__code__ is not self._code:  # `fn.__code__ = other.__code__`
+            self._follow_code()
         frame_args = args if (self._simple and not kwargs and len(args) == self._nargs) else None
         if frame_args is None:
-            frame_args = self._bind(*args, **kwargs)
-        fn = self._fn
+            bind = self._bind
+            if bind.__defaults__ is not fn.__defaults__:  # `fn.__defaults__ = ...` later
+                bind.__defaults__ = fn.__defaults__
+            if bind.__kwdefaults__ != fn.__kwdefaults__:
+                bind.__kwdefaults__ = fn.__kwdefaults__
+            frame_args = bind(*args, **kwargs)
         entries = self._cache.entries
         for i, entry in enumerate(entries):
             if entry.guards.check(fn, *frame_args):
                 if i:
                     entries.insert(0, entries.pop(i))
-                return entry.fn(*args, **kwargs)
+                compiled = entry.fn
+                if frame_args is not args and compiled.__defaults__ is not fn.__defaults__:
+                    # the call relies on defaults: the function's current ones
+                    compiled.__defaults__ = fn.__defaults__
+                    compiled.__kwdefaults__ = fn.__kwdefaults__
+                return compiled(*args, **kwargs)
         return self._miss(args, kwargs, frame_args)
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], frame_args: tuple) -> Any:

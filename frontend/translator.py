@@ -377,9 +377,13 @@ class Translator(OperatorsMixin, InliningMixin):
             vt.getattr(self, name)
         except Unsupported as exc:
             if exc.code == "exception":  # an AttributeError while tracing
+                guard_missing_attribute(self, vt, name)
                 return False
             if hasattr(vt, "obj"):  # an object from outside the frame: ask the real one
-                return hasattr(vt.obj, name)
+                found = hasattr(vt.obj, name)
+                if not found:
+                    guard_missing_attribute(self, vt, name)
+                return found
             if exc.code == "unsupported_attr":
                 return False
             raise
@@ -473,6 +477,24 @@ class Translator(OperatorsMixin, InliningMixin):
             cell.written = value
             return
         raise Unsupported("side_effect", f"assigning nonlocal {name!r}")
+
+
+def guard_missing_attribute(tx: Translator, vt: VariableTracker, name: str) -> None:
+    """The trace found that an object from outside the frame has no attribute `name`
+    (`hasattr` False, `getattr`'s default, an AttributeError caught): setting it later must
+    compile again. Guarded where it would appear: the instance dict (and a module's
+    parameters, buffers and submodules) and the class's own dict."""
+    from framejit.frontend.sources import TypeSource
+
+    obj, source = getattr(vt, "obj", None), getattr(vt, "source", None)
+    if source is None or not isinstance(getattr(obj, "__dict__", None), dict):
+        return
+    where = tx.location_text()
+    tx.output.require_absent(AttrSource(source, "__dict__"), name, where)
+    if isinstance(obj, torch.nn.Module):
+        for table in ("_parameters", "_buffers", "_modules"):
+            tx.output.require_absent(AttrSource(source, table), name, where)
+    tx.output.require_absent(AttrSource(TypeSource(source), "__dict__"), name, where)
 
 
 def _state_holder(value: Any) -> bool:

@@ -109,6 +109,9 @@ class GlobalState:
     module_hooks: bool = False  # guard that no global nn.Module hooks exist
     autocast_cpu_dtype: torch.dtype | None = None  # only when autocast is on for the device
     autocast_cuda_dtype: torch.dtype | None = None
+    # a TorchFunctionMode is active (`with torch.device("meta"):`, `set_default_device`):
+    # it changes what factory calls make
+    function_mode: bool = False
 
     @staticmethod
     def current(module_hooks: bool = False) -> GlobalState:
@@ -122,6 +125,7 @@ class GlobalState:
             module_hooks=module_hooks,
             autocast_cpu_dtype=torch.get_autocast_dtype("cpu") if cpu else None,
             autocast_cuda_dtype=torch.get_autocast_dtype("cuda") if cuda else None,
+            function_mode=torch._C._is_torch_function_mode_enabled(),
         )
 
 
@@ -276,6 +280,7 @@ def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
         parts.append(f"{const(torch.get_autocast_dtype)}('cpu') is {const(s.autocast_cpu_dtype)}")
     if s.autocast_cuda_dtype is not None:
         parts.append(f"{const(torch.get_autocast_dtype)}('cuda') is {const(s.autocast_cuda_dtype)}")
+    parts.append(f"{const(c._is_torch_function_mode_enabled)}() is {s.function_mode}")
     if s.module_hooks:
         m = const(_nn_module_globals)
         parts.append(

@@ -1400,3 +1400,97 @@ def test_a_replaced_property_is_seen() -> None:
         torch.testing.assert_close(jitted(x, obj), x * 9)
     finally:
         WithProperty.scale = original  # type: ignore[method-assign]
+
+
+# --- attributes that appear later, the function itself changed, function modes -------------
+
+
+class Bare:
+    pass
+
+
+class Caching(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if hasattr(self, "cache") else x * 3
+
+
+def test_an_attribute_found_missing_then_set_is_seen() -> None:
+    x = torch.ones(2)
+    obj = Bare()
+
+    def reads(t: torch.Tensor) -> torch.Tensor:
+        first = t * 2 if hasattr(obj, "tag") else t * 3
+        try:
+            k = obj.k
+        except AttributeError:
+            k = 1
+        return first + getattr(obj, "scale", 10) * k
+
+    jitted, _ = jit_counted(reads)
+    torch.testing.assert_close(jitted(x), reads(x))
+    obj.tag = True
+    torch.testing.assert_close(jitted(x), reads(x))
+    obj.k = 5
+    torch.testing.assert_close(jitted(x), reads(x))
+    obj.scale = 7
+    torch.testing.assert_close(jitted(x), reads(x))
+
+    model = Caching()
+    compiled = framejit.jit(model, backend="eager")
+    torch.testing.assert_close(compiled(x), x * 3)
+    model.cache = torch.zeros(1)  # a buffer-like attribute set after the first call
+    torch.testing.assert_close(compiled(x), x * 2)
+
+
+def scaled(t: torch.Tensor, s: int = 2) -> torch.Tensor:
+    return t * s
+
+
+def tripled(t: torch.Tensor, s: int = 2) -> torch.Tensor:
+    return t * 3
+
+
+class WithStatic:
+    @staticmethod
+    def factor() -> int:
+        return 2
+
+
+def uses_static(t: torch.Tensor) -> torch.Tensor:
+    return t * WithStatic.factor()
+
+
+def test_the_functions_own_defaults_code_and_static_methods_are_followed() -> None:
+    x = torch.ones(2)
+    fn = types.FunctionType(scaled.__code__, scaled.__globals__, "scaled", scaled.__defaults__)
+    jitted = framejit.jit(fn, backend="eager")
+    torch.testing.assert_close(jitted(x, s=2), x * 2)
+    torch.testing.assert_close(jitted(x, s=3), x * 3)
+    fn.__defaults__ = (9,)
+    torch.testing.assert_close(jitted(x), x * 9)
+    fn.__code__ = tripled.__code__
+    torch.testing.assert_close(jitted(x), x * 3)
+
+    jitted = framejit.jit(uses_static, backend="eager")
+    torch.testing.assert_close(jitted(x), x * 2)
+    original = WithStatic.__dict__["factor"]
+    WithStatic.factor = staticmethod(lambda: 10)  # type: ignore[method-assign]
+    try:
+        torch.testing.assert_close(jitted(x), x * 10)
+    finally:
+        WithStatic.factor = original  # type: ignore[method-assign]
+
+
+def makes_a_tensor(t: torch.Tensor) -> tuple[str, torch.Size]:
+    made = torch.empty(2)
+    return made.device.type, t.shape
+
+
+def test_a_torch_function_mode_entered_later_is_seen() -> None:
+    # `with torch.device("meta"):` changes what factory calls make
+    x = torch.ones(2)
+    jitted = framejit.jit(makes_a_tensor, backend="eager")
+    assert jitted(x)[0] == "cpu"
+    with torch.device("meta"):
+        assert jitted(x)[0] == makes_a_tensor(x)[0] == "meta"
+    assert jitted(x)[0] == "cpu"

@@ -273,6 +273,9 @@ class UserObjectVariable(VariableTracker):
             return tx.wrap_source(self._attr_source(name))
         if hasattr(cls, "__getattr__"):
             raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattr__")
+        from framejit.frontend.translator import guard_missing_attribute
+
+        guard_missing_attribute(tx, self, name)  # a traced `except AttributeError` relies on it
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
@@ -723,6 +726,13 @@ class ClassVariable(VariableTracker):
                 return ConstantVariable(getattr(self.cls, name))
             raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
         attr = found[1]
+        if (
+            isinstance(attr, (staticmethod, classmethod))
+            and self.source is not None
+            and not _trusted_class(found[0])
+        ):
+            # `Cls.method = staticmethod(...)` between calls: read (and guarded) by its source
+            return tx.wrap_source(AttrSource(self.source, name))
         if isinstance(attr, staticmethod):
             return tx.wrap_value(attr.__func__, None)
         if isinstance(attr, classmethod):
