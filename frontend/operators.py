@@ -307,7 +307,8 @@ def _symbol(op: Any) -> str:
 
 
 def _is_object(vt: VariableTracker) -> bool:
-    return hasattr(vt, "obj")
+    """An object from outside the frame whose `==` is identity (its class keeps object's)."""
+    return hasattr(vt, "obj") and type(vt.obj).__eq__ is object.__eq__
 
 
 def _function_of(vt: VariableTracker) -> types.FunctionType | None:

@@ -6,12 +6,14 @@ Every case compares with eager on real tensors over two calls and asserts the gr
 
 from __future__ import annotations
 
+import abc
 import collections
 import enum
 import functools
 import logging
 import math
 import operator
+import types
 import warnings
 from dataclasses import dataclass
 
@@ -1274,3 +1276,54 @@ def test_log_records_name_the_inlined_function_and_its_line(caplog) -> None:
         got = [(r.funcName, r.lineno, r.filename, r.getMessage()) for r in caplog.records]
     assert got == expected
     assert [g[0] for g in got] == ["logs_through_a_helper", "_logs_in_a_helper"]
+
+
+# --- library-style class patterns ------------------------------------------------------------
+
+
+class _TwoDMeta(type):
+    def __instancecheck__(cls, inst):
+        return isinstance(inst, torch.Tensor) and inst.dim() == 2
+
+
+class _TwoD(metaclass=_TwoDMeta):
+    pass
+
+
+class _Abstract(abc.ABC):
+    @abc.abstractmethod
+    def go(self): ...
+
+
+class _InitReturns:
+    def __init__(self):
+        return 5
+
+
+_SENTINEL = object()
+
+
+def class_patterns(x):
+    flat = x.sum(0) if isinstance(x, _TwoD) else x
+    same_ns = types.SimpleNamespace(a=1.0) == types.SimpleNamespace(a=1.0)
+    errors = []
+    for make in (_Abstract, _InitReturns):
+        try:
+            make()
+        except TypeError as err:
+            errors.append(str(err))
+    try:
+        setattr(_SENTINEL, "a", 1)  # noqa: B010  (the builtin, as libraries call it)
+    except AttributeError as err:
+        errors.append(str(err))
+    return flat, same_ns, errors
+
+
+def test_library_style_class_patterns_match_eager() -> None:
+    x = torch.ones(2, 3)
+    got = framejit.jit(class_patterns, backend="eager")(x)
+    expected = class_patterns(x)
+    same(got[0], expected[0])
+    assert got[0].shape == (3,)
+    assert got[1:] == expected[1:]
+    assert got[1] is True and len(got[2]) == 3

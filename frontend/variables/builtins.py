@@ -16,6 +16,7 @@ import itertools
 import math
 import operator
 import sys
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -228,11 +229,38 @@ def _isinstance(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker |
         return None
     obj, classes = args
     cls = classes.as_constant()
+    custom = _custom_instancecheck(cls)
+    if custom is not None:
+        if not isinstance(custom, types.FunctionType):
+            return None  # a metaclass's check written in C: run for real
+        # a user metaclass's `__instancecheck__` (`isinstance(x, Is2D)`), inlined
+        result = tx.call_function_value(custom, [tx.wrap_value(cls, None), obj], {})
+        return ConstantVariable(result.truth(tx))
     t = obj.python_type()
     try:
         return ConstantVariable(issubclass(t, cls))
     except TypeError as exc:
         raise Unsupported("exception", "isinstance()", str(exc)) from None
+
+
+def _custom_instancecheck(cls: Any) -> Any:
+    """The `__instancecheck__` of a user metaclass of `cls`, when it has one that is not the
+    subclass test (`type`'s, or a trusted library's such as ABCMeta's): None otherwise, and
+    for a tuple of classes (each checked below by issubclass, or not handled)."""
+    from framejit.frontend.variables.objects import TRUSTED_MODULE_ROOTS
+
+    if not isinstance(cls, type):
+        if isinstance(cls, tuple) and any(_custom_instancecheck(c) is not None for c in cls):
+            return len  # any non-FunctionType: the call runs for real
+        return None
+    meta = type(cls)
+    check = getattr(meta, "__instancecheck__", None)
+    if meta is type or check is type.__instancecheck__:
+        return None
+    root = str(getattr(meta, "__module__", "")).split(".")[0]
+    if root in TRUSTED_MODULE_ROOTS or root in sys.stdlib_module_names:  # ABCMeta, typing's
+        return None
+    return check
 
 
 @builtin(type)

@@ -127,6 +127,14 @@ class UserObjectVariable(VariableTracker):
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
         cls = type(self.obj)
         found = _class_attr(cls, name)
+        if (
+            found is None
+            and cls.__setattr__ is object.__setattr__
+            and not isinstance(getattr(self.obj, "__dict__", None), dict)
+        ):
+            # no instance dict and no slot (`object()`): eager raises here
+            error = AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
+            raise Unsupported.raised(f"setting {cls.__name__}.{name}", error)
         custom = cls.__setattr__ not in (object.__setattr__, torch.nn.Module.__setattr__)
         if custom or (found is not None and hasattr(type(found[1]), "__set__")):
             raise Unsupported(
@@ -837,10 +845,22 @@ class ClassVariable(VariableTracker):
             bound = _bind_signature(cls, args, kwargs, tx)
             return DataclassVariable(cls, dict(bound))
         if _plain_class(cls):
+            if inspect.isabstract(cls):
+                try:
+                    object.__new__(cls)  # raises eager's TypeError, and makes nothing else
+                except TypeError as exc:
+                    raise Unsupported.raised(f"creating a {cls.__qualname__}", exc) from None
             obj = NewObjectVariable(cls)
             init = _class_attr(cls, "__init__")
             if init is not None and isinstance(init[1], types.FunctionType):
-                UserMethodVariable(UserFunctionVariable(init[1]), obj).call(tx, args, kwargs)
+                result = UserMethodVariable(UserFunctionVariable(init[1]), obj).call(
+                    tx, args, kwargs
+                )
+                if not (result.is_constant() and result.as_constant() is None):
+                    error = TypeError(
+                        f"__init__() should return None, not '{result.python_type().__name__}'"
+                    )
+                    raise Unsupported.raised(f"creating a {cls.__qualname__}", error)
             elif init is not None and init[0] in _DICT_BASES:
                 _BoundBaseMethod(obj, "__init__").call(tx, args, kwargs)
             elif args or kwargs:
