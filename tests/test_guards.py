@@ -1494,3 +1494,25 @@ def test_a_torch_function_mode_entered_later_is_seen() -> None:
     with torch.device("meta"):
         assert jitted(x)[0] == makes_a_tensor(x)[0] == "meta"
     assert jitted(x)[0] == "cpu"
+
+
+def test_grad_fn_and_version_are_read_as_they_are_now() -> None:
+    def branch(t: torch.Tensor) -> torch.Tensor:
+        return t * 2 if t.grad_fn is None else t * 3
+
+    def version(t: torch.Tensor) -> torch.Tensor:
+        t.add_(1)
+        return t * t._version
+
+    jitted = framejit.jit(branch, backend="eager")
+    leaf = torch.ones(2, requires_grad=True)
+    torch.testing.assert_close(jitted(leaf), leaf * 2)
+    made = leaf * 1  # requires grad too, but has a grad_fn
+    torch.testing.assert_close(jitted(made), made * 3)
+
+    jitted = framejit.jit(version, backend="eager")
+    for _ in range(2):
+        x, y = torch.zeros(2), torch.zeros(2)
+        x.add_(5)
+        y.add_(5)
+        torch.testing.assert_close(jitted(x), version(y))

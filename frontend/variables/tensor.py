@@ -139,8 +139,11 @@ class TensorVariable(VariableTracker):
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         from framejit.frontend.variables.functions import TensorMethodVariable
 
-        if name == "is_leaf" and self.source is not None:
+        if name in ("is_leaf", "grad_fn") and self.source is not None:
             return tx.wrap_source(AttrSource(self.source, name))  # not part of TENSOR_MATCH
+        if name == "_version":
+            # changes with every in-place write, the graph's own included: read at run time
+            raise Unsupported("unsupported_attr", "Tensor._version", "it is read as Python")
         if name == "shape":
             return tx.output.tensor_size(self)
         if name in METADATA_ATTRS:
