@@ -171,11 +171,18 @@ def _make_binder(fn: types.FunctionType) -> Any:
     binder = scope["bind"]
     # named as the function, so a call with bad arguments raises eager's TypeError
     # ("f() missing 1 required positional argument: 'x'")
-    binder.__code__ = binder.__code__.replace(co_name=code.co_name, co_qualname=code.co_qualname)
     binder.__name__, binder.__qualname__ = fn.__name__, fn.__qualname__
     binder.__defaults__ = fn.__defaults__
     binder.__kwdefaults__ = fn.__kwdefaults__
     return binder
+
+
+def _follow_defaults(target: types.FunctionType, fn: types.FunctionType) -> None:
+    """Give `target` (the binder, a compiled entry) `fn`'s defaults as they are now: the user
+    may assign `fn.__defaults__` or `fn.__kwdefaults__` after `jit`."""
+    if target.__defaults__ is not fn.__defaults__ or target.__kwdefaults__ is not fn.__kwdefaults__:
+        target.__defaults__ = fn.__defaults__
+        target.__kwdefaults__ = fn.__kwdefaults__
 
 
 class JitFunction:
@@ -209,23 +216,16 @@ class JitFunction:
             self._follow_code()
         frame_args = args if (self._simple and not kwargs and len(args) == self._nargs) else None
         if frame_args is None:
-            bind = self._bind
-            if bind.__defaults__ is not fn.__defaults__:  # `fn.__defaults__ = ...` later
-                bind.__defaults__ = fn.__defaults__
-            if bind.__kwdefaults__ != fn.__kwdefaults__:
-                bind.__kwdefaults__ = fn.__kwdefaults__
-            frame_args = bind(*args, **kwargs)
+            _follow_defaults(self._bind, fn)
+            frame_args = self._bind(*args, **kwargs)
         entries = self._cache.entries
         for i, entry in enumerate(entries):
             if entry.guards.check(fn, *frame_args):
                 if i:
                     entries.insert(0, entries.pop(i))
-                compiled = entry.fn
-                if frame_args is not args and compiled.__defaults__ is not fn.__defaults__:
-                    # the call relies on defaults: the function's current ones
-                    compiled.__defaults__ = fn.__defaults__
-                    compiled.__kwdefaults__ = fn.__kwdefaults__
-                return compiled(*args, **kwargs)
+                if frame_args is not args:  # the call may rely on defaults
+                    _follow_defaults(entry.fn, fn)
+                return entry.fn(*args, **kwargs)
         return self._miss(args, kwargs, frame_args)
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], frame_args: tuple) -> Any:

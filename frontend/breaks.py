@@ -311,7 +311,7 @@ def resume_code(
     # named as the user's function (tracebacks, logging's funcName and warnings show it);
     # the qualified name says where it resumes
     bc.name = root_name
-    bc.qualname = f"{root_qualname}.<resume at line {line}>"
+    bc.qualname = f"{root_qualname}{_RESUME_MARK}{line}>"
     bc.filename = code.co_filename
     bc.first_lineno = code.co_firstlineno
     bc.argnames = [*stack_args, *local_names, *code.co_cellvars]
@@ -330,6 +330,15 @@ def resume_code(
     _resume_origin[new] = (root_name, root_qualname, depth + 1)
     _passed_cells[new] = tuple(code.co_cellvars)
     return new
+
+
+_RESUME_MARK = ".<resume at line "
+
+
+def resumes(code: types.CodeType) -> bool:
+    """Is `code` a resume function's, or the compiled code made from one (both keep its
+    qualified name)? Its frame and the frame that called it are one frame of the user's."""
+    return _RESUME_MARK in code.co_qualname
 
 
 def resume_depth(code: types.CodeType) -> int:

@@ -246,7 +246,9 @@ def warn_above(message: Any, category: Any, source: Any, *, levels: int) -> None
 
 
 def _user_caller(frame: Any) -> Any:
-    resumed = ".<resume at line " in frame.f_code.co_qualname
+    from framejit.frontend.breaks import resumes
+
+    resumed = resumes(frame.f_code)
     frame = frame.f_back
     while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("framejit"):
         frame = frame.f_back

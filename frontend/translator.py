@@ -376,8 +376,7 @@ class Translator(OperatorsMixin, InliningMixin):
         try:
             vt.getattr(self, name)
         except Unsupported as exc:
-            if exc.code == "exception":  # an AttributeError while tracing
-                guard_missing_attribute(self, vt, name)
+            if exc.code == "exception":  # an AttributeError (guarded where it was raised)
                 return False
             if hasattr(vt, "obj"):  # an object from outside the frame: ask the real one
                 found = hasattr(vt.obj, name)
@@ -417,10 +416,12 @@ class Translator(OperatorsMixin, InliningMixin):
         if isinstance(builtins_dict, types.ModuleType):
             builtins_dict = vars(builtins_dict)
         if name in builtins_dict:
-            # a global of that name defined later would shadow the builtin
-            module = str(self.f_globals.get("__name__", "?"))
-            globals_source = ConstSource(self.f_globals, f"globals of {module}")
-            self.output.require_absent(globals_source, name, self.location_text())
+            if not _trusted_globals(self.f_globals):
+                # a global of that name defined later would shadow the builtin (a library's
+                # globals are fixed, as everywhere: no guard on the hot path for them)
+                module = str(self.f_globals.get("__name__", "?"))
+                globals_source = ConstSource(self.f_globals, f"globals of {module}")
+                self.output.require_absent(globals_source, name, self.location_text())
             return self.wrap_value(builtins_dict[name], None)
         raise Unsupported("exception", f"name {name!r} is not defined", "NameError")
 

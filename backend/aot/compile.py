@@ -310,6 +310,8 @@ def _compile(
     # meta), handed on to the aten graphs for CUDA graph trees: see _mark_static_inputs.
     static = [bool(placeholders[i].meta.get("static_input")) for i in info.unique]
     mutated = [positions[i] for i in info.mutated]
+    # a failed run of a graph that writes its inputs runs the captured graph as it is (runtime)
+    on_error = gm.forward if info.mutated else None
     forward_values = [*info.computed_values, *info.mutated_values]
     differentiable = [
         k
@@ -324,9 +326,7 @@ def _compile(
             return gm.forward
         _log(gm, inference=graph)
         _mark_static_inputs(graph, static, "inference")
-        runner = InferenceRunner(info, inner(graph, _example(graph)))
-        runner.on_error = gm.forward if info.mutated else None
-        return runner
+        return InferenceRunner(info, inner(graph, _example(graph)), on_error)
 
     with mode:
         tangents = [
@@ -348,7 +348,7 @@ def _compile(
     # gradients: a gradient penalty) runs the captured graph again with autograd, on the same
     # inputs; not for a graph that writes its inputs or draws random numbers.
     recompute = None if mutated or _draws_random_numbers(parts.forward) else fn
-    training = TrainingRunner(
+    return TrainingRunner(
         info,
         forward,
         lambda: inner(parts.backward, _example(parts.backward)),
@@ -357,9 +357,8 @@ def _compile(
         num_forward_outputs=len(forward_values),
         saved_bytes=parts.saved_bytes,
         recompute=recompute,
+        on_error=on_error,
     )
-    training.on_error = gm.forward if info.mutated else None
-    return training
 
 
 def _draws_random_numbers(graph: torch.fx.GraphModule) -> bool:

@@ -90,14 +90,18 @@ def _resize_output(out: torch.Tensor, size: torch.Size) -> None:
 class InferenceRunner:
     """Runs the functional inference graph; see the module docstring."""
 
-    # The captured graph as it is, run when the compiled one raises and the graph writes its
-    # inputs: the functional graph writes them only after it succeeds, eager writes them up to
-    # the op that raises. Running the captured graph gives eager's writes and eager's error.
-    on_error: Callable[..., Any] | None = None
-
-    def __init__(self, info: GraphInfo, compiled: Callable[..., Sequence[Any]]) -> None:
+    def __init__(
+        self,
+        info: GraphInfo,
+        compiled: Callable[..., Sequence[Any]],
+        on_error: Callable[..., Any] | None = None,
+    ) -> None:
         self.info = info
         self.compiled = compiled
+        # The captured graph as it is, run when the compiled one raises and the graph writes
+        # its inputs: the functional graph writes them only after it succeeds, eager writes them
+        # up to the op that raises. Running the captured graph gives eager's writes and error.
+        self.on_error = on_error
         self.num_computed = len(info.computed)
 
     def __call__(self, *args: Any) -> tuple:
@@ -128,8 +132,10 @@ class TrainingRunner:
         num_forward_outputs: int,
         saved_bytes: int = 0,
         recompute: Callable[..., Sequence[Any]] | None = None,
+        on_error: Callable[..., Any] | None = None,
     ) -> None:
         self.info = info
+        self.on_error = on_error  # as InferenceRunner's
         # the captured graph on the unique inputs, for a double backward (None: not possible)
         self.recompute = recompute
         self.saved_bytes = saved_bytes  # what the forward keeps for the backward (at trace sizes)
@@ -153,8 +159,6 @@ class TrainingRunner:
             for i in self.non_differentiable
             if i < len(info.computed) and isinstance(info.computed_values[i], torch.Tensor)
         ]
-
-    on_error: Callable[..., Any] | None = None  # as InferenceRunner's
 
     def __call__(self, *args: Any) -> tuple:
         info = self.info

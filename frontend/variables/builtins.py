@@ -229,6 +229,8 @@ def _isinstance(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker |
         return None
     obj, classes = args
     cls = classes.as_constant()
+    if isinstance(cls, tuple) and any(_custom_instancecheck(c) is not None for c in cls):
+        return None  # a tuple with such a class: run for real
     custom = _custom_instancecheck(cls)
     if custom is not None:
         if not isinstance(custom, types.FunctionType):
@@ -244,21 +246,17 @@ def _isinstance(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker |
 
 
 def _custom_instancecheck(cls: Any) -> Any:
-    """The `__instancecheck__` of a user metaclass of `cls`, when it has one that is not the
-    subclass test (`type`'s, or a trusted library's such as ABCMeta's): None otherwise, and
-    for a tuple of classes (each checked below by issubclass, or not handled)."""
-    from framejit.frontend.variables.objects import TRUSTED_MODULE_ROOTS
+    """The `__instancecheck__` of a user metaclass of class `cls`, when it has one that is
+    not the subclass test (`type`'s, or a trusted library's such as ABCMeta's): else None."""
+    from framejit.frontend.variables.objects import trusted_module_name
 
     if not isinstance(cls, type):
-        if isinstance(cls, tuple) and any(_custom_instancecheck(c) is not None for c in cls):
-            return len  # any non-FunctionType: the call runs for real
         return None
     meta = type(cls)
     check = getattr(meta, "__instancecheck__", None)
     if meta is type or check is type.__instancecheck__:
         return None
-    root = str(getattr(meta, "__module__", "")).split(".")[0]
-    if root in TRUSTED_MODULE_ROOTS or root in sys.stdlib_module_names:  # ABCMeta, typing's
+    if trusted_module_name(str(getattr(meta, "__module__", ""))):  # ABCMeta, typing's
         return None
     return check
 

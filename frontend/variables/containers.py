@@ -34,9 +34,13 @@ def _const_index(tx: Translator, index: VariableTracker, what: str) -> Any:
     return index.as_constant()
 
 
-def _key_variable(tx: Translator, key: Any) -> VariableTracker:
+def _key_variable(key: Any) -> VariableTracker:
     """A dict's key as a value of the trace (a class key is a ClassVariable)."""
-    return tx.wrap_value(key, None) if isinstance(key, type) else ConstantVariable(key)
+    if isinstance(key, type):
+        from framejit.frontend.variables.objects import ClassVariable
+
+        return ClassVariable(key)
+    return ConstantVariable(key)
 
 
 class BaseSequence(VariableTracker):
@@ -149,17 +153,12 @@ class DictViewVariable(TupleVariable):
 
     @property
     def items(self) -> list[VariableTracker]:  # type: ignore[override]
-        from framejit.frontend.variables.objects import ClassVariable
-
-        def key(k: Any) -> VariableTracker:
-            return ClassVariable(k) if isinstance(k, type) else ConstantVariable(k)
-
         found = self.mapping.items
         if self.view == "keys":
-            return [key(k) for k in found]
+            return [_key_variable(k) for k in found]
         if self.view == "values":
             return list(found.values())
-        return [TupleVariable([key(k), v]) for k, v in found.items()]
+        return [TupleVariable([_key_variable(k), v]) for k, v in found.items()]
 
     def as_constant(self) -> Any:
         values = {k: v.as_constant() for k, v in self.mapping.items.items()}
@@ -460,7 +459,7 @@ class DictVariable(VariableTracker):
         return bool(self.items)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
-        return [_key_variable(tx, k) for k in self.items]
+        return [_key_variable(k) for k in self.items]
 
     def getitem(self, tx: Translator, key: VariableTracker) -> VariableTracker:
         k = _const_index(tx, key, "dict")
@@ -682,13 +681,20 @@ class ContainerIteratorVariable(IteratorVariable):
     iterator sees items appended while it runs; a dict or set iterator raises RuntimeError at
     its next step once the container's size changed."""
 
-    def __init__(self, tx: Translator, container: VariableTracker) -> None:
+    def __init__(
+        self, tx: Translator, container: VariableTracker, keys: list[VariableTracker] | None = None
+    ) -> None:
+        """`keys`: what a dict or set iterator yields (a view's items; the container's own by
+        default), taken now; a list iterator reads the list as it is at each step."""
         self.container = container
         self.index = 0
         self.private = False
         self.is_list = isinstance(container, ListVariable)
         self.size = None if self.is_list else len(container.items)  # type: ignore[attr-defined]
-        self._keys = None if self.is_list else container.unpack(tx)
+        self.what = "dictionary" if isinstance(container, DictVariable) else "Set"
+        if not self.is_list and keys is None:
+            keys = container.unpack(tx)
+        self._keys = keys
 
     @property
     def items(self) -> list[VariableTracker]:  # type: ignore[override]
@@ -696,9 +702,8 @@ class ContainerIteratorVariable(IteratorVariable):
 
     def _check_size(self) -> None:
         if self.size is not None and len(self.container.items) != self.size:  # type: ignore[attr-defined]
-            what = "dictionary" if isinstance(self.container, DictVariable) else "Set"
             raise Unsupported.raised(
-                "iterating", RuntimeError(f"{what} changed size during iteration")
+                "iterating", RuntimeError(f"{self.what} changed size during iteration")
             )
 
     def next(self) -> VariableTracker | None:
@@ -717,13 +722,12 @@ class ContainerIteratorVariable(IteratorVariable):
                 2,
             )
             return
-        what = "dictionary" if isinstance(self.container, DictVariable) else "Set"
 
         def emit() -> None:
             cg.reconstruct(self.container)
             TupleVariable(self.items[self.index :]).reconstruct(cg)
             cg.load_const(self.size)
-            cg.load_const(what)
+            cg.load_const(self.what)
 
         cg.call_const(checked_iterator, emit, 4)
 
@@ -749,10 +753,8 @@ def checked_iterator(container: Any, rest: tuple[Any, ...], size: int, what: str
 def container_iterator(tx: Translator, value: VariableTracker) -> IteratorVariable | None:
     """The live iterator `iter(value)` gives for a list, dict or set, or a view of a dict
     (None for others)."""
-    if type(value) is DictViewVariable:
-        it = ContainerIteratorVariable(tx, value.mapping)
-        it._keys = value.items  # the view's items, with the dict's size check
-        return it
+    if type(value) is DictViewVariable:  # the view's items, with the dict's size check
+        return ContainerIteratorVariable(tx, value.mapping, value.items)
     if type(value) is ListVariable or type(value) is SetVariable:
         return ContainerIteratorVariable(tx, value)
     if type(value) is DictVariable and value.cls in (dict, collections.OrderedDict):

@@ -1223,9 +1223,12 @@ def _trusted_class(cls: type) -> bool:
 
 def is_trusted_module(mod: types.ModuleType) -> bool:
     """Library modules whose attributes framejit treats as fixed (no guards)."""
-    if mod is torch._C._VariableFunctions:
-        return True
-    root = mod.__name__.split(".")[0]
+    return mod is torch._C._VariableFunctions or trusted_module_name(mod.__name__)
+
+
+def trusted_module_name(name: str) -> bool:
+    """A module name of torch, a trusted library or the standard library."""
+    root = name.split(".")[0]
     return root in TRUSTED_MODULE_ROOTS or root in sys.stdlib_module_names
 
 
