@@ -42,6 +42,7 @@ from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
 from framejit.frontend.output_graph import OutputGraph
+from framejit.frontend.side_effects import ReplayOutOfOrder
 from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.translator import decode, root_translator
 from framejit.frontend.variables.base import (
@@ -118,22 +119,36 @@ def compile_frame(
     history of input sizes drives automatic dynamic shapes.
     """
     eager_generators: dict[types.CodeType, str] = {}
+    in_place: set[tuple[types.CodeType, int]] = set()
     undo_base = undo_mark()
     while True:
         try:
             return _compile_frame_once(
-                fn, args, backend, fullgraph, wrap_resume, dynamic, cache, eager_generators
+                fn,
+                args,
+                backend,
+                fullgraph,
+                wrap_resume,
+                dynamic,
+                cache,
+                eager_generators,
+                in_place,
             )
         except GeneratorEscapes as exc:
             # a generator made in the frame outlives what can be traced of it: trace again with
             # its function run as Python (variables/generators.py); each retry adds one code
             log.debug("tracing %s again with %s run as Python", fn.__qualname__, exc.gen_code)
             eager_generators = {**eager_generators, exc.gen_code: exc.detail}
+        except ReplayOutOfOrder as exc:
+            # a logging/warnings call would see later state if replayed after the graph:
+            # trace again with a graph break at that call (side_effects.py)
+            log.debug("tracing %s again with a break at %s", fn.__qualname__, exc.construct)
+            in_place = {*in_place, exc.where}
         finally:
             forget_undo(undo_base)
 
 
-MAX_GENERATOR_RETRIES = 8
+MAX_GENERATOR_RETRIES = 8  # also the most calls moved to a graph break (ReplayOutOfOrder)
 
 
 def _compile_frame_once(
@@ -145,6 +160,7 @@ def _compile_frame_once(
     dynamic: bool | None,
     cache: Any,
     eager_generators: dict[types.CodeType, str],
+    calls_run_in_place: set[tuple[types.CodeType, int]],
 ) -> CompileResult:
     start = time.perf_counter()
     code = fn.__code__
@@ -152,6 +168,7 @@ def _compile_frame_once(
     frame_args = dict(zip(argnames, args))
     output = OutputGraph(fn, frame_args, DynamicInputs(dynamic, cache, frame_args))
     output.eager_generators = eager_generators
+    output.calls_run_in_place = calls_run_in_place
     tx = root_translator(code, fn, output, argnames)
     for name in passed_cells(code):  # a resume function's cells: real cells, read through them
         tx.locals.pop(name, None)
@@ -187,6 +204,10 @@ def _compile_frame_once(
             isinstance(exc, GeneratorEscapes)
             and exc.gen_code not in eager_generators
             and len(eager_generators) < MAX_GENERATOR_RETRIES
+        ) or (
+            isinstance(exc, ReplayOutOfOrder)
+            and exc.where not in calls_run_in_place
+            and len(calls_run_in_place) < MAX_GENERATOR_RETRIES
         ):
             raise
         if fullgraph:
@@ -380,9 +401,7 @@ def _entry(
 ) -> CacheEntry:
     new_code = cg.finish()
     guards = [_global_state_guard(output), *output.guards, *output.shape_guards()]
-    aliasing = output.aliasing_guard()
-    if aliasing is not None:
-        guards.append(aliasing)
+    guards += output.aliasing_guards()
     guards += output.object_aliasing_guards()
     guards += output.absence_guards()
     compiled_guards = compile_guards(guards, argnames, name=f"guard_{code.co_name}")
@@ -409,6 +428,7 @@ def _finish(
     argnames: tuple[str, ...],
 ) -> tuple[CacheEntry, list[CapturedGraph]]:
     settle_at_end(output)
+    output.side_effects.replay_out_of_order(output)
     outputs: list[TensorVariable] = []
     for vt in [result, *output.side_effects.values()]:
         _collect_outputs(vt, outputs)
@@ -434,6 +454,7 @@ def _finish_break(
     Inside a `try`/`with` range the instruction runs under a copy of the range's handler, with
     the live locals in their own slots, so an exception it raises is handled as in eager (the
     frame then goes on as plain Python); the resume functions carry the handlers themselves."""
+    output.side_effects.replay_out_of_order(output)
     frame_cells = _frame_cells(gb.cells)
     cell_values = [c.contents for c in frame_cells.values() if c.contents is not None]
     roots = [*gb.stack, *gb.locals.values(), *cell_values, *output.side_effects.values()]

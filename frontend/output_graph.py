@@ -16,6 +16,7 @@ import operator
 import os
 import types
 import warnings
+from collections import Counter
 from contextlib import nullcontext
 from typing import Any
 
@@ -58,6 +59,7 @@ from framejit.frontend.variables.symbolic import (
 )
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GlobalState, Guard, GuardKind
+from framejit.guards.guard import storage_groups
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -104,6 +106,9 @@ class OutputGraph:
         # that must run as Python in this attempt (compile_frame's retry fills it).
         self.generators: list[Any] = []
         self.eager_generators: dict[types.CodeType, str] = {}  # code -> why
+        # (code, offset) of logging/warnings calls that run for real at a graph break, not
+        # replayed after the graph (compile_frame's retry on ReplayOutOfOrder fills it)
+        self.calls_run_in_place: set[tuple[types.CodeType, int]] = set()
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:
@@ -223,16 +228,32 @@ class OutputGraph:
         self._by_source[source] = vt  # type: ignore[assignment]
         return vt
 
-    def aliasing_guard(self) -> Guard | None:
-        """Distinct tensor inputs must stay distinct, when the graph could tell."""
+    def aliasing_guards(self) -> list[Guard]:
+        """When the graph could tell (it writes tensors in place or compares them by identity):
+        distinct tensor inputs must stay distinct objects, and the inputs that shared a storage
+        while tracing (views of one base) must be exactly those that share one now. A graph
+        traced with unrelated `x, y` and replayed on `b, b.view(-1)` would miss that a write
+        to x changes y."""
         if not self.identity_sensitive or len(self.placeholders) < 2:
-            return None
-        return Guard(
-            None,
-            GuardKind.NO_ALIASING,
-            tuple(s for s, n in self.placeholders if isinstance(n.meta.get("val"), torch.Tensor)),
-            "the graph mutates or compares its input tensors",
-        )
+            return []
+        tensors = [
+            (s, v)
+            for (s, n), v in zip(self.placeholders, self.input_values)
+            if isinstance(n.meta.get("val"), torch.Tensor)
+        ]
+        if len(tensors) < 2:
+            return []
+        why = "the graph mutates or compares its input tensors"
+        sources = tuple(s for s, _ in tensors)
+        groups = storage_groups([v for _, v in tensors])
+        guards = [Guard(None, GuardKind.STORAGE_GROUPS, (sources, groups), why)]
+        # Distinct storages are distinct objects: only the sources of a shared storage need an
+        # identity check too.
+        counts = Counter(groups)
+        shared = tuple(s for s, g in zip(sources, groups) if counts[g] > 1)
+        if shared:
+            guards.append(Guard(None, GuardKind.NO_ALIASING, shared, why))
+        return guards
 
     def object_aliasing_guards(self) -> list[Guard]:
         """Objects from outside the frame that the trace changed (an attribute written, a list

@@ -15,6 +15,8 @@
 #include <Python.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #ifndef FRAMEJIT_TORCH_VERSION
@@ -152,7 +154,50 @@ PyObject* swap_storage_data(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   Py_RETURN_NONE;
 }
 
+// same_storages(tensors, groups) -> bool: tensors[i] and tensors[j] share a storage exactly when
+// groups[i] == groups[j], where groups numbers the storages in order of first appearance (the
+// STORAGE_GROUPS guard). A tensor with no storage counts as a storage of its own. A graph that
+// writes one input in place was compiled knowing which inputs share memory: views of one base
+// passed as two arguments must not replay a graph traced with unrelated tensors.
+PyObject* same_storages(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) ||
+      PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "same_storages(tensors, groups): two tuples of one length");
+    return nullptr;
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+  // (storage, expected group) pairs, sorted by storage: equal storages must carry equal groups,
+  // and the first of each run of storages must carry a group no other run carries. O(n log n):
+  // a model's parameters and buffers are all in the tuple.
+  std::vector<std::pair<const void*, long>> pairs;
+  pairs.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* obj = PyTuple_GET_ITEM(args[0], i);
+    if (!THPVariable_Check(obj)) Py_RETURN_FALSE;
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    const void* key = t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
+                                      : static_cast<const void*>(obj);
+    long want = PyLong_AsLong(PyTuple_GET_ITEM(args[1], i));
+    if (want == -1 && PyErr_Occurred()) return nullptr;
+    pairs.emplace_back(key, want);
+  }
+  std::sort(pairs.begin(), pairs.end());
+  std::vector<long> firsts;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i > 0 && pairs[i].first == pairs[i - 1].first) {
+      if (pairs[i].second != pairs[i - 1].second) Py_RETURN_FALSE;
+    } else {
+      firsts.push_back(pairs[i].second);
+    }
+  }
+  std::sort(firsts.begin(), firsts.end());
+  if (std::adjacent_find(firsts.begin(), firsts.end()) != firsts.end()) Py_RETURN_FALSE;
+  Py_RETURN_TRUE;
+}
+
 PyMethodDef methods[] = {
+    {"same_storages", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(same_storages)),
+     METH_FASTCALL, "same_storages(tensors, groups) -> True if the tensors share storages so"},
     {"swap_storage_data",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(swap_storage_data)), METH_FASTCALL,
      "swap_storage_data(a, b): the storages of tensors a and b exchange their memory"},

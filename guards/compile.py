@@ -107,6 +107,7 @@ _COST = {
     GuardKind.TENSOR_MATCH: 3,
     GuardKind.DUPLICATE_INPUT: 3,
     GuardKind.NO_ALIASING: 4,
+    GuardKind.STORAGE_GROUPS: 4,
     GuardKind.SHAPE_EXPR: 4,
 }
 
@@ -138,6 +139,8 @@ def _sources_of(g: Guard) -> list[Source]:
         out.append(g.expected)
     elif g.kind is GuardKind.NO_ALIASING:
         out.extend(g.expected)
+    elif g.kind is GuardKind.STORAGE_GROUPS:
+        out.extend(g.expected[0])
     elif g.kind is GuardKind.SHAPE_EXPR:
         out.extend(src for src, _ in g.expected.sizes)
     return out

@@ -13,7 +13,7 @@ import enum
 import math
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,8 @@ class GuardKind(enum.Enum):
     GLOBAL_STATE = "GLOBAL_STATE"  # grad mode, autocast, default dtype, determinism
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
     NO_ALIASING = "NO_ALIASING"  # the tensors at these sources are distinct objects
+    # which of the tensors at these sources share a storage (views of one base), as traced
+    STORAGE_GROUPS = "STORAGE_GROUPS"
     SHAPE_EXPR = "SHAPE_EXPR"  # a fact about symbolic sizes: `x.size()[0] == y.size()[1]`
     KEYS_ABSENT = "KEYS_ABSENT"  # none of these keys is in dict x (no shadowing name)
 
@@ -159,6 +161,9 @@ class Guard:
             )
         if self.kind is GuardKind.SHAPE_EXPR:
             return self.expected.render(str)
+        if self.kind is GuardKind.STORAGE_GROUPS:
+            sources, groups = self.expected
+            return f"storage_groups({', '.join(map(str, sources))}) == {groups!r}"
         if self.kind is GuardKind.GLOBAL_STATE:
             st = self.expected
             autocast = "".join(
@@ -209,6 +214,12 @@ class Guard:
         if kind is GuardKind.NO_ALIASING:
             ids = ", ".join(f"id({render(src)})" for src in exp)
             return f"len({{{ids}}}) == {len(exp)}"
+        if kind is GuardKind.STORAGE_GROUPS:
+            sources, groups = exp
+            tensors = "(" + "".join(f"{render(src)}, " for src in sources) + ")"
+            if cpp_tensor_guards() and hasattr(_tensor_check, "same_storages"):
+                return f"{const(_tensor_check.same_storages)}({tensors}, {groups!r})"
+            return f"{const(storage_groups)}({tensors}) == {groups!r}"
         if kind is GuardKind.SHAPE_EXPR:
             return exp.render(render)
         if kind is GuardKind.KEYS_ABSENT:
@@ -216,6 +227,20 @@ class Guard:
                 return f"{exp[0]!r} not in {x}"
             return f"{x}.keys().isdisjoint({tuple(exp)!r})"
         raise AssertionError(kind)
+
+
+def storage_groups(tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """Number the tensors' storages in order of first appearance: `(0, 1, 0)` says the first and
+    the last share memory. A tensor with no storage (sparse, a wrapper subclass) has its own."""
+    seen: dict[Any, int] = {}
+    groups = []
+    for t in tensors:
+        try:
+            key: Any = t.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+            key = ("tensor", id(t))
+        groups.append(seen.setdefault(key, len(seen)))
+    return tuple(groups)
 
 
 def _const_or_literal(value: Any, const: Callable[[Any], str]) -> str:

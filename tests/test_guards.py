@@ -530,6 +530,62 @@ def test_same_tensor_passed_twice() -> None:
     assert_same(jitted(a, a), fn(a, a))
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_inputs_that_become_views_of_one_base(backend: str) -> None:
+    # Traced with unrelated x and y, the graph (functionalized by the AOT stage) does not see
+    # that writing x changes y. Called later with two views of one storage, it must not replay:
+    # a STORAGE_GROUPS guard sends the call to a new compile that knows they share memory.
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return y * 2
+
+    def calls() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        same, overlapping = torch.arange(4.0), torch.arange(5.0)
+        return [
+            (torch.arange(4.0), torch.arange(4.0) + 10),
+            (same, same.view(2, 2).view(-1)),  # two objects over one storage
+            (overlapping[:4], overlapping[1:]),  # overlapping windows
+            (torch.arange(4.0), torch.arange(4.0) + 10),  # distinct again
+        ]
+
+    jitted = framejit.jit(fn, backend=backend, dynamic=False)
+    for (x, y), (ex, ey) in zip(calls(), calls()):
+        assert_same(jitted(x, y), fn(ex, ey))
+        assert_same(x, ex)
+
+
+def test_a_module_buffer_written_in_place_and_a_view_of_it_passed_in() -> None:
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seen.add_(1)
+            return x * 2
+
+    eager_mod, mod = Counter(), Counter()
+    jitted = framejit.jit(mod, backend="aot_eager", dynamic=False)
+    assert_same(jitted(torch.ones(4)), eager_mod(torch.ones(4)))
+    assert_same(jitted(mod.seen.view(-1)), eager_mod(eager_mod.seen.view(-1)))
+    assert_same(mod.seen, eager_mod.seen)
+
+
+def test_storage_groups_guard() -> None:
+    x, y = LocalSource("x"), LocalSource("y")
+    distinct = Guard(None, GuardKind.STORAGE_GROUPS, ((x, y), (0, 1)), "test")
+    assert str(distinct) == "storage_groups(L['x'], L['y']) == (0, 1)"
+    check = compile_guards([distinct], ["x", "y"]).check
+    base = torch.zeros(6)
+    assert check(_noop, torch.zeros(2), torch.zeros(2)) is True
+    assert check(_noop, base[:3], base[3:]) is False  # views of one storage, even apart
+    assert check(_noop, base, base) is False
+    shared = Guard(None, GuardKind.STORAGE_GROUPS, ((x, y), (0, 0)), "test")
+    check = compile_guards([shared], ["x", "y"]).check
+    assert check(_noop, base[:3], base[3:]) is True
+    assert check(_noop, torch.zeros(2), torch.zeros(2)) is False
+
+
 # --- objects and modules -------------------------------------------------------------------------
 
 
