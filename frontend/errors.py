@@ -87,7 +87,7 @@ class Unsupported(Exception):
     def python_exception(self) -> type[BaseException] | None:
         """For an `exception` reason: the Python exception the real code raises here, when the
         translator knows it (an `except` clause of a traced frame can then catch it)."""
-        if self.code != "exception":
+        if self.code != "exception" or getattr(self, "cleanup_skipped", False):
             return None
         explicit = getattr(self, "exc_type", None)
         if explicit is not None:

@@ -61,6 +61,11 @@ from framejit.frontend.variables.containers import (
 from framejit import logs
 from framejit.config import config
 
+# What a handler that only tidies up before re-raising is made of (Decoded.is_plain_cleanup).
+_CLEANUP_OPS = frozenset(
+    {"COPY", "POP_EXCEPT", "LOAD_CONST", "STORE_FAST", "DELETE_FAST", "SWAP", "POP_TOP", "NOP"}
+)
+
 MAX_STEPS = 2_000_000  # instructions per traced frame, inlined calls included
 
 
@@ -98,6 +103,21 @@ class Decoded:
             if inst.opname == "POP_TOP":  # a bare `except:` drops the exception at once
                 return inst is self.instructions[k + 1]
             if not inst.opname.startswith(("LOAD_", "BUILD_TUPLE", "PRECALL", "NOP")):
+                return False
+        return False
+
+    def is_plain_cleanup(self, target: int) -> bool:
+        """Does the handler at `target` only tidy up and re-raise (an `except E as e:` body's
+        deletion of `e`, leaving an `except` clause, a 3.12 comprehension restoring its loop
+        variable), so that skipping it changes nothing the trace models? A `with` block's
+        `__exit__` and a `finally` body are not plain."""
+        k = self.index_of.get(target)
+        if k is None:
+            return False
+        for inst in self.instructions[k : k + 12]:
+            if inst.opname == "RERAISE":
+                return True
+            if inst.opname not in _CLEANUP_OPS:
                 return False
         return False
 
@@ -243,7 +263,14 @@ class Translator(OperatorsMixin, InliningMixin):
         if exc_type is None:
             return False
         entry = self.decoded.handler_for(inst.offset)
-        if entry is None or not self.decoded.is_except_clause(entry.target):
+        if entry is None:
+            return False
+        if not self.decoded.is_except_clause(entry.target):
+            if not self.decoded.is_plain_cleanup(entry.target):
+                # A `with` block's exit or a `finally` body would run here (`with
+                # torch.no_grad(): raise ...` in a called function); they are not traced, so
+                # no caller's `except` may take the exception: the call runs for real.
+                exc.cleanup_skipped = True
             return False
         del self.stack[entry.depth :]
         if entry.lasti:

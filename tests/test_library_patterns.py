@@ -754,6 +754,64 @@ def test_an_exception_the_callee_does_not_catch_runs_as_python():
     torch.testing.assert_close(again, uncaught_in_callee(x))
 
 
+def _raises_under_no_grad(x, log):
+    with torch.no_grad():
+        log.append("enter")
+        try:
+            y = x * 2
+            raise ValueError("skip")
+        finally:
+            log.append("finally")
+    return y
+
+
+def catches_what_left_a_with_block(x, log):
+    try:
+        _raises_under_no_grad(x, log)
+    except ValueError:
+        log.append("caught")
+    out = x * 3
+    return out, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_exception_leaving_a_callees_with_and_finally_blocks(backend):
+    # The callee's `finally` and its no_grad's `__exit__` run before the caller's `except`:
+    # the exception may not skip them (grad mode stayed off after the call).
+    x = torch.randn(3, requires_grad=True)
+    jitted = framejit.jit(catches_what_left_a_with_block, backend=backend)
+    for _ in range(2):
+        want_log, got_log = [], []
+        want = catches_what_left_a_with_block(x, want_log)
+        got = jitted(x, got_log)
+        assert got_log == want_log == ["enter", "finally", "caught"]
+        assert got[1] is want[1] is True and torch.is_grad_enabled()
+        assert got[0].requires_grad
+        torch.testing.assert_close(got[0], want[0])
+
+
+def _autocast_raises(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        raise KeyError("k")
+
+
+def catches_what_left_autocast(x):
+    try:
+        _autocast_raises(x)
+    except KeyError:
+        pass
+    return x @ x
+
+
+def test_an_exception_leaving_a_callees_autocast_block():
+    x = torch.randn(2, 2)
+    got = framejit.jit(catches_what_left_autocast, backend="eager")(x)
+    assert not torch.is_autocast_enabled("cpu")
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, catches_what_left_autocast(x))
+
+
+_probe_calls = []
 _probe_calls = []
 
 
