@@ -31,11 +31,26 @@ from framejit.frontend.variables.base import (
     ConstantVariable,
     ExternalCallableVariable,
     VariableTracker,
+    change_count,
+    note_change,
 )
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
+    from framejit.frontend.output_graph import OutputGraph
     from framejit.frontend.translator import Translator
+
+
+class ReplayOutOfOrder(Unsupported):
+    """A recorded call would be replayed after a change it must not see (a logging call whose
+    list argument is appended to later in the graph): trace the frame again with a graph break
+    at that call (`where`: its code and instruction offset), so it runs where eager runs it."""
+
+    def __init__(self, where: tuple[Any, int], why: str) -> None:
+        code, offset = where
+        super().__init__("side_effect", f"a call at {code.co_qualname} offset {offset}", why)
+        self.where = where
+
 
 # Module-level functions whose calls are recorded and replayed instead of traced.
 REPLAYED_FUNCTIONS = {
@@ -73,6 +88,15 @@ class ReplayedCallVariable(ExternalCallableVariable):
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
+        where = (tx.code, tx.inst.offset)
+        if where in tx.output.calls_run_in_place:
+            raise Unsupported(
+                "side_effect",
+                f"{getattr(self.fn, '__qualname__', 'a logging call')}(...)",
+                "what it reads changes later in the graph: it runs where it is",
+            )
+        effects = tx.output.side_effects
+        effects.call_marks[len(effects.calls)] = (where, change_count(), len(tx.output.created))
         if self.fn is warnings.warn:
             located = _located_warning(tx, args, kwargs)
             if located is not None:
@@ -262,6 +286,45 @@ def _replace_dict(target: dict[Any, Any], new: dict[Any, Any]) -> None:
     target.update(new)
 
 
+def _reachable(vt: VariableTracker, out: list[VariableTracker], depth: int = 0) -> None:
+    """`vt` and what a call that receives it can read: items of lists, tuples and dicts,
+    attributes of objects made in the frame."""
+    if depth > 8 or any(v is vt for v in out):
+        return
+    out.append(vt)
+    items = getattr(vt, "items", None)
+    if isinstance(items, dict):
+        children = list(items.values())
+    elif isinstance(items, (list, tuple)):
+        children = list(items)
+    else:
+        children = []
+    attrs = getattr(vt, "attrs", None)
+    if isinstance(attrs, dict):
+        children += list(attrs.values())
+    for child in children:
+        if isinstance(child, VariableTracker):
+            _reachable(child, out, depth + 1)
+
+
+def _written(node: Any) -> Any:
+    """The tensor (its fake value) that a graph node writes in place, or None."""
+    out = node.kwargs.get("out") if node.op == "call_function" else None
+    if out is None and node.args and hasattr(node.args[0], "meta"):
+        first = node.args[0].meta.get("val")
+        val = node.meta.get("val")
+        if val is None or val is first:  # setitem and the like return None; `add_` its input
+            out = node.args[0]
+    return out.meta.get("val") if hasattr(out, "meta") else None
+
+
+def _storage_key(t: Any) -> Any:
+    try:
+        return t.untyped_storage()._cdata
+    except Exception:  # not a tensor, or one with no storage
+        return None
+
+
 class SideEffects:
     def __init__(self) -> None:
         # id(object VT) -> (object VT, {attribute: value VT}); insertion order = first write
@@ -273,6 +336,9 @@ class SideEffects:
         self.calls: list[
             tuple[VariableTracker, list[VariableTracker], dict[str, VariableTracker], int]
         ] = []
+        # index in `calls` of a logging/warnings call -> (its code and offset, change_count()
+        # and the number of graph nodes when it was made): see replay_out_of_order
+        self.call_marks: dict[int, tuple[tuple[Any, int], int, int]] = {}
 
     def snapshot(self) -> tuple[Any, ...]:
         """What `restore` needs to forget every record made after this point (an instruction
@@ -292,12 +358,41 @@ class SideEffects:
         self.globals = dict(globals_)
         self.cells = dict(cells)
         del self.calls[n_calls:]
+        for k in [k for k in self.call_marks if k >= n_calls]:
+            del self.call_marks[k]
 
     # --- recording ------------------------------------------------------------------------------
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
         if obj.source is None:
             raise Unsupported("side_effect", f"setting .{name} on an object with no source")
+        note_change(obj)
         self.attrs.setdefault(id(obj), (obj, {}))[1][name] = value
+
+    def replay_out_of_order(self, output: OutputGraph) -> None:
+        """Raise ReplayOutOfOrder for the first logging/warnings call that its replay after
+        the graph would show a later state than eager shows: an argument (or an object or
+        list in it) changed after the call, an argument tensor written in place after it, or
+        the logger or the warnings filters changed after it. Replaying final states is
+        equivalent to the writes in order only while nothing reads the states in between;
+        these calls read them."""
+        for index, (where, changes, nodes) in self.call_marks.items():
+            fn, args, kwargs, _ = self.calls[index]
+            seen: list[VariableTracker] = []
+            for vt in [fn, *args, *kwargs.values()]:
+                _reachable(vt, seen)
+            real = getattr(fn, "fn", None)
+            for obj in (getattr(real, "__self__", None), warnings.filters):
+                known = output.objects_by_id.get(id(obj)) if obj is not None else None
+                if known is not None:
+                    seen.append(known[1])
+            if any(getattr(vt, "_changed_at", 0) > changes for vt in seen):
+                raise ReplayOutOfOrder(where, "an object it reads changes later in the graph")
+            storages = {_storage_key(vt.fake) for vt in seen if hasattr(vt, "fake")}
+            storages.discard(None)
+            if storages and any(
+                _storage_key(_written(node)) in storages for node in output.created[nodes:]
+            ):
+                raise ReplayOutOfOrder(where, "a tensor it reads is written later in the graph")
 
     def load_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
         entry = self.attrs.get(id(obj))

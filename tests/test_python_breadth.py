@@ -175,6 +175,74 @@ def test_logging_and_warnings_are_replayed_without_a_break(caplog) -> None:
         assert framejit.explain(logs_and_warns, x).graph_break_count == 0
 
 
+class Step:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __repr__(self) -> str:
+        return f"Step({self.n})"
+
+
+def logs_then_changes_what_it_logged(x, state, history):
+    log.warning("start %r %s %s", state, history, x)
+    y = x * 2
+    log.warning("y=%s", y)
+    state.n += 1
+    history.append(state.n)
+    x.mul_(0)  # the input the first call logged, written in place
+    y.add_(100)
+    return y
+
+
+class _FormatsAtOnce(logging.Handler):
+    """Keeps each message as formatted when it was logged (a LogRecord formats lazily)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_logging_call_sees_the_state_of_its_own_line(backend: str) -> None:
+    # Replayed after the graph, the calls would format the final state (`Step(1) [1]`, a zeroed
+    # x): they become graph breaks that run where eager runs them.
+    jitted = framejit.jit(logs_then_changes_what_it_logged, backend=backend)
+    handler = _FormatsAtOnce()
+    log.addHandler(handler)
+    try:
+        for _ in range(2):
+            messages = []
+            for fn in (logs_then_changes_what_it_logged, jitted):
+                handler.messages.clear()
+                out = fn(torch.tensor([1.0, 2.0]), Step(), [])
+                messages.append(list(handler.messages))
+                same(out, torch.tensor([102.0, 104.0]))
+            assert messages[1] == messages[0]
+            assert messages[0] == ["start Step(0) [] tensor([1., 2.])", "y=tensor([2., 4.])"]
+    finally:
+        log.removeHandler(handler)
+
+
+def warns_under_a_filter_it_removes(x):
+    warnings.filterwarnings("ignore", message="noisy")
+    warnings.warn("noisy", stacklevel=1)
+    warnings.filters.pop(0)
+    return x + 1
+
+
+def test_a_warning_sees_the_filters_of_its_own_line() -> None:
+    jitted = framejit.jit(warns_under_a_filter_it_removes, backend="eager")
+    x = torch.zeros(2)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            same(jitted(x), x + 1)
+        assert [str(w.message) for w in caught] == []
+
+
 # --- classes, super(), properties ------------------------------------------------------------
 
 

@@ -112,13 +112,30 @@ def note_mutation(vt: VariableTracker | None = None) -> None:
     that made no such change (the break restores the stack and locals, not object contents).
     A change to a VT that the current instruction made itself (an inlined callee's own list or
     `**kwargs` dict) is not one: rewinding the instruction drops that VT with it."""
-    if vt is not None and vt.source is None and getattr(vt, "_born", 0) > _floor[0]:
-        return
+    if vt is not None:
+        note_change(vt)
+        if vt.source is None and getattr(vt, "_born", 0) > _floor[0]:
+            return
     _mutations[0] += 1
 
 
 def mutation_count() -> int:
     return _mutations[0]
+
+
+_changes = [0]  # serial number of the last change to any VT (note_change)
+
+
+def note_change(vt: VariableTracker) -> None:
+    """`vt`'s object changed now: a recorded call made before this point that can see it (a
+    logging call with it as an argument) must not be replayed after the graph, where it would
+    see the later state (side_effects.SideEffects.replay_out_of_order)."""
+    _changes[0] += 1
+    vt._changed_at = _changes[0]  # type: ignore[attr-defined]
+
+
+def change_count() -> int:
+    return _changes[0]
 
 
 def begin_instruction() -> None:
