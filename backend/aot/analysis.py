@@ -24,22 +24,27 @@ Invariants:
 - `fallback` is set, with a reason, for the cases the functional path does not model (metadata
   mutation of an input such as `x.t_()`, a mutated input overlapping another input, an
   input-alias output of another dtype, a leaf that requires grad made inside the graph, an
-  in-place write eager rejects for memory overlap, such as `x.copy_(x.t())`); the caller then
+  in-place write eager rejects for memory overlap, such as `x.copy_(x.t())` or `x[1:] = x[:-1]`,
+  and one whose result eager leaves to its loop order, writing elements it reads through
+  another view, such as `x += x[:, :1]` or a write into `x.unfold(0, 2, 1)`); the caller then
   runs the captured graph as it is.
+- The stage's runs on FakeTensors are quiet (`quiet`): no warnings, no log records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+import logging
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.multiprocessing.reductions import StorageWeakRef
 
 OutputKind = Literal["graph", "input", "input_view", "graph_view", "repeat", "constant"]
@@ -83,6 +88,22 @@ class GraphInfo:
 
 def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silences warnings (Python's, and C++ ones raised through Python) and log records while the
+    stage runs the graph on FakeTensors. The user saw the graph's own warnings once, from the
+    frontend's run at their line; the stage's runs repeat them, or are torch's internals talking
+    about the trace (a decomposition's resize warning)."""
+    disabled = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(disabled)
 
 
 def no_user_hooks() -> Any:
@@ -137,21 +158,60 @@ class _Recorder(torch.fx.Interpreter):
     def _check_write(self, name: str, args: tuple, kwargs: dict[str, Any]) -> None:
         """Eager's memory-overlap checks of an in-place write (TensorIterator's): the written
         tensor must not have elements sharing memory, nor partly overlap a tensor it reads.
-        The functional graph writes a fresh tensor, so it would not raise."""
+        The functional graph writes a fresh tensor, so it would not raise. Nor would it give
+        eager's result where the write reads elements it writes through another view
+        (`x += x[:, :1]`, which eager does not check: its result depends on its loop order)."""
         out = kwargs.get("out")
+        if name == "setitem":
+            self._check_setitem(args)
+            return
         if out is not None:
             written, read = _tensors(out), _tensors((args, kwargs.get("input")))
         elif _writes_first_argument(name) and args and isinstance(args[0], torch.Tensor):
             written, read = [args[0]], _tensors((args[1:], list(kwargs.values())))
         else:
             return
+        self._check_overlap(name, written, read)
+
+    def _check_overlap(
+        self, name: str, written: list[torch.Tensor], read: list[torch.Tensor]
+    ) -> None:
         for w in written:
             if _has_symbols(w) or w.layout != torch.strided:
                 continue
-            if torch._debug_has_internal_overlap(w) == 1:
+            if _has_internal_overlap(w):
+                # eager raises, or (a view it cannot judge cheaply, `x.unfold(0, 2, 1)`)
+                # writes in its loop's order; functionalization refuses both
                 self._unsupported(f"{name} writes a tensor whose elements share memory")
             if any(_partial_overlap(w, r) for r in read):
                 self._unsupported(f"{name} writes a tensor that partly overlaps one it reads")
+            if any(_shares_elements(w, r) for r in read):
+                self._unsupported(f"{name} reads elements it writes through another view")
+
+    def _check_setitem(self, args: tuple) -> None:
+        """`x[index] = value`: with a basic index, eager copies `value` into the view
+        `x[index]` (copy_'s checks); with an advanced one it calls `index_put_`, which also
+        rejects a value or index that is `x` itself or overlaps it fully."""
+        target, index, value = args
+        if not isinstance(target, torch.Tensor) or _has_symbols(target):
+            return
+        items = index if isinstance(index, tuple) else (index,)
+        if all(_basic_index(i) for i in items):
+            self._check_overlap("setitem", [target[index]], _tensors(value))
+            return
+        read = _tensors((value, items))
+        if target.layout == torch.strided and any(r is target for r in read):
+            self._unsupported("setitem writes a tensor it reads")
+        self._check_overlap("setitem", [target], read)
+
+
+def _basic_index(item: Any) -> bool:
+    """An index item Python's `x[...]` turns into a view, not advanced indexing. (A 0-dim
+    integer tensor selects too, but its value is unknown here: taken as advanced, which checks
+    more.)"""
+    if isinstance(item, bool):
+        return False
+    return item is None or item is Ellipsis or isinstance(item, (int, slice, torch.SymInt))
 
 
 _INPLACE_OPERATORS = frozenset(
@@ -196,6 +256,65 @@ def _partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     if (a_begin, a_end) == (b_begin, b_end):
         return a.stride() != b.stride()
     return a_begin < b_end and b_begin < a_end
+
+
+# Above this many elements, two views that may share elements are assumed to: the exact test
+# enumerates their elements' offsets (the graph then runs as captured, which is always right).
+_EXACT_OVERLAP_LIMIT = 1 << 20
+
+
+def _shares_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do `a` and `b` have an element in common without being the same view (same sizes,
+    strides, offset and dtype)? An in-place write of `a` that reads `b` then reads some
+    elements after it wrote them, in an order only eager's loop decides."""
+    if a is b or _has_symbols(b) or not a.numel() or not b.numel():
+        return False
+    if _storage(a) != _storage(b) or b.layout != torch.strided:
+        return False
+    if a.dtype == b.dtype and _layout(a) == _layout(b):
+        return False
+    (a_begin, a_end), (b_begin, b_end) = _byte_span(a), _byte_span(b)
+    if a_end <= b_begin or b_end <= a_begin:
+        return False
+    if a.itemsize != b.itemsize or a.numel() + b.numel() > _EXACT_OVERLAP_LIMIT:
+        return True
+    with unset_fake_temporarily():
+        return bool(torch.isin(_element_offsets(a), _element_offsets(b)).any())
+
+
+def _has_internal_overlap(t: torch.Tensor) -> bool:
+    """Do two elements of `t` share memory? aten's answer when it has one (a 0 stride: yes;
+    dense: no); otherwise no if each stride, in increasing order, passes the span of the
+    smaller ones (a column, a strided slice), else an exact test."""
+    status = torch._debug_has_internal_overlap(t)
+    if status != 2:  # 2 is aten's "too hard"
+        return status == 1
+    span = 0
+    for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1):
+        if stride <= span:
+            break
+        span += (size - 1) * stride
+    else:
+        return False
+    if t.numel() > _EXACT_OVERLAP_LIMIT:
+        return True
+    with unset_fake_temporarily():
+        return len(torch.unique(_element_offsets(t))) < t.numel()
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes of its storage that a non-empty strided tensor spans (from its first element
+    to the end of its last)."""
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return t.storage_offset() * t.itemsize, (last + 1) * t.itemsize
+
+
+def _element_offsets(t: torch.Tensor) -> torch.Tensor:
+    """The storage offsets (in elements) of all of `t`'s elements, as a real tensor."""
+    offsets = torch.tensor([t.storage_offset()])
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = (offsets[:, None] + torch.arange(size) * stride).flatten()
+    return offsets
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
@@ -291,7 +410,7 @@ def analyze(
     layouts = {i: _layout(fakes[i]) for i in unique}
     recorder = _Recorder(gm)
     # python dispatcher: batch_norm's running stats count as mutations
-    with mode, enable_python_dispatcher(), no_user_hooks():
+    with mode, enable_python_dispatcher(), no_user_hooks(), quiet():
         results = recorder.run(*fakes)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     out_args = out_node.args[0]
@@ -397,10 +516,10 @@ def _functional_mutations(
     for i, value in enumerate(fakes):
         if isinstance(value, torch.Tensor):
             wrapped[i] = wrapped[unique_of(fakes, i)] if i not in unique else _wrap(value)
-    with mode, enable_python_dispatcher(), no_user_hooks():
+    with mode, enable_python_dispatcher(), no_user_hooks(), quiet():
         torch._enable_functionalization(reapply_views=True)
         try:
-            gm(*wrapped)
+            gm.forward(*wrapped)  # not gm(...): on an error that prints the graph to stderr
         finally:
             torch._disable_functionalization()
         found: dict[int, torch.Tensor] = {}

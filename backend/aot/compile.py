@@ -294,7 +294,8 @@ def _compile(
         for i, v in enumerate(example_inputs)
     ]
 
-    run = _keeping_regions(user) if has_checkpoint_regions(user) else user
+    # `forward`, not the module: a GraphModule's call prints its code to stderr on an error
+    run = _keeping_regions(user) if has_checkpoint_regions(user) else user.forward
 
     def fn(*unique: Any) -> Any:
         """The captured graph on deduplicated tensor inputs, returning the computed values."""

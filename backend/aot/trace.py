@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.aot.analysis import no_user_hooks
+from framejit.backend.aot.analysis import no_user_hooks, quiet
 from framejit.backend.aot.core_ops import decomposition_table
 from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -115,7 +115,8 @@ def trace_joint(
 
 def _make_fx(fn: Callable[..., Any], fake_inputs: list[Any], mode: Any) -> torch.fx.GraphModule:
     # identity saved-tensor hooks shadow any the user has installed: theirs are for real tensors
-    with mode, enable_python_dispatcher(), no_user_hooks():
+    # quiet: the user saw the graph's warnings at their line (the frontend's run)
+    with mode, enable_python_dispatcher(), no_user_hooks(), quiet():
         gm = make_fx(fn, decomposition_table=decomposition_table())(*fake_inputs)
     gm.graph.eliminate_dead_code()
     gm.recompile()

@@ -4,11 +4,13 @@ input mutations applied after the graph and aliasing outputs rebuilt as real vie
 from __future__ import annotations
 
 import operator
+import warnings
 
 import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
+from framejit.backend import lookup_backend
 from framejit.backend.aot.analysis import analyze
 from framejit.backend.aot.runtime import InferenceRunner
 from helpers import aot, clone_inputs
@@ -355,3 +357,104 @@ def test_a_write_before_an_op_that_raises_is_kept_as_in_eager(grad):
         f(expected, w, torch.tensor([9]))
     assert str(got.value) == str(want.value)
     torch.testing.assert_close(x, expected)
+
+
+def _shift_by_setitem(x):
+    x[1:] = x[:-1]
+    return (x,)
+
+
+def _index_put_overlapping(x):
+    x[torch.tensor([1, 2])] = x[3:]
+    return (x,)
+
+
+@pytest.mark.parametrize(
+    "fn", [_shift_by_setitem, _index_put_overlapping], ids=["slice", "advanced_index"]
+)
+def test_setitem_overlapping_its_value_raises_as_in_eager(fn):
+    with pytest.raises(RuntimeError, match="unsupported operation") as eager:
+        fn(torch.arange(5.0))
+    with pytest.raises(RuntimeError, match="unsupported operation") as compiled:
+        framejit.jit(fn, backend="aot_eager")(torch.arange(5.0))
+    assert str(compiled.value) == str(eager.value)
+
+
+def _jit_with_fallbacks(fn, *inputs):
+    """`fn(*inputs)` through framejit's `aot_eager`, and the analysis's `fallback` for each
+    captured graph (symbolic_trace does not capture setitem nor `+=`)."""
+    fallbacks = []
+
+    def backend(gm, example_inputs):
+        fallbacks.append(analyze(gm, example_inputs).fallback)
+        return lookup_backend("aot_eager")(gm, example_inputs)
+
+    return framejit.jit(fn, backend=backend)(*inputs), fallbacks
+
+
+def test_setitem_without_overlap_stays_in_the_stage():
+    def f(x):
+        x[1:3] = x[3:5]
+        x[torch.tensor([0])] = x[4:] * 2
+        x[:, 0] = x[:, 1]
+        return (x * 2,)
+
+    x = torch.randn(5, 3)
+    (got,), fallbacks = _jit_with_fallbacks(f, x.clone())
+    assert fallbacks == [None]
+    (expected,) = f(x.clone())
+    torch.testing.assert_close(got, expected)
+
+
+def _add_own_column(x):
+    x += x[:, :1]
+    return (x,)
+
+
+def _copy_shifted_columns(x):
+    x[:, 1:].copy_(x[:, :-1])
+    return (x,)
+
+
+@pytest.mark.parametrize("fn", [_add_own_column, _copy_shifted_columns], ids=["iadd", "copy_"])
+def test_in_place_op_reading_what_it_writes_runs_as_captured(fn):
+    """Eager does not check these (the read view is not dense); its result depends on the
+    order it writes in, so the graph runs as captured."""
+    x = torch.arange(6.0).view(2, 3)
+    (got,), fallbacks = _jit_with_fallbacks(fn, x.clone())
+    assert len(fallbacks) == 1 and "reads elements it writes" in fallbacks[0]
+    (expected,) = fn(x.clone())
+    assert torch.equal(got, expected)
+
+
+def test_tracing_gives_no_warnings_of_its_own():
+    """The stage's runs on FakeTensors say nothing: `out=` of another size gives eager's one
+    resize warning per call, not also torch's decomposition's (with a garbled message)."""
+
+    def f(x, o):
+        torch.add(x, 1, out=o)
+        return (o,)
+
+    def run(fn):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn(torch.ones(3), torch.zeros(5))
+        return [(w.category, str(w.message)) for w in caught]
+
+    expected = run(f)
+    assert len(expected) == 1
+    assert run(lambda x, o: aot(f, x, o)(x, o)) == expected
+
+
+def test_tracing_failure_prints_nothing(capfd):
+    """A graph functionalization refuses (a write into an overlapping `unfold` view) runs as
+    captured, without the traceback a GraphModule prints when its code raises."""
+
+    def f(x):
+        x.unfold(0, 2, 1).add_(1)
+        return (x,)
+
+    (got,) = framejit.jit(f, backend="aot_eager")(torch.zeros(4))
+    assert got.tolist() == f(torch.zeros(4))[0].tolist()
+    out, err = capfd.readouterr()
+    assert err == ""
