@@ -7,6 +7,7 @@
 3. one `@triton.jit` kernel per scheduled kernel (kernels.py's `KernelCode`), and a `Launcher`
    (autotune.py) for each kernel with several candidate launch configs;
 4. `call(*inputs)`: binds the size symbols of a symbolic graph from the inputs' shapes,
+   raises eager's error where a reduction without an identity has no elements (`EmptyCheck`),
    allocates the stored buffers with their strides, launches the kernels (grids computed here,
    or at run time from the symbols), runs the externs, frees intermediates after their last
    use, and returns the graph's outputs. A kernel with nothing to do (a zero-size tensor) is
@@ -24,7 +25,14 @@ from typing import Any
 import torch
 from framejit.backend.triton import autotune
 from framejit.backend.triton.helpers import HELPERS
-from framejit.backend.triton.ir import BoundsCheck, Extern, ExternArg, InputBuffer, size_text
+from framejit.backend.triton.ir import (
+    BoundsCheck,
+    Extern,
+    ExternArg,
+    InputBuffer,
+    contiguous_strides,
+    size_text,
+)
 from framejit.backend.triton.kernels import KernelCode, Writer, _numel, is_static
 from framejit.backend.triton.lower import NotLowered
 from framejit.backend.triton.schedule import Kernel, Schedule, extern_buffers
@@ -180,6 +188,15 @@ def _wrapper(
     with w.indent():
         if schedule.symbols:
             _bind_symbols(w, graph, inputs, schedule.symbols)
+        for check in graph.empty_checks:
+            # nothing to reduce, and no identity: the op itself raises eager's error
+            shape = _tuple_text(check.shape)
+            stride = _tuple_text(contiguous_strides(check.shape))
+            empty = f"empty_strided({shape}, {stride}, dtype={check.dtype}, device=DEVICE)"
+            args = [empty, *map(py, check.args)] + [f"{k}={py(v)}" for k, v in check.kwargs]
+            w.line(f"if {size_text(check.numel)} == 0:")
+            with w.indent():
+                w.line(f"{_op_text(check.op)}({', '.join(args)})")
         if graph.seeds:
             # One Philox seed per random node and call, drawn from torch's CPU generator (so
             # torch.manual_seed makes a run repeatable); the stream itself differs from eager's.

@@ -9,6 +9,9 @@ A lowered graph is a list of buffers in topological order. Each buffer is one of
 - `Extern`: an aten op run as itself on realized tensors (matmul, convolution, anything without
   a lowering).
 
+Beside the buffers, `EmptyCheck`s: reductions without an identity (max, min) over a symbolic
+number of elements, which the wrapper checks before any launch (eager raises for none).
+
 Invariants:
 
 - Everything is a frozen dataclass and prints as stable text (golden tests compare it):
@@ -645,6 +648,24 @@ class ExternArg:
 Node = InputBuffer | Pointwise | Reduction | Extern
 
 
+@dataclass(frozen=True)
+class EmptyCheck:
+    """A reduction without an identity (max, min, an inf norm) over `numel` elements, a size
+    known only at run time: where it is 0, the wrapper calls `op` on an empty tensor of the
+    input's `shape` and `dtype` with the call's other arguments, so that eager's own error is
+    raised."""
+
+    numel: Size
+    op: Any
+    shape: tuple[Size, ...]
+    dtype: torch.dtype
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+
+    def __str__(self) -> str:
+        return f"check({size_text(self.numel)} != 0, else {self.op})"
+
+
 @dataclass
 class LoopGraph:
     """The lowered graph: buffers in topological order, and what the graph returns."""
@@ -659,9 +680,11 @@ class LoopGraph:
     arity: int = 0
     # Sizes given as numbers (symbolic graphs): (position, input name, sympy symbol).
     size_inputs: list[tuple[int, str, Any]] = field(default_factory=list)
+    # Reductions without an identity over a symbolic number of elements (see EmptyCheck).
+    empty_checks: list[EmptyCheck] = field(default_factory=list)
 
     def __str__(self) -> str:
-        lines = [str(n) for n in self.nodes]
+        lines = [str(c) for c in self.empty_checks] + [str(n) for n in self.nodes]
         outs = [str(o) if isinstance(o, ExternArg) else repr(o) for o in self.outputs]
         lines.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(lines)

@@ -486,7 +486,9 @@ class KernelCode:
             return self.arg_reduce(node, body, persistent)
         is_bool = node.dtype == torch.bool
         dtype = torch.int32 if is_bool else body.dtype
-        identity = _identity(node.reduce_type, dtype)
+        # a bool reduction runs on int32 lanes, but starts from False or True, not int32's
+        # extremes (`!= 0` would make those True: an empty any() would be True)
+        identity = _identity(node.reduce_type, node.dtype if is_bool else dtype)
         if node.reduce_type == "prod":
             self._use_helper("fj_mul")
         combine = {
@@ -702,6 +704,8 @@ def _identity(reduce_type: str, dtype: torch.dtype) -> str:
         return "1.0" if dtype.is_floating_point else "1"
     if reduce_type == "sum":
         return "0.0" if dtype.is_floating_point else "0"
+    if dtype == torch.bool:  # any() is a max, all() a min: False and True, as 0 and 1
+        return "0" if reduce_type == "max" else "1"
     if dtype.is_floating_point:
         return 'float("-inf")' if reduce_type == "max" else 'float("inf")'
     info = torch.iinfo(dtype)

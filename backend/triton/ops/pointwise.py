@@ -18,6 +18,9 @@ import torch.fx
 from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import (
+    BOOL,
+    FLOATING,
+    INTEGRAL,
     aten,
     const,
     convert,
@@ -95,6 +98,24 @@ _ROUNDING = {
 }
 
 
+# The dtypes whose calls eager rejects (it has no kernel for them; `table.py`'s `rejects=`):
+# such calls run as the aten op, which raises eager's error.
+_REJECTS = {
+    "neg": BOOL,
+    "abs": BOOL,
+    "relu": BOOL,
+    "floor": BOOL,
+    "ceil": BOOL,
+    "trunc": BOOL,
+    "round": BOOL,
+    "bitwise_and": FLOATING,
+    "bitwise_or": FLOATING,
+    "bitwise_xor": FLOATING,
+    "__lshift__": FLOATING | BOOL,
+    "__rshift__": FLOATING | BOOL,
+}
+
+
 def _register_unary(table: dict[str, Callable[[Expr], Expr]], rounding: bool = False) -> None:
     for name, fn in table.items():
 
@@ -106,7 +127,7 @@ def _register_unary(table: dict[str, Callable[[Expr], Expr]], rounding: bool = F
                 return elementwise(ctx, out.shape, out.dtype, [x], lambda v: v)
             return elementwise(ctx, out.shape, out.dtype, [x], _fn)
 
-        lowering(name, dtype="promote")(lower)
+        lowering(name, dtype="promote", rejects=_REJECTS.get(name, frozenset()))(lower)
 
 
 _register_unary(_UNARY_FLOAT)
@@ -144,9 +165,11 @@ def _register_binary() -> None:
         ):
             out = meta(node)
             k = _k
-            if out.dtype == torch.bool and _k in ("add", "sub", "mul"):
-                if _k == "sub" or not alpha:
-                    raise NotLowered("subtraction of bools")
+            if _k == "sub" and any(_is_bool(v) for v in (a, b)):
+                raise NotLowered("subtraction with a bool (eager raises)")
+            if out.dtype == torch.bool and _k in ("add", "mul"):
+                if not alpha:
+                    raise NotLowered("bool addition with alpha 0")
                 k = "or" if _k == "add" else "and"  # bool + bool is or, bool * bool is and
 
             def fn(x: Expr, y: Expr) -> Expr:
@@ -156,13 +179,20 @@ def _register_binary() -> None:
 
             return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
 
-        lowering(name, dtype="promote")(lower)
+        lowering(name, dtype="promote", rejects=_REJECTS.get(name, frozenset()))(lower)
+
+
+def _is_bool(value: Any) -> bool:
+    """A bool operand: a bool tensor, or a Python bool (eager wraps it as a bool tensor)."""
+    if isinstance(value, TensorValue):
+        return value.dtype == torch.bool
+    return isinstance(value, bool)
 
 
 _register_binary()
 
 
-@lowering("div", dtype="promote")
+@lowering("div", dtype="promote", rejects=BOOL)  # bool: rounding modes only
 def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: Any = None):
     out = meta(node)
     if rounding_mode is None:
@@ -188,7 +218,7 @@ def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: A
     return elementwise(ctx, out.shape, out.dtype, values, floordiv)
 
 
-@lowering("fmod", "remainder", dtype="promote")
+@lowering("fmod", "remainder", dtype="promote", rejects=BOOL)
 def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     out = meta(node)
     floor = node.target.overloadpacket is aten.remainder
@@ -299,7 +329,7 @@ def _int_remainder(x: Expr, y: Expr) -> Expr:
     return op("where", op("and", nonzero, _opposite_signs(r, y)), op("add", r, y), r)
 
 
-@lowering("pow", dtype="promote")
+@lowering("pow", dtype="promote", rejects=BOOL)
 def _pow(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     out = meta(node)
     if not out.dtype.is_floating_point:
@@ -405,7 +435,7 @@ def _logical_not(ctx: Lowering, node: torch.fx.Node, a: TensorValue):
     )
 
 
-@lowering("bitwise_not", dtype="same")
+@lowering("bitwise_not", dtype="same", rejects=FLOATING)
 def _bitwise_not(ctx: Lowering, node: torch.fx.Node, a: TensorValue):
     out = meta(node)
     if out.dtype == torch.bool:
@@ -425,7 +455,7 @@ def _where(ctx: Lowering, node: torch.fx.Node, cond: TensorValue, a: Any, b: Any
     return ctx.pointwise(out.shape, out.dtype, body)
 
 
-@lowering("clamp", "hardtanh", dtype="promote")
+@lowering("clamp", "hardtanh", dtype="promote", rejects=BOOL)
 def _clamp(ctx: Lowering, node: torch.fx.Node, x: TensorValue, lo: Any = None, hi: Any = None):
     out = meta(node)
     if node.target.overloadpacket is aten.hardtanh:
@@ -448,7 +478,7 @@ def _clamp(ctx: Lowering, node: torch.fx.Node, x: TensorValue, lo: Any = None, h
     return elementwise(ctx, out.shape, out.dtype, values, fn)
 
 
-@lowering("leaky_relu", dtype="promote")
+@lowering("leaky_relu", dtype="promote", rejects=INTEGRAL)
 def _leaky_relu(ctx: Lowering, node: torch.fx.Node, x: TensorValue, slope: float = 0.01):
     out = meta(node)
 
@@ -459,7 +489,7 @@ def _leaky_relu(ctx: Lowering, node: torch.fx.Node, x: TensorValue, slope: float
     return elementwise(ctx, out.shape, out.dtype, [x], fn)
 
 
-@lowering("elu", dtype="promote")
+@lowering("elu", dtype="promote", rejects=INTEGRAL)
 def _elu(ctx: Lowering, node: torch.fx.Node, x: TensorValue, alpha=1.0, scale=1.0, input_scale=1.0):
     out = meta(node)
 
@@ -474,7 +504,7 @@ def _elu(ctx: Lowering, node: torch.fx.Node, x: TensorValue, alpha=1.0, scale=1.
     return elementwise(ctx, out.shape, out.dtype, [x], fn)
 
 
-@lowering("gelu_backward", dtype="promote")
+@lowering("gelu_backward", dtype="promote", rejects=INTEGRAL)
 def _gelu_backward(
     ctx: Lowering, node: torch.fx.Node, grad: TensorValue, x: TensorValue, *, approximate="none"
 ):
@@ -516,7 +546,7 @@ def _times(k: float, v: Expr) -> Expr:
     return op("mul", const(k, v.dtype), v)
 
 
-@lowering("_native_batch_norm_legit_no_training", dtype="promote")
+@lowering("_native_batch_norm_legit_no_training", dtype="promote", rejects=INTEGRAL)
 def _batch_norm_inference(
     ctx: Lowering,
     node: torch.fx.Node,
@@ -556,7 +586,7 @@ def _batch_norm_inference(
     return (result, *empty)
 
 
-@lowering("gelu", dtype="promote")
+@lowering("gelu", dtype="promote", rejects=INTEGRAL)
 def _gelu_lowering(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *, approximate="none"):
     out = meta(node)
     # +inf gives NaN where eager's does: float32 and bfloat16 (float16 and float64 give inf)
@@ -596,6 +626,8 @@ def _full(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
 @lowering("arange", dtype="given")
 def _arange(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
     out = meta(node)
+    if out.dtype == torch.bool:
+        raise NotLowered("arange of bools (eager raises)")
     start, step = 0, 1
     if len(args) >= 2:
         start = args[0]

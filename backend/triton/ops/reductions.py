@@ -16,15 +16,20 @@ from typing import Any
 import torch
 import torch.fx
 from framejit.backend.triton.ir import (
+    EmptyCheck,
     Expr,
     Ix,
     compute_dtype,
     contiguous_strides,
+    is_static,
     linear,
+    provably_lt,
     unflatten,
 )
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import (
+    BOOL,
+    INTEGRAL,
     aten,
     const,
     convert,
@@ -91,6 +96,27 @@ def _numel(x: TensorValue, dims: list[int]) -> int:
     return math.prod(x.shape[d] for d in dims)
 
 
+def _require_elements(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims: list[int]) -> None:
+    """Eager raises for a reduction without an identity (max, min, argmax, an inf norm) over
+    no elements. A size known to be 0: the call runs as the aten op, which raises; a symbolic
+    size that may be 0: the wrapper checks it before any launch (`EmptyCheck`)."""
+    n = _numel(x, dims)
+    if is_static(n):
+        if n == 0:
+            raise NotLowered(f"{node.target} over no elements (eager raises)")
+        return
+    if provably_lt(0, n):
+        return
+    rest = [*node.args[1:], *node.kwargs.values()]
+    if any(isinstance(a, torch.fx.Node) for a in rest):
+        raise NotLowered(f"{node.target} over a size that may be 0, with tensor arguments")
+    ctx.graph.empty_checks.append(
+        EmptyCheck(
+            n, node.target, x.shape, x.dtype, tuple(node.args[1:]), tuple(node.kwargs.items())
+        )
+    )
+
+
 @lowering("sum", dtype="given")
 def _sum(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=False, **kw):
     return reduce(ctx, x, _dims(x, dims), keepdim, "sum", meta(node).dtype)
@@ -99,6 +125,8 @@ def _sum(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=
 @lowering("mean", dtype="given")
 def _mean(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim=False, **kw):
     out = meta(node)
+    if not out.dtype.is_floating_point:  # eager raises: mean needs a floating dtype
+        raise NotLowered(f"mean in {out.dtype}")
     dims = _dims(x, dims)
     total = reduce(ctx, x, dims, keepdim, "sum", out.dtype)
     n = _numel(x, dims)
@@ -108,6 +136,7 @@ def _mean(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim
 @lowering("amax", "amin", dtype="same")
 def _amax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=(), keepdim=False):
     kind = "max" if node.target.overloadpacket is aten.amax else "min"
+    _require_elements(ctx, node, x, _dims(x, dims))
     return reduce(ctx, x, _dims(x, dims), keepdim, kind, meta(node).dtype)
 
 
@@ -122,8 +151,10 @@ def _max(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *args: Any, **kw: A
         dim = args[0] if args else kw["dim"]
         keepdim = args[1] if len(args) > 1 else kw.get("keepdim", False)
         dims = _dims(x, dim)
+        _require_elements(ctx, node, x, dims)
         values = reduce(ctx, x, dims, keepdim, kind, x.dtype)
         return values, _arg_reduce(ctx, x, dims, keepdim, f"arg{kind}")
+    _require_elements(ctx, node, x, _dims(x, None))
     return reduce(ctx, x, _dims(x, None), False, kind, meta(node).dtype)
 
 
@@ -133,10 +164,11 @@ def _arg_reduce(
     return reduce(ctx, x, dims, keepdim, kind, torch.int64, value_dtype=compute_dtype(x.dtype))
 
 
-@lowering("argmax", "argmin", dtype="given")
+@lowering("argmax", "argmin", dtype="given", rejects=BOOL)
 def _argmax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim=None, keepdim=False):
     """The first index of the extreme value; over all dims (`dim=None`) a flat index."""
     kind = node.target.overloadpacket.__name__
+    _require_elements(ctx, node, x, _dims(x, dim))
     if dim is None and keepdim:
         result = _arg_reduce(ctx, x, _dims(x, None), False, kind)
         shape = [1] * len(x.shape)
@@ -188,7 +220,7 @@ def _variance(
     return var, mean
 
 
-@lowering("var", "var_mean", dtype="given")
+@lowering("var", "var_mean", dtype="given", rejects=INTEGRAL)
 def _var(
     ctx: Lowering,
     node: torch.fx.Node,
@@ -224,7 +256,7 @@ def _var(
     return var, mean
 
 
-@lowering("linalg_vector_norm", dtype="given")
+@lowering("linalg_vector_norm", dtype="given", rejects=INTEGRAL)
 def _vector_norm(
     ctx: Lowering, node: torch.fx.Node, x: TensorValue, ord=2, dim=None, keepdim=False, **kw
 ):
@@ -232,6 +264,8 @@ def _vector_norm(
     out = meta(node)
     dims = _dims(x, dim)
     p = float(ord)
+    if p < 0 or p == math.inf:  # a max, a min or a sum of inverse powers: no identity
+        _require_elements(ctx, node, x, dims)
 
     def magnitude(v: Expr) -> Expr:
         return op("abs", v)
@@ -272,7 +306,7 @@ def _vector_norm(
 # Decompositions: softmax, log_softmax, layer_norm (reductions + pointwise; the scheduler fuses)
 
 
-@lowering("_softmax", "_log_softmax", dtype="given")
+@lowering("_softmax", "_log_softmax", dtype="given", rejects=INTEGRAL)
 def _softmax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim: int, half_to_float: bool):
     out = meta(node)
     dims = _dims(x, dim)
@@ -289,7 +323,7 @@ def _softmax(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim: int, half_
     )
 
 
-@lowering("native_layer_norm", dtype="given")
+@lowering("native_layer_norm", dtype="given", rejects=INTEGRAL)
 def _layer_norm(
     ctx: Lowering,
     node: torch.fx.Node,
@@ -363,7 +397,12 @@ def _normalize_channels(
     return ctx.pointwise(x.shape, out_dtype, body)
 
 
-@lowering("_native_batch_norm_legit", "_native_batch_norm_legit_functional", dtype="given")
+@lowering(
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional",
+    dtype="given",
+    rejects=INTEGRAL,
+)
 def _batch_norm(ctx: Lowering, node: torch.fx.Node, x: TensorValue, weight, bias, *rest: Any):
     """Batch norm: statistics over every dim but the channels (dim 1) when training (also the
     updated running statistics, for the functional form), else the running ones."""
@@ -434,7 +473,7 @@ def convert_const(value: Any, dtype: torch.dtype) -> Expr:
     return const(value, compute_dtype(dtype))
 
 
-@lowering("native_group_norm", dtype="given")
+@lowering("native_group_norm", dtype="given", rejects=INTEGRAL)
 def _group_norm(
     ctx: Lowering, node: torch.fx.Node, x: TensorValue, weight, bias, N, C, HxW, group, eps
 ):

@@ -14,6 +14,11 @@ a call it does not handle, which then runs as an extern. Dtype rules:
 - `given`: the result dtype is an argument or fixed by the op (`_to_copy`, `full`, `arange`,
   `sum(dtype=)`, `argmax` -> int64).
 
+A lowering registered with `rejects=` (a set of dtypes) is not used for a call that eager
+rejects: one whose computing dtype, the result's for `promote` ops and the first tensor
+argument's for the others, is in the set (`abs` of bools, `argmax` of bools, `var` of
+integers). That call runs as the aten op itself, which raises eager's error.
+
 Ops listed in `EXTERN_OPS` deliberately have no lowering (matmul-like work goes to torch's
 kernels); `tests/backend/triton/test_ops_table.py` checks that every op of `CORE_OPS` is in
 exactly one of the two.
@@ -28,7 +33,7 @@ from typing import Any
 import torch
 import torch.fx
 from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
-from framejit.backend.triton.lower import Lowering, TensorValue, meta_value
+from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue, meta_value
 
 aten = torch.ops.aten
 
@@ -87,15 +92,43 @@ EXTERN_OPS = frozenset(
 )
 
 
-def lowering(*names: str, dtype: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+# Dtype sets for `lowering(rejects=...)`.
+BOOL = frozenset({torch.bool})
+INTEGRAL = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def lowering(
+    *names: str, dtype: str, rejects: frozenset[torch.dtype] = frozenset()
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        lower = _rejecting(fn, dtype, rejects) if rejects else fn
         for name in names:
             key = f"aten.{name}"
             assert key not in LOWERINGS, f"{key} lowered twice"
-            LOWERINGS[key] = OpRule(fn, dtype)
+            LOWERINGS[key] = OpRule(lower, dtype)
         return fn
 
     return register
+
+
+def _rejecting(
+    fn: Callable[..., Any], rule: str, rejects: frozenset[torch.dtype]
+) -> Callable[..., Any]:
+    """`fn`, declining the calls eager rejects (see the module docstring)."""
+
+    def lower(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
+        if rule == "promote":
+            out = meta(node)
+            computing = (out[0] if isinstance(out, tuple) else out).dtype
+        else:
+            first = next((a for a in args if isinstance(a, TensorValue)), None)
+            computing = first.dtype if first is not None else None
+        if computing in rejects:
+            raise NotLowered(f"eager rejects {computing} here (the aten op raises)")
+        return fn(ctx, node, *args, **kwargs)
+
+    return lower
 
 
 def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Op:

@@ -81,6 +81,17 @@ def test_any_all() -> None:
     check_lowered(lambda x: (x != 0).all(-1, keepdim=True), torch.randn(0, 4))
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.float32])
+def test_any_all_over_no_elements(dtype: torch.dtype) -> None:
+    # all() of nothing is True and any() False: a bool reduction starts from those, not from
+    # int32's extremes; uint8 gives uint8 0 and 1
+    def fn(x):
+        return x.all(0), x.any(0), x.all(), x.any(), (x > 0).all(0), x.all(1), x.any(1)
+
+    check_lowered(fn, torch.zeros(0, 3, dtype=dtype))
+    check_lowered(lambda x: (x.all(1), x.any(1), x.all(), x.any()), torch.ones(4, 0, dtype=dtype))
+
+
 @pytest.mark.parametrize("correction", [0, 1, 2])
 def test_var_std_corrections(correction: int) -> None:
     x = torch.randn(4, 9) * 3 + 1

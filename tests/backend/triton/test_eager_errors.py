@@ -1,0 +1,165 @@
+"""Calls eager raises for raise eager's error under the Triton backend, with its type and
+message: reductions without an identity (max, min, argmax, inf norms) over no elements, also
+when the size is symbolic (the wrapper checks it at call time), and ops called with a dtype
+eager has no kernel for (they are not lowered: the aten op runs, and raises)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from framejit.backend.triton import compile_graph, stages
+from framejit.backend.triton.symbolic import Specializing
+from torch.fx.experimental.proxy_tensor import make_fx
+from triton_helpers import check, require_interpreter
+
+import framejit
+
+
+def _eager_error(fn: Callable[..., Any], *args: Any) -> Exception:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - eager's error is the reference
+        return e
+    raise AssertionError("eager did not raise")
+
+
+def check_raises(fn: Callable[..., Any], *args: Any) -> None:
+    """`fn` through the triton backend raises eager's exception type and message."""
+    require_interpreter()
+    expected = _eager_error(fn, *args)
+    framejit.reset()
+    with torch.no_grad(), pytest.raises(type(expected), match=re.escape(str(expected))):
+        framejit.jit(fn, backend="triton")(*args)
+
+
+EMPTY = {
+    "max": (lambda x: x.max(), torch.zeros(0, 3)),
+    "min": (lambda x: x.min(), torch.zeros(0)),
+    "int_max": (lambda x: x.max(), torch.zeros(0, dtype=torch.long)),
+    "bool_min": (lambda x: x.min(), torch.zeros(2, 0, dtype=torch.bool)),
+    "max_dim": (lambda x: x.max(1), torch.zeros(3, 0)),
+    "min_dim_values": (lambda x: x.min(-1).values + 1, torch.zeros(3, 0)),
+    "max_dim_keepdim": (lambda x: x.max(0, keepdim=True), torch.zeros(0, 2)),
+    "amax": (lambda x: x.amax(1), torch.zeros(3, 0)),
+    "argmax": (lambda x: x.argmax(), torch.zeros(0)),
+    "aminmax": (lambda x: torch.aminmax(x), torch.zeros(0)),
+    "inf_norm": (lambda x: torch.linalg.vector_norm(x, float("inf"), dim=1), torch.zeros(3, 0)),
+    "negative_norm": (lambda x: torch.linalg.vector_norm(x, -1.0), torch.zeros(0, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_reductions_without_identity_over_no_elements_raise(name: str) -> None:
+    check_raises(*EMPTY[name])
+
+
+def test_reductions_without_identity_over_empty_kept_dims_run() -> None:
+    # the reduced dims have elements, only the result is empty: eager gives empty results
+    x = torch.zeros(0, 3)
+    check(lambda x: (*x.max(1), x.min(1).values, x.amax(1), x.argmax(1)), x)
+
+
+def _arange_max(x):
+    return torch.arange(x.shape[0] - 2).max() + x.sum()
+
+
+def _expand_min(x):
+    return x[:1].expand(x.shape[0] - 2, 3).min(0)
+
+
+def _inf_norm(x):
+    return torch.linalg.vector_norm(x[:1].expand(x.shape[0] - 2, 3), float("inf"), dim=0)
+
+
+@pytest.mark.parametrize("fn", [_arange_max, _expand_min, _inf_norm])
+def test_symbolic_size_checked_at_call_time(fn) -> None:
+    """A reduced size that may be 0 (`s0 - 2`): one module for every size, whose wrapper
+    raises eager's error where it is 0."""
+    require_interpreter()
+    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(5, 3))
+    source = stages(gm).source
+    assert re.search(r"if -2 \+ s\d+ == 0:", source), source
+    call = compile_graph(gm, [torch.randn(5, 3)])
+    assert not isinstance(call, Specializing)
+    for n in (3, 6):
+        x = torch.randn(n, 3)
+        expected = fn(x)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for g, e in zip(call(x), expected):
+            torch.testing.assert_close(g, e)
+    x = torch.randn(2, 3)
+    expected = _eager_error(fn, x)
+    with pytest.raises(type(expected), match=re.escape(str(expected))):
+        call(x)
+
+
+@pytest.mark.parametrize("fn", [_arange_max, _expand_min])
+def test_symbolic_size_through_jit(fn) -> None:
+    require_interpreter()
+    framejit.reset()
+    compiled = framejit.jit(fn, backend="triton", dynamic=True)
+    for n in (3, 4, 5):
+        torch.testing.assert_close(compiled(torch.ones(n, 3)), fn(torch.ones(n, 3)))
+    expected = _eager_error(fn, torch.ones(2, 3))
+    with pytest.raises(type(expected), match=re.escape(str(expected))):
+        compiled(torch.ones(2, 3))
+
+
+B = torch.tensor([[True, False, True], [False, False, True]])
+INTS = torch.tensor([[1, 2, 3], [4, 0, 6]])
+F32 = torch.tensor([[1.5, -2.0, 0.0], [3.0, 0.5, -1.0]])
+
+REJECTED = {
+    "bool_argmax": (lambda x: x.argmax(1), B),
+    "bool_argmin": (lambda x: x.argmin(), B),
+    "bool_argmax_keepdim": (lambda x: x.argmax(0, keepdim=True), B),
+    "int_std": (lambda x: x.std(), INTS),
+    "int_var": (lambda x: x.var(0), INTS),
+    "int8_var": (lambda x: x.var(), INTS.to(torch.int8)),
+    "bool_std": (lambda x: x.std(1), B),
+    "int_var_mean": (lambda x: torch.var_mean(x), INTS),
+    "bool_abs": (lambda x: x.abs(), B),
+    "bool_floor": (lambda x: x.floor(), B),
+    "bool_round": (lambda x: x.round(), B),
+    "bool_relu": (lambda x: torch.relu(x), B),
+    "bool_clamp_min": (lambda x: x.clamp(min=True), B),
+    "bool_fmod": (lambda x: torch.fmod(x, x), B),
+    "bool_remainder": (lambda x: x % True, B),
+    "bool_floor_divide": (lambda x: torch.div(x, x, rounding_mode="floor"), B),
+    "bool_trunc_divide": (lambda x: torch.div(x, x, rounding_mode="trunc"), B),
+    "bool_lshift": (lambda x: x << x, B),
+    "bool_minus_int": (lambda x: x - 1, B),
+    "int_minus_bool": (lambda x: x - (x > 2), INTS),
+    "float_minus_true": (lambda x: x - True, F32),
+    "rsub_bool": (lambda x: 1 - x, B),
+    "bool_arange": (lambda x: torch.arange(3, dtype=torch.bool) & x, B),
+    "int_softmax": (lambda x: torch.softmax(x, 1), INTS),
+    "int_layer_norm": (lambda x: F.layer_norm(x, (3,)), INTS),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REJECTED))
+def test_dtypes_eager_rejects_raise(name: str) -> None:
+    check_raises(*REJECTED[name])
+
+
+ACCEPTED = {
+    "bool_max_dim": lambda x: tuple(x.max(1)),
+    "bool_amin": lambda x: x.amin(0),
+    "bool_remainder_int": lambda x: x % 2,
+    "bool_floor_divide_int": lambda x: torch.div(x, 2, rounding_mode="floor"),
+    "bool_clamp_ints": lambda x: x.clamp(0, 1),
+    "bool_sign": lambda x: x.sign(),
+    "bool_plus_bool": lambda x: x + x,
+    "bool_true_divide": lambda x: x / 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_nearby_dtype_calls_eager_accepts_still_run(name: str) -> None:
+    check(ACCEPTED[name], B)
