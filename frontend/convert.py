@@ -16,6 +16,7 @@ import dis
 import io
 import time
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -334,12 +335,26 @@ def _compile_graph(
         raise TypeError(
             f"backend {backend!r} returned {type(compiled).__name__}, expected a callable"
         )
+    if output.warns:  # its ops' warnings are replayed at the user's lines (replay_op_warnings)
+        compiled = _quietly(compiled)
     cg.output_index = {o.node: i for i, o in enumerate(outputs)}
     # If the graph raises at run time, the frame runs again eagerly (codegen.GraphError), unless
     # the graph writes to an input: a failed run may have half-written it.
     rerun = None if _writes_inputs(gm) else EagerRerun(output.fn)
     cg.call_graph(compiled, inputs, GraphError(output.state_at_entry, rerun))
     return [CapturedGraph(gm, [str(s) for s in inputs], output.op_count())]
+
+
+def _quietly(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """`compiled` run with warnings ignored: the graph's ops gave theirs while tracing, and they
+    are replayed after it where eager gives them."""
+
+    def run_quietly(*args: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compiled(*args)
+
+    return run_quietly
 
 
 # Methods that may return their input itself but never write to it.

@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -69,6 +70,28 @@ from torch._subclasses.fake_tensor import (
 
 from framejit import logs
 
+# Where torch's fake-tensor, reference and decomposition code lives: a warning blamed there was
+# said by the trace's machinery (`{str(shape)}` resize warnings of torch's references), not by
+# the kernel eager runs.
+_TRACE_MACHINERY = tuple(
+    os.path.join("torch", part) + os.sep
+    for part in ("_prims_common", "_prims", "_refs", "_decomp", "_subclasses", "fx")
+)
+
+
+def _warning_action(text: str, category: type[Warning], module: str, lineno: int) -> str:
+    """The action the warnings filters take for this warning (as `warnings.warn_explicit`
+    finds it)."""
+    for action, message, kind, mod, line in warnings.filters:
+        if (
+            (message is None or message.match(text))
+            and issubclass(category, kind)
+            and (mod is None or mod.match(module))
+            and (line == 0 or line == lineno)
+        ):
+            return action
+    return warnings.defaultaction
+
 
 class OutputGraph:
     def __init__(self, fn: Any, args: dict[str, Any], dynamic: DynamicInputs | None = None) -> None:
@@ -109,6 +132,9 @@ class OutputGraph:
         # (code, offset) of logging/warnings calls that run for real at a graph break, not
         # replayed after the graph (compile_frame's retry on ReplayOutOfOrder fills it)
         self.calls_run_in_place: set[tuple[types.CodeType, int]] = set()
+        self.current_tx: Any = None  # the translator running now (Translator.run sets it)
+        # an op gave warnings while tracing: they are replayed, the graph's run is quiet
+        self.warns = False
 
     # --- reading the frame's real values ----------------------------------------------------
     def read_source(self, src: Source) -> Any:
@@ -228,6 +254,35 @@ class OutputGraph:
         self._by_source[source] = vt  # type: ignore[assignment]
         return vt
 
+    def replay_op_warnings(self, caught: list[warnings.WarningMessage], label: str) -> None:
+        """The warnings an op gave while it ran on FakeTensors, given on every call where
+        eager gives them: replayed after the graph (side_effects), at the user's line when
+        eager blames the op's caller, and not given by the graph's own run (`warns`). Those
+        that torch's fake-tensor and decomposition machinery gives, and eager does not, are
+        dropped. One that the warnings filters make an error is a graph break: the op runs
+        for real and raises it."""
+        from framejit.frontend.side_effects import warn_at
+
+        tx = self.current_tx
+        for w in caught:
+            if w.filename == __file__ and tx is not None:  # blamed on the op's caller
+                filename, lineno, module_globals = tx.code.co_filename, tx.lineno, tx.f_globals
+            elif any(part in w.filename for part in _TRACE_MACHINERY):
+                continue
+            else:
+                filename, lineno, module_globals = w.filename, w.lineno, {}
+            text = str(w.message)
+            module = module_globals.get("__name__", "<string>")
+            if _warning_action(text, w.category, module, lineno) == "error":
+                why = f"warns {w.category.__name__} ({text[:80]}), an error under the filters"
+                raise Unsupported("tensor_op_failed", label, why)
+            where = functools.partial(
+                warn_at, filename=filename, lineno=lineno, module_globals=module_globals
+            )
+            args = [ConstantVariable(text), ConstantVariable(w.category), ConstantVariable(None)]
+            self.side_effects.calls.append((ConstantVariable(where), args, {}, lineno))
+            self.warns = True
+
     def aliasing_guards(self) -> list[Guard]:
         """When the graph could tell (it writes tensors in place or compares them by identity):
         distinct tensor inputs must stay distinct objects, and the inputs that shared a storage
@@ -308,6 +363,14 @@ class OutputGraph:
         )
 
         def run() -> Any:
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                try:
+                    return run_op()
+                finally:
+                    caught[:] = said
+
+        def run_op() -> Any:
             with self.fake_mode, _QUIET_FAKE_LOG:
                 if kind == "call_method":
                     _check_in_place_dtype(fake_args, fake_kwargs, target)
@@ -317,6 +380,7 @@ class OutputGraph:
                     _check_in_place_dtype(fake_args, fake_kwargs, target.__name__)
                 return target(*fake_args, **fake_kwargs)
 
+        caught: list[warnings.WarningMessage] = []  # what the op said, for replay_op_warnings
         try:
             try:
                 with python_dispatch:
@@ -347,6 +411,8 @@ class OutputGraph:
             raise Unsupported(
                 "tensor_op_failed", f"{label}", f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
+        if caught:
+            self.replay_op_warnings(caught, label)
         if result is None:
             # Ops that return None act by mutation (setitem, copy into an out= buffer...):
             # they must stay in the graph even though nothing uses their result.

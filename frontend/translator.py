@@ -187,6 +187,7 @@ class Translator(OperatorsMixin, InliningMixin):
         instructions = self.decoded.instructions
         unsupported = unsupported_opcodes()
         caught: tuple[Any, ...] | None = None  # see the root frame's `except` clauses below
+        outer, self.output.current_tx = self.output.current_tx, self
         try:
             while self.return_value is None and not self.paused:
                 inst = instructions[self.ip]
@@ -251,6 +252,8 @@ class Translator(OperatorsMixin, InliningMixin):
         except Unsupported as exc:
             exc.stack.insert(0, self.location())
             raise
+        finally:
+            self.output.current_tx = outer
         return self.return_value
 
     def _catch(self, exc: Unsupported, inst: Any) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import framejit
 from framejit.testing import CompileCounter
@@ -241,6 +242,51 @@ def test_a_warning_sees_the_filters_of_its_own_line() -> None:
             warnings.simplefilter("always")
             same(jitted(x), x + 1)
         assert [str(w.message) for w in caught] == []
+
+
+def softmax_without_dim(x):
+    return F.softmax(x) * 2  # torch warns: implicit dimension choice
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_torch_ops_warning_is_given_on_every_call_at_the_users_line(backend: str) -> None:
+    # Given once while tracing (blamed on framejit's file), once more by the eager backend's
+    # graph, and never again by aot_eager's: now replayed after the graph at the op's line.
+    jitted = framejit.jit(softmax_without_dim, backend=backend)
+    line = softmax_without_dim.__code__.co_firstlineno + 1
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        said = []
+        for fn in (softmax_without_dim, jitted):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                same(fn(x), F.softmax(x, dim=1) * 2)
+            said.append([(str(w.message)[:25], w.filename, w.lineno) for w in caught])
+        assert said[1] == said[0]
+        assert said[0] == [("Implicit dimension choice", __file__, line)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fn in (softmax_without_dim, jitted, jitted):
+            with pytest.raises(UserWarning, match="Implicit dimension choice"):
+                fn(x)
+
+
+def resizes_its_out(x, out):
+    return torch.add(x, 1, out=out)
+
+
+def test_warnings_of_torchs_tracing_machinery_are_not_given() -> None:
+    # tracing an out= resize through torch's references says `{str(shape)}`; eager's kernel
+    # gives its own message, once
+    jitted = framejit.jit(resizes_its_out, backend="aot_eager")
+    x = torch.randn(3)
+    said = []
+    for fn in (resizes_its_out, jitted):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            same(fn(x, torch.empty(5)), x + 1)
+        said.append([str(w.message) for w in caught])
+    assert said[1] == said[0] and len(said[0]) == 1 and "{" not in said[0][0]
 
 
 # --- classes, super(), properties ------------------------------------------------------------
