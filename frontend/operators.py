@@ -7,15 +7,18 @@ fold, sequences concatenate and repeat, and a user class's Python operator metho
 
 from __future__ import annotations
 
+import math
 import operator
 import types
 from typing import Any
 
 import torch
+from framejit.frontend.dynamic import ShapeCheck
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.variables.base import (
     BINARY_OPS,
     ConstantVariable,
+    LazyNumberVariable,
     VariableTracker,
 )
 from framejit.frontend.variables.builtins import BINARY_OPERATORS, DUNDER_OPERATORS
@@ -35,8 +38,18 @@ from framejit.frontend.variables.objects import (
 )
 from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
+from framejit.guards import GuardKind
 
 _NUMBERS = (int, float, bool)
+_ORDERINGS = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
+
+
+def _plain_number(vt: VariableTracker) -> bool:
+    """A constant int or float that Python's repr writes back as itself (not inf or NaN)."""
+    if not isinstance(vt, ConstantVariable) or isinstance(vt, LazyNumberVariable):
+        return False
+    value = vt.value
+    return type(value) is int or (type(value) is float and math.isfinite(value))
 
 
 def _negative_number(vt: VariableTracker) -> bool:
@@ -143,6 +156,9 @@ class OperatorsMixin:
             return self.output.call_op("call_function", op, [a, b], {})
         if _symbolic_operands(a, b):
             return self._sym_op(op, [a, b])
+        outcome = self._compare_lazy(op, a, b)
+        if outcome is not None:
+            return outcome
         if a.is_constant() and b.is_constant():
             return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
         if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
@@ -152,6 +168,27 @@ class OperatorsMixin:
             )
             return ConstantVariable(same if op is operator.eq else not same)
         raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+
+    def _compare_lazy(
+        self, op: Any, a: VariableTracker, b: VariableTracker
+    ) -> VariableTracker | None:
+        """A float that changes between calls (`random.random() < p`, a schedule's value)
+        compared with a plain number: guarded on the comparison's outcome, not on its value,
+        so the next value that compares the same way reuses the graph."""
+        if op not in _ORDERINGS:
+            return None
+        if isinstance(a, LazyNumberVariable) and _plain_number(b):
+            lazy, other, text = a, b.as_constant(), "(___fjs0 {} {!r})"
+        elif isinstance(b, LazyNumberVariable) and _plain_number(a):
+            lazy, other, text = b, a.as_constant(), "({1!r} {0} ___fjs0)"
+        else:
+            return None
+        result = op(*(v.value_unguarded if v is lazy else other for v in (a, b)))
+        check = ShapeCheck(
+            f"{text.format(_ORDERINGS[op], other)} is {bool(result)}", ((lazy.source, None),)
+        )
+        self.output.add_guard(None, GuardKind.SHAPE_EXPR, check, self.location_text())
+        return ConstantVariable(result)
 
     def unary_op(self, op: Any, a: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable):

@@ -7,6 +7,7 @@ on symbolic graphs (inference and training)."""
 from __future__ import annotations
 
 import math
+import random
 import warnings
 from typing import Any
 
@@ -480,6 +481,32 @@ def test_a_float_the_graph_uses_is_still_guarded_by_value() -> None:
         got, want = jitted(x, scale, total), fn(x, scale, total)
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
+
+
+def flip_at_random(x: torch.Tensor, p: float) -> torch.Tensor:
+    r = random.random()  # a graph break: the float reaches a resume function
+    return x.flip(-1) if r < p else x
+
+
+def test_a_float_compared_with_a_number_is_guarded_on_the_outcome(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # augmentation and teacher forcing: only `r < p` matters, not r's value (it used to
+    # recompile on every call until the recompile limit)
+    jitted = framejit.jit(flip_at_random, backend="eager")
+    x = torch.arange(4.0)
+    framejit.set_logs(recompiles=True)
+    try:
+        random.seed(0)
+        got = [jitted(x, 0.5) for _ in range(30)]
+    finally:
+        framejit.set_logs()
+    random.seed(0)
+    for g in got:
+        torch.testing.assert_close(g, flip_at_random(x, 0.5))
+    recompiles = [line for line in capsys.readouterr().err.splitlines() if "recompiling" in line]
+    assert len(recompiles) <= 2, recompiles  # the value, then each outcome once
+    assert "(L['___stack0'] < 0.5) is" in recompiles[-1]
 
 
 def split_heads(x, n_head):
