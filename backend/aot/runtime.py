@@ -13,6 +13,19 @@ the captured graph's inputs positionally and return its outputs as a tuple:
    inputs or of computed bases rebuilt with `as_strided` (after the epilogue, with the view's
    conjugate and negative bits), constants.
 
+Gradients are per output, as in eager. An output that gets no gradient (`la.backward()` of
+`la, lb = f(x)`) reaches the backward as None: the backward graph gets zeros for its tangent,
+and an input that no output with a gradient depends on gets None (its `.grad` stays None,
+`autograd.grad` raises that it was not used). Which inputs each output depends on, and which
+outputs share history, is read once, at the first call of a graph with several differentiable
+outputs, from the autograd graph of a FakeTensor run of the captured graph (`_dependencies`).
+Outputs whose histories share no node that saves tensors in eager form independent groups
+(two losses of two models; a GAN's `d_loss` next to `fake`): a backward through one group must
+not free what another still needs, so the forward also keeps its saved tensors on the context
+until every group had a backward without `retain_graph` (then frees them: with one group, as in
+a plain training step, nothing is kept beyond the engine's saved tensors). A second backward
+through a group without `retain_graph` raises eager's error.
+
 Invariants: no per-call allocation beyond what the graph and the outputs need; nothing is
 logged on the call path; the backward graph is compiled at most once per runner. With
 `create_graph=True` the backward runs the captured graph again under autograd (its inputs are
@@ -23,12 +36,15 @@ error naming framejit.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from framejit.backend.aot.analysis import GraphInfo, OutputSpec
+from framejit.backend.aot.analysis import GraphInfo, OutputSpec, graph_with_outputs, no_user_hooks
+from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 
 def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[Any]) -> tuple:
@@ -159,9 +175,16 @@ class TrainingRunner:
             for i in self.non_differentiable
             if i < len(info.computed) and isinstance(info.computed_values[i], torch.Tensor)
         ]
+        # what each differentiable output depends on (found at the first call, see
+        # `_dependencies`; one output: every input that gets a gradient, in one group)
+        self.dependencies: _Dependencies | None = None
+        if len(differentiable) == 1:
+            self.dependencies = _Dependencies([frozenset(wants_grad)], [0], 1)
 
     def __call__(self, *args: Any) -> tuple:
         info = self.info
+        if self.dependencies is None:
+            self.dependencies = _dependencies(info, args, self.differentiable, self.wants_grad)
         try:
             results = _CompiledFunction.apply(self, *[args[i] for i in info.unique])
         except Exception:
@@ -177,13 +200,37 @@ class TrainingRunner:
         _epilogue(info.mutated, args, results[len(info.computed) :])
         return _assemble(info.outputs, args, computed)
 
-    def run_backward(self, saved: Sequence[torch.Tensor], grads: Sequence[Any]) -> list[Any]:
+    def run_backward(
+        self,
+        saved: Sequence[torch.Tensor],
+        grads: Sequence[Any],
+        outputs_like: Sequence[tuple[torch.Size, torch.dtype, torch.device]] | None,
+    ) -> list[Any]:
+        """The backward graph on the saved values and the outputs' gradients; an output that
+        got none (None) gets zeros like it (`outputs_like`: the forward outputs' sizes, dtypes
+        and devices), and an input that only such outputs depend on gets None."""
         if self.backward is None:
             self.backward = self.compile_backward()
-        tangents = [grads[i].contiguous() for i in self.differentiable]
+        tangents = []
+        reached: set[int] | None = None  # None: every output has a gradient
+        for k, i in enumerate(self.differentiable):
+            grad = grads[i]
+            if grad is None:
+                assert outputs_like is not None  # one differentiable output always has one
+                size, dtype, device = outputs_like[k]
+                tangents.append(torch.zeros(size, dtype=dtype, device=device))
+                reached = set() if reached is None else reached
+            else:
+                tangents.append(grad.contiguous())
+        if reached is not None:
+            assert self.dependencies is not None
+            for k, i in enumerate(self.differentiable):
+                if grads[i] is not None:
+                    reached |= self.dependencies.inputs[k]
         input_grads: list[Any] = [None] * self.num_inputs
         for i, grad in zip(self.wants_grad, self.backward(*saved, *tangents)):
-            input_grads[i] = grad
+            if reached is None or i in reached:
+                input_grads[i] = grad
         return input_grads
 
 
@@ -192,6 +239,7 @@ class _CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, runner: TrainingRunner, *inputs: torch.Tensor) -> tuple:
+        ctx.set_materialize_grads(False)  # an output without a gradient: None, see run_backward
         results = runner.forward(*inputs)
         outputs = results[: runner.num_forward_outputs]
         # A view of a graph intermediate returned from a Function with several outputs is one
@@ -217,9 +265,26 @@ class _CompiledFunction(torch.autograd.Function):
                 for s in saved
             ]
         # Sizes saved for the backward (dynamic shapes) are ints: kept on ctx, not saved tensors.
-        ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+        tensors = [s for s in saved if isinstance(s, torch.Tensor)]
+        ctx.save_for_backward(*tensors)
         ctx.scalars = [(k, s) for k, s in enumerate(saved) if not isinstance(s, torch.Tensor)]
         ctx.runner = runner
+        assert runner.dependencies is not None
+        ctx.outputs_like = None
+        if len(runner.differentiable) > 1:  # for zeros in place of a missing gradient
+            ctx.outputs_like = [
+                (outputs[i].shape, outputs[i].dtype, outputs[i].device)
+                for i in runner.differentiable
+            ]
+        # Independent groups of outputs: the engine frees the saved tensors after the first
+        # backward without retain_graph, so they are kept here too (detached: an output among
+        # them must not point back at its own node) until each group had its backward.
+        ctx.kept = None
+        ctx.released = None  # groups that had a backward without retain_graph
+        if runner.dependencies.num_groups > 1:
+            ctx.kept = [t.detach() for t in tensors]
+            ctx.released = set()
+            ctx.engine_freed = False
         # the inputs themselves (one reference to their tuple), for a double backward
         ctx.inputs = inputs if runner.recompute is not None else None
         ctx.mark_non_differentiable(
@@ -229,17 +294,50 @@ class _CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
+        runner = ctx.runner
+        present = [k for k, i in enumerate(runner.differentiable) if grads[i] is not None]
+        kept = _kept_for(ctx, present) if ctx.released is not None else None
+        if not present:
+            return (None,) * (1 + runner.num_inputs)
         create_graph = torch.is_grad_enabled()
         if create_graph and ctx.inputs is not None:
-            return (None, *_differentiable_backward(ctx.runner, ctx.inputs, grads))
-        saved = list(ctx.saved_tensors)
+            return (None, *_differentiable_backward(runner, ctx.inputs, grads))
+        saved = list(ctx.saved_tensors if kept is None else kept)
         for k, value in ctx.scalars:
             saved.insert(k, value)
         with torch.no_grad():
-            input_grads = ctx.runner.run_backward(saved, grads)
+            input_grads = runner.run_backward(saved, grads, ctx.outputs_like)
         if create_graph:
             input_grads = _not_differentiable(input_grads)
         return (None, *input_grads)
+
+
+_BACKWARD_TWICE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward."
+)
+
+
+def _kept_for(ctx: Any, present: list[int]) -> list[torch.Tensor] | None:
+    """For a graph with independent groups of outputs: the saved tensors to use when the
+    engine has freed its own (after an earlier backward without retain_graph through another
+    group), else None (use `ctx.saved_tensors`, which checks their versions). Raises eager's
+    error for a group that already had a backward without retain_graph, and frees the kept
+    tensors once every group had one."""
+    dependencies = ctx.runner.dependencies
+    groups = {dependencies.group[k] for k in present}
+    if groups & ctx.released:
+        raise RuntimeError(_BACKWARD_TWICE)
+    kept = ctx.kept if ctx.engine_freed else None
+    if not torch._C._autograd._get_current_graph_task_keep_graph():
+        ctx.engine_freed = True  # the engine frees the node's saved tensors after this call
+        ctx.released |= groups
+        if len(ctx.released) == dependencies.num_groups:
+            ctx.kept = None
+    return kept
 
 
 def _differentiable_backward(
@@ -296,3 +394,117 @@ def _not_differentiable(grads: list[Any]) -> list[Any]:
     for i, g in zip(present, marked):
         out[i] = g
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dependencies:
+    """For each differentiable forward output (in `TrainingRunner.differentiable` order): the
+    unique inputs its eager autograd graph reaches (`inputs`), and its group: outputs whose
+    histories share a node that saves tensors are in one group."""
+
+    inputs: list[frozenset[int]]
+    group: list[int]
+    num_groups: int
+
+
+def _dependencies(
+    info: GraphInfo, args: Sequence[Any], differentiable: list[int], wants_grad: list[int]
+) -> _Dependencies:
+    """Run the captured graph once on FakeTensors with autograd (no real compute) and read
+    its autograd graph: which inputs each differentiable output reaches, and which outputs
+    share saved tensors. The inputs that require grad become leaves of their own. Where the
+    run fails, every output depends on every input, all in one group (a backward through one
+    output then gives zeros, not None, to the others' inputs)."""
+    count = len(differentiable)
+    everything = _Dependencies([frozenset(wants_grad)] * count, [0] * count, 1)
+    gm = info.computed[0].graph.owning_module if info.computed else None
+    if gm is None:
+        return everything
+    try:
+        values, leaves = _run_on_fakes(gm, info, args)
+    except Exception:  # noqa: BLE001 - a refinement, which never makes a call fail
+        return everything
+    owner: dict[Any, int] = {}  # autograd node -> the first output that reached it
+    parent = list(range(count))  # union-find over the outputs
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            k = parent[k]
+        return k
+
+    inputs: list[frozenset[int]] = []
+    for k, index in enumerate(differentiable):
+        reached: set[int] = set()
+        seen: set[Any] = set()
+        value = values[index]
+        todo = [value.grad_fn] if isinstance(value, torch.Tensor) else []
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if hasattr(node, "variable"):  # AccumulateGrad: a leaf
+                if id(node.variable) in leaves:
+                    reached.add(leaves[id(node.variable)])
+                continue
+            first = owner.setdefault(node, k)
+            if first != k and root(first) != root(k) and _saves_tensors(node):
+                parent[root(k)] = root(first)
+            todo.extend(next_node for next_node, _ in node.next_functions)
+        inputs.append(frozenset(reached))
+    roots = [root(k) for k in range(count)]
+    labels = {r: n for n, r in enumerate(dict.fromkeys(roots))}
+    return _Dependencies(inputs, [labels[r] for r in roots], len(labels))
+
+
+def _run_on_fakes(
+    gm: torch.fx.GraphModule, info: GraphInfo, args: Sequence[Any]
+) -> tuple[list[Any], dict[int, int]]:
+    """The forward values (computed values, then new values of the mutated inputs) of `gm`
+    run with autograd on FakeTensor copies of `args`, and the ids of the fake leaves standing
+    for the unique inputs that require grad, with their positions."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    position = {i: k for k, i in enumerate(info.unique)}
+    fakes: list[Any] = []
+    first: dict[int, Any] = {}  # a tensor passed twice is one fake
+    leaves: dict[int, int] = {}
+    for i, arg in enumerate(args):
+        if not isinstance(arg, torch.Tensor):
+            fakes.append(arg)
+            continue
+        if id(arg) not in first:
+            fake = mode.from_tensor(arg.detach())
+            if arg.requires_grad:
+                fake.requires_grad_(True)
+                leaves[id(fake)] = position[i]
+                if i in info.mutated:  # autograd refuses in-place ops on such a leaf
+                    with torch.enable_grad():
+                        fake = fake.clone()
+            first[id(arg)] = fake
+        fakes.append(first[id(arg)])
+    run = graph_with_outputs(gm, info.computed)
+    with mode, enable_python_dispatcher(), no_user_hooks(), torch.enable_grad():
+        computed = list(run(*fakes))
+    return [*computed, *[fakes[i] for i in info.mutated]], leaves
+
+
+_SAVED_NAMES: dict[type, list[str]] = {}
+
+
+def _saves_tensors(node: Any) -> bool:
+    """Does autograd node `node` hold saved tensors (which a backward without retain_graph
+    frees)? A custom Function's node: its `saved_tensors`; a built-in one: its `_saved_*`
+    attributes (an undefined saved tensor reads as None)."""
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
+        return bool(node.saved_tensors)
+    names = _SAVED_NAMES.get(type(node))
+    if names is None:
+        prefix = "_raw_saved_"
+        names = [f"_saved_{a[len(prefix) :]}" for a in dir(node) if a.startswith(prefix)]
+        _SAVED_NAMES[type(node)] = names
+    for name in names:
+        value = getattr(node, name)
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(v, torch.Tensor) for v in values):
+            return True
+    return False
