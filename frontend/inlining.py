@@ -21,6 +21,7 @@ import torch
 import torch.utils.checkpoint
 from framejit.frontend import autograd_function, copying, functorch
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.side_effects import storage_key, written_tensor
 from framejit.frontend.sources import (
     AttrSource,
     Source,
@@ -31,6 +32,7 @@ from framejit.frontend.sources import (
 from framejit.frontend.variables.base import (
     CellVariable,
     VariableTracker,
+    change_count,
 )
 from framejit.frontend.variables.containers import (
     DictVariable,
@@ -40,7 +42,7 @@ from framejit.frontend.variables.functions import (
     NestedFunctionVariable,
     UserFunctionVariable,
 )
-from framejit.frontend.variables.generators import GeneratorVariable
+from framejit.frontend.variables.generators import GeneratorVariable, draws_random_numbers
 from framejit.frontend.variables.objects import (
     NNModuleVariable,
 )
@@ -187,7 +189,13 @@ def _checkpoint(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     what runs: `use_reentrant` not given (torch warns), a non-default `context_fn`, `debug`,
     `determinism_check`, keyword arguments with `use_reentrant=True` (a ValueError), and a
     reentrant call whose tensor arguments all have requires_grad=False while grad mode is on
-    (torch warns, and its gradients are None)."""
+    (torch warns, and its gradients are None).
+
+    Eager runs `fn` a second time in the backward; the graph runs it once. So the call also
+    runs as Python where that second run would show (`_recompute_effects`): `fn` writes in place
+    to a tensor it did not make (a module buffer: BatchNorm's running statistics), makes a
+    Python-visible change (a counter, an attribute, a list a hook appends to, a logging call),
+    or draws random numbers with `preserve_rng_state=False` (its recompute draws new ones)."""
     import torch.utils.checkpoint as checkpoint_module
 
     label = "torch.utils.checkpoint.checkpoint"
@@ -216,7 +224,8 @@ def _checkpoint(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     if option("debug", False) or option("determinism_check", "default") != "default":
         raise Unsupported("unsupported_call", f"{label}(debug=/determinism_check=)")
     option("early_stop", True)  # how far a recompute runs: the values are the same
-    option("preserve_rng_state", True)  # random ops are saved, never recomputed
+    # with it, random ops are saved, never recomputed (eager's recompute replays the same draws)
+    preserve_rng_state = option("preserve_rng_state", True)
     fn_vt, fn_args = args[0], list(args[1:])
     if use_reentrant:
         if kwargs:
@@ -228,12 +237,92 @@ def _checkpoint(tx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
             )
     created = tx.output.created
     start = len(created)
+    before = _python_effects(tx.output.side_effects)
     result = fn_vt.call(tx, fn_args, kwargs)
+    why = _recompute_effects(tx.output.side_effects, before, created[start:], preserve_rng_state)
+    if why is not None:
+        raise Unsupported(
+            "unsupported_call", label, f"the recompute in backward would repeat: {why}"
+        )
     region = next(_checkpoint_regions)
     for node in created[start:]:
         custom = node.meta.setdefault("custom", {})
         custom.setdefault(CHECKPOINT_TAG, region)  # a nested region keeps its number
     return result
+
+
+# Functional ops that update running statistics in place: the running-stat arguments (position,
+# name), and the flag that turns the update on (position, name, default).
+_RUNNING_STATS = {
+    torch.nn.functional.batch_norm: (
+        ((1, "running_mean"), (2, "running_var")),
+        (5, "training", False),
+    ),
+    torch.nn.functional.instance_norm: (
+        ((1, "running_mean"), (2, "running_var")),
+        (5, "use_input_stats", True),
+    ),
+}
+
+
+def _python_effects(effects: Any) -> tuple[Any, ...]:
+    """What `_recompute_effects` compares: the recorded Python writes and calls so far."""
+    return change_count(), len(effects.calls), dict(effects.globals), dict(effects.cells)
+
+
+def _recompute_effects(
+    effects: Any, before: tuple[Any, ...], nodes: list[Any], preserve_rng_state: bool
+) -> str | None:
+    """An effect of a checkpointed region that eager's recompute would make a second time."""
+    changes, n_calls, globals_, cells = before
+    if len(effects.calls) > n_calls:
+        return "a logging or warnings call"
+    if any(globals_.get(k) is not v for k, v in effects.globals.items()):
+        return "an assignment to a global"
+    if any(cells.get(k) is not v for k, v in effects.cells.items()):
+        return "an assignment to a closure variable"
+    changed = [obj for obj, _ in effects.attrs.values()] + list(effects.containers.values())
+    if any(getattr(vt, "_changed_at", 0) > changes for vt in changed):
+        return "a change to a Python object from outside it"
+    region = set(nodes)
+    outside: set[Any] = set()  # storages of the tensors that flow into the region
+    for node in nodes:
+        for arg in node.all_input_nodes:
+            if arg not in region or arg.op in ("placeholder", "get_attr"):
+                outside.update(_storages(arg.meta.get("val")))
+    for node in nodes:
+        if not preserve_rng_state and draws_random_numbers(node):
+            return f"random numbers drawn by {getattr(node.target, '__name__', node.target)}"
+        written = _storages(written_tensor(node)) | _running_stats(node)
+        if written & outside:
+            return f"an in-place write to a tensor from outside it ({node.name})"
+    return None
+
+
+def _running_stats(node: Any) -> set[Any]:
+    """Storages of the running statistics a batch_norm/instance_norm node updates."""
+    entry = _RUNNING_STATS.get(node.target) if node.op == "call_function" else None
+    if entry is None:
+        return set()
+    stats, (flag_at, flag, default) = entry
+
+    def argument(at: int, name: str, default: Any = None) -> Any:
+        return node.args[at] if len(node.args) > at else node.kwargs.get(name, default)
+
+    if argument(flag_at, flag, default) is False:
+        return set()
+    found: set[Any] = set()
+    for at, name in stats:
+        arg = argument(at, name)
+        found |= _storages(arg.meta.get("val") if hasattr(arg, "meta") else None)
+    return found
+
+
+def _storages(value: Any) -> set[Any]:
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_storages(v) for v in value))
+    key = storage_key(value) if isinstance(value, torch.Tensor) else None
+    return {key} if key is not None else set()
 
 
 # Library functions the translator models instead of inlining their code.

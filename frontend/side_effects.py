@@ -307,10 +307,23 @@ def _reachable(vt: VariableTracker, out: list[VariableTracker], depth: int = 0) 
             _reachable(child, out, depth + 1)
 
 
-def _written(node: Any) -> Any:
+# Methods that may return their input itself but never write to it.
+RETURNS_SELF_UNWRITTEN = frozenset(
+    {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long"}
+    | {"short", "bool", "cpu", "cuda", "view_as", "expand_as", "reshape_as"}
+)
+
+
+def written_tensor(node: Any) -> Any:
     """The tensor (its fake value) that a graph node writes in place, or None."""
     out = node.kwargs.get("out") if node.op == "call_function" else None
-    if out is None and node.args and hasattr(node.args[0], "meta"):
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if (
+        out is None
+        and name not in RETURNS_SELF_UNWRITTEN
+        and node.args
+        and hasattr(node.args[0], "meta")
+    ):
         first = node.args[0].meta.get("val")
         val = node.meta.get("val")
         if val is None or val is first:  # setitem and the like return None; `add_` its input
@@ -318,7 +331,7 @@ def _written(node: Any) -> Any:
     return out.meta.get("val") if hasattr(out, "meta") else None
 
 
-def _storage_key(t: Any) -> Any:
+def storage_key(t: Any) -> Any:
     try:
         return t.untyped_storage()._cdata
     except Exception:  # not a tensor, or one with no storage
@@ -387,10 +400,10 @@ class SideEffects:
                     seen.append(known[1])
             if any(getattr(vt, "_changed_at", 0) > changes for vt in seen):
                 raise ReplayOutOfOrder(where, "an object it reads changes later in the graph")
-            storages = {_storage_key(vt.fake) for vt in seen if hasattr(vt, "fake")}
+            storages = {storage_key(vt.fake) for vt in seen if hasattr(vt, "fake")}
             storages.discard(None)
             if storages and any(
-                _storage_key(_written(node)) in storages for node in output.created[nodes:]
+                storage_key(written_tensor(node)) in storages for node in output.created[nodes:]
             ):
                 raise ReplayOutOfOrder(where, "a tensor it reads is written later in the graph")
 

@@ -224,7 +224,7 @@ class GeneratorVariable(LazyIteratorVariable):
         except Unsupported as exc:
             raise GeneratorEscapes(self.code, f"live at a graph break ({exc})") from None
         for node in output.created[first:]:
-            if _draws_random_numbers(node):
+            if draws_random_numbers(node):
                 why = f"live at a graph break (it draws random numbers: {node.target})"
                 raise GeneratorEscapes(self.code, why)
         self.state = self.DRAINED
@@ -244,7 +244,7 @@ _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "unifo
 _IMMUTABLE = (int, float, bool, complex, str, bytes, type(None), torch.dtype, torch.device)
 
 
-def _draws_random_numbers(node: Any) -> bool:
+def draws_random_numbers(node: Any) -> bool:
     if node.op == "call_module":
         name = node.target
     else:
