@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,9 @@ class CodeGen:
         self.code = code
         self.instructions: list[Instr] = []
         self.output_index: dict[Any, int] = {}  # fx node -> index in the graph's output tuple
+        # fx node -> (function, [(source, dim)]): a symbolic int computed by Python from the
+        # inputs it depends on (OutputGraph.sizes_in_python), where no graph is made
+        self.python_values: dict[Any, tuple[Any, list[Any]]] = {}
         self.lineno = lineno or code.co_firstlineno
         # Set while emitting code that stands for one user line (a replayed warnings.warn call
         # reports that line, as in eager).
@@ -221,6 +225,23 @@ class CodeGen:
             self._emit(Instr("LOAD_FAST", GRAPH_OUT))
             self.load_const(self.output_index[vt.node])
             self.subscr()
+            return
+        if isinstance(vt, SymNodeVariable) and vt.node in self.python_values:
+            fn, inputs = self.python_values[vt.node]
+
+            def load_inputs() -> None:
+                for source, dim in inputs:
+                    if dim is None:
+                        source.emit_load(self)
+                    else:
+                        self.call_const(
+                            operator.methodcaller("size", dim), source_loader(source), 1
+                        )
+
+            def source_loader(source: Any) -> Callable[[], None]:
+                return lambda: source.emit_load(self)
+
+            self.call_const(fn, load_inputs, len(inputs))
             return
         if wrap_function is not None:
             fn = getattr(vt, "fn", None)

@@ -43,7 +43,7 @@ from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
 from framejit.frontend.output_graph import OutputGraph
-from framejit.frontend.side_effects import ReplayOutOfOrder
+from framejit.frontend.side_effects import RETURNS_SELF_UNWRITTEN, ReplayOutOfOrder
 from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.translator import decode, root_translator
 from framejit.frontend.variables.base import (
@@ -320,6 +320,10 @@ def _compile_graph(
     """Compile the graph captured so far (if it does anything) and emit the code calling it."""
     if output.op_count() == 0 and not outputs:
         return []
+    in_python = output.sizes_in_python(outputs)
+    if in_python is not None:  # integer arithmetic only: computed by the code, no graph
+        cg.python_values.update(in_python)
+        return []
     graph = output.graph
     graph.output(tuple(o.node for o in outputs))
     output.prune_symbolic()
@@ -357,13 +361,6 @@ def _quietly(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return run_quietly
 
 
-# Methods that may return their input itself but never write to it.
-_RETURNS_SELF_UNWRITTEN = frozenset(
-    {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long"}
-    | {"short", "bool", "cpu", "cuda", "view_as", "expand_as", "reshape_as"}
-)
-
-
 def _writes_inputs(gm: torch.fx.GraphModule) -> bool:
     """Whether running the graph may write to the memory of one of its inputs (or of a view of
     one): an op whose result is one of its tensor arguments (in place, `out=`), or an op that
@@ -394,7 +391,7 @@ def _writes_inputs(gm: torch.fx.GraphModule) -> bool:
         ]
         if value is None:
             written = tensors
-        elif name in _RETURNS_SELF_UNWRITTEN:
+        elif name in RETURNS_SELF_UNWRITTEN:
             continue
         else:
             results = {id(v) for v in tree_leaves(value)}

@@ -173,10 +173,16 @@ class DynamicInputs:
         return frozenset(d for d in dims if d < len(shape) and shape[d] >= 2)
 
     def int_is_dynamic(self, source: Source, value: int, shape_env: Any) -> bool:
-        """Whether int argument `value` (read from `source`) becomes a symbolic graph input:
-        under automatic dynamic once a recompile sees it change, under `dynamic=True` always.
-        Only the frame's own arguments; 0 and 1 stay specialized like sizes."""
-        if self.dynamic is False or not isinstance(source, LocalSource):
+        """Whether int `value` (read from `source`) becomes a symbolic graph input: under
+        automatic dynamic once a recompile sees it change, under `dynamic=True` always (the
+        frame's own arguments only). An int read through an argument's attributes or a global
+        (a step counter, `self.calls += 1`) follows automatic dynamic too. 0 and 1 stay
+        specialized like sizes."""
+        if self.dynamic is False:
+            return False
+        if not isinstance(source, LocalSource) and (
+            self.dynamic is not None or not _counter_source(source)
+        ):
             return False
         if self.dynamic is None:
             previous = self.history.ints.get(source)
@@ -207,6 +213,16 @@ class DynamicInputs:
         symbol = shape_env.create_symbol(size, src, dynamic_dim=DimDynamic.DYNAMIC)
         self.symbols.setdefault(symbol, (source, dim))
         return shape_env.create_symintnode(symbol, hint=size, source=src)
+
+
+def _counter_source(source: Source) -> bool:
+    """An attribute chain from an argument or a global (`L['self'].step`, `G['STEP']`), where
+    a program keeps counters."""
+    from framejit.frontend.sources import AttrSource, GenericAttrSource, GlobalSource
+
+    while isinstance(source, AttrSource) and not isinstance(source, GenericAttrSource):
+        source = source.base
+    return isinstance(source, (LocalSource, GlobalSource))
 
 
 def _has_marks(value: Any) -> bool:

@@ -588,6 +588,39 @@ class OutputGraph:
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
 
+    def sizes_in_python(self, outputs: list[Any]) -> dict[torch.fx.Node, tuple[Any, list]] | None:
+        """For a graph that would only do integer arithmetic on symbolic ints (a counter read
+        from an attribute, `self.step += 1`, under automatic dynamic): each output's value as a
+        Python function of the inputs it depends on, `{node: (fn, [(source, dim), ...])}`, so
+        no graph is made. None when the graph does anything else."""
+        import sympy
+        from torch.utils._sympy.printers import PythonPrinter
+
+        if self.shape_env is None or not outputs:
+            return None
+        if any(
+            n.op in ("call_function", "call_method") and not _is_sym_node(n)
+            for n in self.graph.nodes
+        ):
+            return None
+        if not all(
+            isinstance(o, SymNodeVariable) and type(o.value) is torch.SymInt for o in outputs
+        ):
+            return None
+        found = {}
+        for out in outputs:
+            expr = self.shape_env.simplify(out.value.node.expr)
+            symbols = sorted(expr.free_symbols, key=str)
+            if any(sym not in self.dynamic.symbols for sym in symbols):
+                return None
+            args = [sympy.Symbol(f"___a{i}", integer=True) for i in range(len(symbols))]
+            text = PythonPrinter().doprint(expr.xreplace(dict(zip(symbols, args))))
+            params = ", ".join(str(a) for a in args)
+            scope: dict[str, Any] = {}
+            exec(f"def size_value({params}):\n    return int({text})\n", scope)
+            found[out.node] = (scope["size_value"], [self.dynamic.symbols[sym] for sym in symbols])
+        return found
+
 
 _PURE = {
     operator.iadd: operator.add,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import types
 import warnings
 from typing import Any
 
@@ -507,6 +508,69 @@ def test_a_float_compared_with_a_number_is_guarded_on_the_outcome(
     recompiles = [line for line in capsys.readouterr().err.splitlines() if "recompiling" in line]
     assert len(recompiles) <= 2, recompiles  # the value, then each outcome once
     assert "(L['___stack0'] < 0.5) is" in recompiles[-1]
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = self.lin(x)
+        return y * 2 if self.calls % 5 == 0 else y
+
+
+STEP = 0
+
+
+def counts_globally(x: torch.Tensor) -> torch.Tensor:
+    global STEP
+    STEP += 1
+    return x + STEP
+
+
+@pytest.mark.parametrize("backend", ["counted", "aot_eager"])
+def test_counters_in_attributes_and_globals_stop_recompiling(backend: str) -> None:
+    # an int read through an attribute or a global that changes between calls becomes a
+    # symbolic input, as int arguments do: 2 recompiles (0 and 1 are specialized), not 20
+    global STEP
+    torch.manual_seed(0)
+    model, twin = CountsCalls(), CountsCalls()
+    twin.load_state_dict(model.state_dict())
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter if backend == "counted" else backend)
+    x = torch.randn(2, 3)
+    for _ in range(20):
+        torch.testing.assert_close(jitted(x), twin(x))
+    assert model.calls == twin.calls == 20
+    STEP = 0
+    jitted_fn = framejit.jit(counts_globally, backend=counter if backend == "counted" else backend)
+    got = [jitted_fn(x) for _ in range(12)]
+    assert STEP == 12
+    for i, g in enumerate(got, start=1):
+        torch.testing.assert_close(g, x + i)
+    if backend == "counted":  # calls 1, 2, 3 and the % 5 outcome; calls 1, 2, 3
+        assert counter.frame_count <= 7
+
+
+def bumps_a_counter_between_breaks(state: Any, x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    print(end="")  # a graph break: what follows is a resume function doing only `+= 1`
+    state.step += 1
+    return y
+
+
+def test_a_resume_that_only_counts_makes_no_graph() -> None:
+    state = types.SimpleNamespace(step=0)
+    counter = CompileCounter()
+    jitted = framejit.jit(bumps_a_counter_between_breaks, backend=counter)
+    x = torch.randn(3)
+    for _ in range(6):
+        torch.testing.assert_close(jitted(state, x), x * 2)
+    assert state.step == 6
+    assert counter.op_count == 1  # the multiplication; the counter is Python arithmetic
 
 
 def split_heads(x, n_head):
