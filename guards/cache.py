@@ -66,12 +66,15 @@ class CodeCache:
         if len(self.entries) < config.recompile_limit:
             return False
         self.mark_eager(f"recompile_limit ({config.recompile_limit}) reached")
-        warnings.warn(
+        message = (
             f"framejit: {qualname} recompiled {len(self.entries)} times "
             f"(config.recompile_limit={config.recompile_limit}); running it eagerly from now "
-            f"on. Reasons: " + "; ".join(self.recompile_reasons[-3:]),
-            stacklevel=stacklevel + 1,
+            f"on. Reasons: " + "; ".join(self.recompile_reasons[-3:])
         )
+        try:
+            warnings.warn(message, stacklevel=stacklevel + 1)
+        except Warning:  # `-W error`: the program must not fail because framejit is on
+            logs.get_logger("guards").warning("%s", message)
         return True
 
     def add(self, entry: CacheEntry) -> None:

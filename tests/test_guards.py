@@ -1004,6 +1004,21 @@ def test_recompile_limit_warns_once_then_runs_eagerly(monkeypatch: pytest.Monkey
     assert counter.frame_count == 3
 
 
+def test_recompile_limit_warning_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    # under `-W error` the warning would be an exception out of the user's call: logged instead
+    monkeypatch.setattr(framejit.config, "recompile_limit", 2)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() * x.shape[0]
+
+    jitted, _ = jit_counted(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (1, 2, 3, 4):
+            x = torch.randn(n)
+            assert_same(jitted(x), fn(x))
+
+
 def test_recompiles_log_names_the_failing_guard(capsys: pytest.CaptureFixture[str]) -> None:
     def fn(x: torch.Tensor, n: int) -> torch.Tensor:
         return x * n
