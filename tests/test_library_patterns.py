@@ -1079,3 +1079,45 @@ def test_lru_cache_functions_of_constant_arguments_fold() -> None:
     torch.testing.assert_close(framejit.jit(noisy, backend="eager")(x), noisy(x))
     assert framejit.explain(noisy, x).graph_break_count == 1
     assert _NOISY_CALLS == [2]  # run once, by the first real call, as in eager
+
+
+class _QuantParam(nn.Parameter):
+    """A quantization library's parameter class: extra methods, nothing torch sees."""
+
+    def levels(self):
+        return 4
+
+
+class _QuantLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = _QuantParam(torch.randn(3, 3))
+        self.bias = nn.Parameter(torch.zeros(3))
+
+    def forward(self, x):
+        y = x @ self.weight + self.bias
+        return y * 2 if isinstance(self.weight, _QuantParam) else y
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_parameter_subclass_is_a_parameter_of_the_graph(backend):
+    torch.manual_seed(0)
+    model = _QuantLinear()
+    x = torch.randn(2, 3)
+    counter = CompileCounter()
+    jitted = framejit.jit(model, backend=counter if backend == "eager" else backend)
+    got = jitted(x)
+    got.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want = model(x)
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    assert framejit.explain(model, x).graph_break_count == 0
+    if backend == "eager":
+        assert counter.frame_count == 1
+        model.weight = nn.Parameter(model.weight.detach().clone())  # a plain one: recompiles
+        torch.testing.assert_close(jitted(x), model(x))
+        assert counter.frame_count == 2

@@ -75,6 +75,19 @@ CONSTANT_TYPES = (
 TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
+def _plain_parameter_class(cls: type) -> bool:
+    """A subclass of nn.Parameter that changes nothing torch sees (`class QParam(nn.Parameter):`
+    with extra methods or attributes, as quantization libraries write): a parameter to the
+    graph, its exact class kept for isinstance and guarded."""
+    if not issubclass(cls, torch.nn.Parameter):
+        return False
+    base = torch.nn.Parameter
+    return all(
+        getattr(cls, name, None) is getattr(base, name, None)
+        for name in ("__torch_function__", "__torch_dispatch__", "__getattribute__", "__getattr__")
+    ) and "__getattr__" not in vars(cls)
+
+
 class BuiltinVariable(ExternalCallableVariable):
     """A Python builtin (or a `math`/`operator` function): variables/builtins.py calls it."""
 
@@ -141,7 +154,7 @@ def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> No
 
 def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker:
     t = type(value)
-    if t in TENSOR_TYPES:
+    if t in TENSOR_TYPES or _plain_parameter_class(t):
         dims = tx.output.input_dims(source, value)  # symbolic dimensions (dynamic shapes)
         _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value, tuple(sorted(dims))))
         return tx.output.add_input(source, value, dims)
