@@ -29,7 +29,7 @@ REASONS: dict[str, str] = {
     "reconstruct": "this value cannot be rebuilt after the graph runs",
     "generator": "generator and coroutine code runs eagerly",
     "exception": "raising or handling exceptions is not captured yet",
-    "tensor_op_failed": "the op failed on example inputs (eager will raise the same error)",
+    "tensor_op_failed": "the op failed on the trace's FakeTensors; it runs as Python, as in eager",
 }
 
 
