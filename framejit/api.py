@@ -3,12 +3,18 @@
 `jit(fn)` returns a JitFunction: on each call it binds the arguments the way the frame would see
 them, runs the first cached entry whose guards hold, and otherwise asks the frontend to compile a
 new entry (up to `config.recompile_limit`, then the code runs eagerly with one warning).
-`jit(module)` returns a JitModule that shares the module's parameters, buffers, submodules and
-state_dict keys, and runs its forward through a JitFunction.
+`jit(module)` returns a JitModule that stands in for the module: its state, its nn.Module
+methods and its hooks are the module's own, and calling it is the module's call as eager makes
+it (hooks included), with the forward run through a JitFunction.
+
+While a TorchFunctionMode or TorchDispatchMode of the user's is active (`user_mode_active`: any
+but torch's own device context), a call runs as plain Python: nothing is compiled and no
+compiled entry runs, so the mode sees the program's torch calls, once each, and none of framejit's.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import sys
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.nn.modules import module as _nn_module
 
 from framejit.backend import lookup_backend
 from framejit.backend.registry import with_cudagraphs
@@ -27,8 +34,12 @@ from framejit.config import config
 from framejit.frontend.codegen import argnames_of
 from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
-from framejit.frontend.hook import forget_skip_marks
+from framejit.frontend.hook import forget_skip_marks, inside_torch_dispatch, user_mode_active
 from framejit.guards import CodeCache, clear_caches
+
+# Bound once: the check each call makes for a TorchFunctionMode or TorchDispatchMode.
+_function_mode_on = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 MODES = (None, "default", "reduce-overhead", "max-autotune")
 
@@ -212,6 +223,10 @@ class JitFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = self._fn
+        if (_function_mode_on() or _dispatch_modes()) and user_mode_active():
+            # a mode of the user's must see this call's own torch calls, once each, and none
+            # of framejit's: the call runs as Python (guards, compiling, graphs would not)
+            return fn(*args, **kwargs)
         if fn.__code__ is not self._code:  # `fn.__code__ = other.__code__`
             self._follow_code()
         frame_args = args if (self._simple and not kwargs and len(args) == self._nargs) else None
@@ -230,7 +245,7 @@ class JitFunction:
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], frame_args: tuple) -> Any:
         cache, fn = self._cache, self._fn
-        if cache.eager or self._settings.backend is None:
+        if cache.eager or self._settings.backend is None or inside_torch_dispatch():
             return fn(*args, **kwargs)
         if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=3):
             return fn(*args, **kwargs)
@@ -309,44 +324,70 @@ def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
 _CALLED_AS_A_WHOLE = (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
 
 
-def _has_hooks(obj: Any) -> bool:
-    if not isinstance(obj, torch.nn.Module):
-        return False
-    from torch.nn.modules import module as m
-
+def _global_module_hooks() -> bool:
+    """Are hooks registered for every module (`register_module_forward_hook` and friends)?"""
+    m = _nn_module
     return bool(
-        obj._forward_hooks
-        or obj._forward_pre_hooks
-        or obj._backward_hooks
-        or obj._backward_pre_hooks
-        or m._global_forward_hooks
+        m._global_forward_hooks
         or m._global_forward_pre_hooks
         or m._global_backward_hooks
         or m._global_backward_pre_hooks
     )
 
 
-class JitModule(torch.nn.Module):
-    """An nn.Module whose forward runs through framejit; it shares the original's state.
+def _has_hooks(obj: Any) -> bool:
+    if not isinstance(obj, torch.nn.Module):
+        return False
+    return bool(
+        obj._forward_hooks
+        or obj._forward_pre_hooks
+        or obj._backward_hooks
+        or obj._backward_pre_hooks
+        or _global_module_hooks()
+    )
 
-    Parameters, buffers and submodules are the original's own dicts; `training` and every other
-    attribute read or written on the wrapper go to the original, so the two never disagree.
+
+# The containers nn.Module.__init__ makes (parameters, buffers, submodules, every kind of hook):
+# a JitModule holds the original's own objects under these names.
+_MODULE_CONTAINERS = tuple(
+    name for name, value in vars(torch.nn.Module()).items() if isinstance(value, (dict, set))
+)
+
+
+class JitModule(torch.nn.Module):
+    """An nn.Module whose forward runs through framejit; it stands in for the original.
+
+    Invariants:
+    - The wrapper keeps no module state of its own. Its nn.Module containers are the original's
+      own objects (`_parameters`, `_modules`, the hook dicts: `_MODULE_CONTAINERS`); every other
+      attribute read, written or deleted on it is the original's, `training` included.
+    - Every nn.Module method is the original's, called on the original (`_delegate`): hooks
+      registered through the wrapper are the original's hooks, `apply(fn)`, `modules()` and
+      `state_dict()` see the original, and a method that returns the module itself (`to()`,
+      `train()`, `apply()`) returns the wrapper.
+    - A call is the original's call as eager makes it: global module hooks and the original's
+      own hooks run once each and see the original, never the wrapper.
     """
 
     _OWN = frozenset({"_orig_mod", "_jit_forward", "_jit_call", "_settings", "_bound_to"})
 
+    def __new__(cls, mod: torch.nn.Module, settings: _Settings) -> JitModule:
+        # Python finds `fast[0]`, `len(fast)`, `for m in fast` on the class, not through
+        # __getattr__: the wrapper of a Sequential, ModuleList or ModuleDict is of a subclass
+        # with the original's container methods.
+        special = tuple(n for n in _CONTAINER_METHODS if getattr(type(mod), n, None) is not None)
+        return super().__new__(_with_methods(special) if special else cls)
+
     def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
-        object.__setattr__(self, "_orig_mod", mod)
-        training = mod.training
-        super().__init__()  # sets self.training = True, which the property forwards to `mod`
-        mod.training = training
-        # Same dict objects: parameters(), state_dict(), to(), named_modules() see the original.
-        self.__dict__["_parameters"] = mod._parameters
-        self.__dict__["_buffers"] = mod._buffers
-        self.__dict__["_modules"] = mod._modules
-        object.__setattr__(self, "_settings", settings)
+        # No nn.Module.__init__: it would make state of the wrapper's own.
+        own = self.__dict__
+        own["_orig_mod"] = mod
+        own["_settings"] = settings
+        for name in _MODULE_CONTAINERS:
+            if name in mod.__dict__:
+                own[name] = mod.__dict__[name]
         self._bind_forward()
-        object.__setattr__(self, "_jit_call", _jit_function(_call_module, settings))
+        own["_jit_call"] = _jit_function(_call_module, settings)
 
     def _bind_forward(self) -> None:
         """Compile the original's forward as it is now; `forward` binds it again when the
@@ -377,8 +418,12 @@ class JitModule(torch.nn.Module):
     def training(self, mode: bool) -> None:
         self.__dict__["_orig_mod"].training = mode
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
+        if _global_module_hooks() or mod._compiled_call_impl is not None:
+            # global hooks are not captured (every module call would break the graph), nor is
+            # `mod.compile()`: the call is the original's own
+            return mod(*args, **kwargs)
         if (
             mod._forward_hooks
             or mod._forward_pre_hooks
@@ -387,37 +432,101 @@ class JitModule(torch.nn.Module):
         ):
             # the original's hooks must run: compile the call itself, hooks included
             return self._jit_call(mod, *args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+    _call_impl = _wrapped_call_impl = __call__
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The original's forward, compiled (no hooks, as `mod.forward(x)` runs none)."""
+        mod = self._orig_mod
         cls, forward = self._bound_to
         if type(mod) is not cls or mod.__dict__.get("forward", cls.forward) is not forward:
             self._bind_forward()
         return self._jit_forward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_orig_mod"], name)
+        mod = self.__dict__.get("_orig_mod")
+        if mod is None:  # only while the wrapper is being built
+            raise AttributeError(name)
+        return getattr(mod, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._OWN:
             object.__setattr__(self, name, value)
-        elif name == "training":
-            self.__dict__["_orig_mod"].training = value
-        else:
+        else:  # `training` too
             setattr(self.__dict__["_orig_mod"], name, value)
 
     def __delattr__(self, name: str) -> None:
         delattr(self.__dict__["_orig_mod"], name)
 
-    def train(self, mode: bool = True) -> JitModule:
-        self._orig_mod.train(mode)
-        return self
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self._orig_mod.state_dict(*args, **kwargs)
-
-    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def __dir__(self) -> list[str]:
+        return dir(self.__dict__["_orig_mod"])
 
     def __repr__(self) -> str:
         return f"framejit.JitModule({self._orig_mod!r})"
+
+    # copy, deepcopy and pickle make a JitModule of a copy of the original, with caches of its own
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (JitModule, (self._orig_mod, self._settings))
+
+    def __copy__(self) -> JitModule:
+        return JitModule(copy.copy(self._orig_mod), self._settings)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> JitModule:
+        return JitModule(copy.deepcopy(self._orig_mod, memo), self._settings)
+
+
+def _delegate(name: str) -> Callable[..., Any]:
+    """JitModule.<name>: the original's own method of that name (its class may override
+    nn.Module's), called on the original; where it returns the original, the wrapper."""
+
+    def method(self: JitModule, *args: Any, **kwargs: Any) -> Any:
+        mod = self.__dict__["_orig_mod"]
+        result = getattr(mod, name)(*args, **kwargs)
+        return self if result is mod else result
+
+    method.__name__ = name
+    method.__qualname__ = f"JitModule.{name}"
+    method.__doc__ = getattr(getattr(torch.nn.Module, name, None), "__doc__", None)
+    return method
+
+
+# Methods of module containers (Sequential, ModuleList, ModuleDict) that Python looks up on the
+# class: a JitModule of such a module has them (JitModule.__new__).
+_CONTAINER_METHODS = (
+    "__getitem__",
+    "__setitem__",
+    "__delitem__",
+    "__len__",
+    "__iter__",
+    "__reversed__",
+    "__contains__",
+    "__add__",
+    "__iadd__",
+    "__mul__",
+    "__rmul__",
+    "__imul__",
+)
+
+
+@functools.cache
+def _with_methods(names: tuple[str, ...]) -> type[JitModule]:
+    """The JitModule subclass with these container methods of the original's."""
+    methods: dict[str, Any] = {name: _delegate(name) for name in names}
+    methods["__qualname__"] = "JitModule"
+    return type("JitModule", (JitModule,), methods)
+
+
+# Every nn.Module method the wrapper does not define itself (register_*_hook, state_dict,
+# load_state_dict, apply, to, train, modules, named_parameters, ...: whatever this torch has).
+for _name, _value in vars(torch.nn.Module).items():
+    if (
+        isinstance(_value, types.FunctionType)
+        and _name not in JitModule.__dict__
+        and _name not in ("__getstate__", "__setstate__")  # pickling goes by __reduce_ex__
+    ):
+        setattr(JitModule, _name, _delegate(_name))
+del _name, _value
 
 
 def disable(fn: Any = None) -> Any:

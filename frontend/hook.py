@@ -21,11 +21,20 @@ Invariants:
   be waiting for that thread); its frame runs as it is, with the code's state left UNDECIDED.
 - Enable state is per thread (`set_thread`), with a process-wide switch for whole-script mode
   (`set_global`). Settings (`backend`, `mode`) are per thread too.
+- While a TorchFunctionMode or TorchDispatchMode of the user's is active (`user_mode_active`:
+  any but torch's own device context), no frame is compiled or runs compiled code: it runs as
+  it is, so the mode sees the program's torch calls once each and none of framejit's. The check
+  comes before any guard runs (guards read tensors, which a mode would see); hook entries carry
+  it in their guard check, since the GLOBAL_STATE guard tells only whether some function mode
+  is on and nothing of dispatch modes. `jit` makes the same check (framejit/api.py). Nor is
+  a frame compiled inside a `__torch_dispatch__` handler (`inside_torch_dispatch`): a mode's
+  own handler runs with the mode off the stack, in the middle of an op's dispatch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import site
 import sys
@@ -39,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._device import DeviceContext
 
 from framejit import logs
 from framejit.config import config
@@ -206,6 +216,55 @@ def _tensorish(value: Any, depth: int = 0) -> bool:
     if depth == 0 and type(value) is dict:
         return any(_tensorish(v, 1) for v in list(value.values())[:16])
     return False
+
+
+# --- torch modes ------------------------------------------------------------------------------
+
+# torch's own TorchFunctionModes that compiled code honours (the GLOBAL_STATE guard records that
+# a function mode is on): `with torch.device("meta"):` and `torch.set_default_device` push one.
+_COMPILED_FUNCTION_MODES = (DeviceContext,)
+_function_mode_on = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def user_mode_active() -> bool:
+    """Is a TorchFunctionMode or TorchDispatchMode active that compiled code would not honour?
+    (Any dispatch mode, FakeTensorMode included; any function mode but torch's device context.)
+    A call made under one runs as plain Python: the mode must see each of the program's own
+    torch calls once, and none of framejit's guards, tracing or graphs."""
+    if _dispatch_modes():
+        return True
+    if not _function_mode_on():
+        return False
+    stack_at = torch._C._get_function_stack_at
+    return any(
+        type(stack_at(i)) not in _COMPILED_FUNCTION_MODES
+        for i in range(torch._C._len_torch_function_stack())
+    )
+
+
+def inside_torch_dispatch() -> bool:
+    """Is this code running in a `__torch_dispatch__` handler (a mode's, which is off the stack
+    while its handler runs, or a tensor subclass's), in the middle of an op? Compiling there
+    would trace framejit's own fake tensors inside that op's dispatch: such a call runs as
+    Python. (torch excludes the PythonTLSSnapshot key exactly while it runs these handlers.)"""
+    return torch._C._dispatch_tls_is_dispatch_key_excluded(_PYTHON_TLS_SNAPSHOT)
+
+
+_PYTHON_TLS_SNAPSHOT = torch._C.DispatchKey.PythonTLSSnapshot
+
+
+def _unless_user_mode(guards: Any) -> Any:
+    """`guards` whose check also fails while a user mode is active: the C hook then asks
+    `on_frame`, which runs the frame as it is."""
+    check = guards.check
+
+    def check_outside_user_modes(*args: Any) -> bool:
+        if (_function_mode_on() or _dispatch_modes()) and user_mode_active():
+            return False
+        return check(*args)
+
+    return dataclasses.replace(guards, check=check_outside_user_modes)
 
 
 # --- per-thread settings ----------------------------------------------------------------------
@@ -392,6 +451,14 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
     cache = cache_for(code)
     if cache.eager:
         return _skip(cache.eager_reason or "eager")
+    if not cache.entries:
+        why = skipped_by_rule(fn)
+        if why:
+            return _skip(why)
+        if not any(_tensorish(a) for a in args):
+            return _skip("no tensor or module argument")
+    if user_mode_active() or inside_torch_dispatch():
+        return cache, None  # before any guard reads a tensor: this call runs as it is
     if cache.entries:
         entry = cache.lookup(fn, args)  # another thread may have compiled it meanwhile
         if entry is not None:
@@ -399,12 +466,6 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         summary.recompiles += 1
         if cache.record_miss(fn, args, code.co_qualname, stacklevel=2):
             return _skip("recompile limit")
-    else:
-        why = skipped_by_rule(fn)
-        if why:
-            return _skip(why)
-        if not any(_tensorish(a) for a in args):
-            return _skip("no tensor or module argument")
     settings = current_settings()
     backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)
     start = time.perf_counter()
@@ -421,6 +482,7 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         summary.breaks[_reason_text(reason)] += 1
     if entry.code is not code:
         _eval_frame.set_code_state(entry.code, None)  # never hook framejit's own code
+    entry.guards = _unless_user_mode(entry.guards)
     cache.add(entry)
     return cache, entry
 
