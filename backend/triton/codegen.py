@@ -291,11 +291,14 @@ def graph_symbols(graph: Any) -> set[str]:
             visit(getattr(node, "ranges", ()))
     for _, _, expr in graph.size_inputs:
         visit([expr])
+    for symbol, definition in graph.sizes.definitions.items():
+        visit([symbol, definition])
     return found
 
 
 def _bind_symbols(w: Writer, graph: Any, inputs: list[InputBuffer], symbols: set[str]) -> None:
-    """`s0 = arg0_1.shape[0]`: each size symbol from the first input that has it plainly."""
+    """`s0 = arg0_1.shape[0]`: each size symbol from the first input that has it plainly; then
+    each derived size from them (`d0 = s0 // 2`)."""
     bound: set[str] = set()
     for _, name, expr in graph.size_inputs:
         if _is_size_expr(expr) and expr.is_Symbol and expr.name not in bound:
@@ -307,6 +310,9 @@ def _bind_symbols(w: Writer, graph: Any, inputs: list[InputBuffer], symbols: set
                 if _is_size_expr(n) and n.is_Symbol and n.name not in bound:
                     w.line(f"{n.name} = {buf.name}.{what}[{d}]")
                     bound.add(n.name)
+    for symbol in graph.sizes.definitions:  # derived sizes, from the symbols above
+        w.line(f"{symbol.name} = {graph.sizes.python_text(symbol)}")
+        bound.add(symbol.name)
     missing = sorted(symbols - bound)
     if missing:
         raise SymbolicUnsupported(f"sizes {missing} cannot be read from the inputs")

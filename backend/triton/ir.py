@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from framejit.backend.triton.sizes import (  # noqa: F401 (re-exported)
     Size,
+    SizeFacts,
     Unknown,
     divides,
     exact_quotient,
@@ -682,9 +683,12 @@ class LoopGraph:
     size_inputs: list[tuple[int, str, Any]] = field(default_factory=list)
     # Reductions without an identity over a symbolic number of elements (see EmptyCheck).
     empty_checks: list[EmptyCheck] = field(default_factory=list)
+    # Derived sizes (`d0 = s0 // 2`, a clamped slice start), computed by the wrapper.
+    sizes: SizeFacts = field(default_factory=SizeFacts)
 
     def __str__(self) -> str:
-        lines = [str(c) for c in self.empty_checks] + [str(n) for n in self.nodes]
+        lines = [f"{d} = {self.sizes.python_text(d)}" for d in self.sizes.definitions]
+        lines += [str(c) for c in self.empty_checks] + [str(n) for n in self.nodes]
         outs = [str(o) if isinstance(o, ExternArg) else repr(o) for o in self.outputs]
         lines.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(lines)

@@ -504,18 +504,14 @@ class KernelCode:
             combine = f"tl.reduce({{0}}, 1, {helper})"
         suffix = " != 0" if is_bool else ""
         if persistent:
-            value = self.value(body)
-            if is_bool:
-                value = f"{value}.to(tl.int32)"
+            value = self.reduce_operand(body, is_bool)
             total = combine.format(f"tl.where(mask, {value}, {identity})")
             return self.emit(f"{total}[:, None]{suffix}")
         acc = f"acc{self.count}"
         self.count += 1
         self.body.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {TL_DTYPES[dtype]})")
         with self.loop():
-            value = self.value(body)
-            if is_bool:
-                value = f"{value}.to(tl.int32)"
+            value = self.reduce_operand(body, is_bool)
             masked = f"tl.where(mask, {value}, {identity})"
             nan = ", propagate_nan=tl.PropagateNan.ALL"
             update = {
@@ -526,6 +522,15 @@ class KernelCode:
             }[node.reduce_type]
             self.body.line(f"{acc} = {update}")
         return self.emit(f"{combine.format(acc)}[:, None]{suffix}")
+
+    def reduce_operand(self, body: Expr, is_bool: bool) -> str:
+        """A reduction's body as a tensor, bools (`is_bool`) as int32. A constant body
+        (`torch.full(...).max(1)`) is a literal: a Python number has no `.to()`, and the
+        combining ops (`&`, `!=`, `tl.where`) need a tensor."""
+        value = self.value(body)
+        if _literal_number(value) is not None:
+            value = self.tensor_literal(value, body.dtype)
+        return f"{value}.to(tl.int32)" if is_bool else value
 
     def arg_reduce(self, node: Reduction, body: Expr, persistent: bool) -> str:
         """The first index of the largest (argmax) or smallest (argmin) value along the
@@ -538,13 +543,9 @@ class KernelCode:
         worst = _identity("max" if is_max else "min", dtype)
         better = ">" if is_max else "<"
         big = "2147483647"
-
-        def value_text() -> str:
-            value = self.value(body)
-            return f"{value}.to(tl.int32)" if body.dtype == torch.bool else value
-
+        is_bool = body.dtype == torch.bool
         if persistent:
-            vals = self.emit(f"tl.where(mask, {value_text()}, {worst})")
+            vals = self.emit(f"tl.where(mask, {self.reduce_operand(body, is_bool)}, {worst})")
             idxs = self.emit("roffsets + tl.zeros([XBLOCK, RBLOCK], tl.int32)")
             valid = "mask"
         else:
@@ -553,7 +554,7 @@ class KernelCode:
             self.body.line(f"{vals} = tl.full([XBLOCK, RBLOCK], {worst}, {TL_DTYPES[dtype]})")
             self.body.line(f"{idxs} = tl.full([XBLOCK, RBLOCK], {big}, tl.int32)")
             with self.loop():
-                value = self.emit(value_text())
+                value = self.emit(self.reduce_operand(body, is_bool))
                 take = f"({idxs} == {big}) | ({value} {better} {vals})"
                 if floating:
                     take += f" | (({value} != {value}) & ({vals} == {vals}))"

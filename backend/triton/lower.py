@@ -46,7 +46,7 @@ from framejit.backend.triton.ir import (
     loop_vars,
     size_value,
 )
-from framejit.backend.triton.sizes import Size, SymbolicUnsupported, same_size
+from framejit.backend.triton.sizes import Size, SizeFacts, SymbolicUnsupported, same_size
 
 SUPPORTED_DTYPES = frozenset(
     {
@@ -205,6 +205,26 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
     from framejit.backend.triton.ops import LOWERINGS
 
     ctx = Lowering()
+    ctx.graph.sizes = SizeFacts(_shape_env(gm))
+    with ctx.graph.sizes.active():
+        _lower_nodes(ctx, gm, LOWERINGS)
+    return ctx
+
+
+def _shape_env(gm: torch.fx.GraphModule) -> Any:
+    """The ShapeEnv of a graph with symbolic sizes (None for a static graph)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for v in val if isinstance(val, (list, tuple)) else [val]:
+            sizes = [v] if isinstance(v, torch.SymInt) else []
+            if isinstance(v, torch.Tensor):
+                sizes = [d for d in (*v.shape, *v.stride()) if isinstance(d, torch.SymInt)]
+            for d in sizes:
+                return d.node.shape_env
+    return None
+
+
+def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any]) -> None:
     env: dict[torch.fx.Node, Any] = {}
     position = 0
     for node in gm.graph.nodes:
@@ -231,7 +251,7 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
         elif node.op == "call_function" and _is_size_node(node):
             env[node] = _size_node(node, env)
         elif node.op == "call_function":
-            env[node] = _lower_call(ctx, node, env, LOWERINGS)
+            env[node] = _lower_call(ctx, node, env, table)
         elif node.op == "output":
             outs = node.args[0]
             for out in outs if isinstance(outs, (list, tuple)) else [outs]:
@@ -245,7 +265,6 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
         if isinstance(val, torch.Tensor) and str(val.device) != "meta":
             ctx.graph.device = str(val.device)
     ctx.graph.arity = position
-    return ctx
 
 
 def _constant(ctx: Lowering, gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
@@ -306,6 +325,9 @@ def _size_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
             return size_value(quotient)
     if target in _SIZE_CHECKS:
         return None
+    val = node.meta.get("val")
+    if isinstance(val, torch.SymInt):  # `s0 // 2`, `min(s0, s1)`: a derived size
+        return size_value(val)
     raise SymbolicUnsupported(f"size node {node.format_node()}")
 
 

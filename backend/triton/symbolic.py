@@ -5,9 +5,12 @@ sizes (`s0`, `s1`, ...), with SymInt-valued nodes (`sym_size`, arithmetic) and i
 placeholders. The pipeline first tries to compile it as it is: sizes are sympy expressions in
 the loop IR (ir.py's `Size`), kernels take the symbols they use as arguments, and the wrapper
 binds each symbol from the first input dimension (or number input) that holds it plainly, so
-one module serves every size. When that path meets something it does not handle (a size
-expression other than sums and products, a comparison sympy cannot decide, a symbol no input
-holds), `compile_graph` falls back to `Specializing`, below, with a `perf_hints` line.
+one module serves every size. Other size expressions (`s0 // 2`, `min`, `max`, a slice bound
+clamped per call) are derived sizes (sizes.py's `SizeFacts`): the wrapper computes each from
+the symbols, and kernels take it as one more argument. When that path meets something it does
+not handle (a size function it cannot write, such as `s0 & 6`, a comparison it must decide
+and cannot, a symbol no input holds), `compile_graph` falls back to `Specializing`, below,
+with a `perf_hints` line.
 
 `Specializing` compiles the graph per distinct size: on a call, the inputs' sizes, strides and
 int arguments bind every symbol; the first call with a new binding retraces the graph with
@@ -17,7 +20,8 @@ static graph as usual; later calls with the same binding go straight to that mod
 Invariants:
 
 - Every size symbol is at least 2 (torch's ShapeEnv specializes 0 and 1), which is what the
-  symbolic index simplification assumes; a symbolic size never gets a size-1 loop variable.
+  symbolic index simplification assumes; a derived size may be 0 or 1 (an empty slice), and
+  is only assumed non-negative where its definition proves it.
 - Results never depend on which binding compiled first: each binding has its own module.
 - After `MAX_SPECIALIZATIONS` bindings a new one runs the aten graph eagerly (a `perf_hints`
   line says so) instead of compiling without bound.

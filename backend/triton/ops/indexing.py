@@ -53,6 +53,7 @@ from framejit.backend.triton.ops.table import (
     masked,
     meta,
     op,
+    slice_bound,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def _flip(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims: Sequence[int
 
     def body(index: tuple[Ix, ...]) -> Expr:
         source = [
-            Ix.of(x.shape[d] - 1) + i * -1 if d in flipped and x.shape[d] > 1 else i
+            Ix.of(x.shape[d] - 1) + i * -1 if d in flipped and more_than_one(x.shape[d]) else i
             for d, i in enumerate(index)
         ]
         return x.load(source)
@@ -129,7 +130,10 @@ def _repeat(ctx: Lowering, node: torch.fx.Node, x: TensorValue, repeats: Sequenc
     lead = len(repeats) - len(x.shape)
 
     def body(index: tuple[Ix, ...]) -> Expr:
-        return x.load([index[lead + k].mod(n) if n > 1 else Ix() for k, n in enumerate(x.shape)])
+        source = [
+            index[lead + k].mod(n) if more_than_one(n) else Ix() for k, n in enumerate(x.shape)
+        ]
+        return x.load(source)
 
     return ctx.pointwise(out.shape, out.dtype, body)
 
@@ -148,9 +152,8 @@ def _slice_scatter(
     out = meta(node)
     dim = dim % len(base.shape)
     n = base.shape[dim]
-    start = 0 if start is None else (start + n if start < 0 else start)
-    end = n if end is None else (end + n if end < 0 else end)
-    start, end = min(max(start, 0), n), min(max(end, 0), n)
+    start = slice_bound(ctx, 0 if start is None else start, n)
+    end = slice_bound(ctx, n if end is None else end, n)
     dt = compute_dtype(out.dtype)
 
     def body(index: tuple[Ix, ...]) -> Expr:

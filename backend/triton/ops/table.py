@@ -26,13 +26,27 @@ exactly one of the two.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
+from framejit.backend.triton.ir import (
+    Const,
+    Expr,
+    IndexValue,
+    Ix,
+    Op,
+    Size,
+    Unknown,
+    compute_dtype,
+    is_static,
+    provably_le,
+    provably_lt,
+    size_value,
+)
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue, meta_value
 
 aten = torch.ops.aten
@@ -205,19 +219,51 @@ def elementwise(
     return ctx.pointwise(shape, out_dtype, body)
 
 
-def in_range(ix: Ix, lo: int, hi: int) -> Expr | None:
+def slice_bound(ctx: Lowering, bound: Size, n: Size) -> Size:
+    """A slice's start or end in a dim of size `n`, as Python's slices take it: a negative one
+    counts from the end, `sys.maxsize` is the end, and the result is clamped to `[0, n]`.
+    Symbolic sizes: each comparison that the sizes' algebra or the ShapeEnv decides is folded;
+    the others stay in the bound, a derived size the wrapper computes per call
+    (`d0 = min(s0 // 2, s1)`)."""
+    if is_static(bound, n):
+        return min(max(bound + n if bound < 0 else bound, 0), n)
+    if bound == sys.maxsize:
+        return n
+    import sympy
+    from torch.utils._sympy.functions import Max, Min, Where
+
+    less = ctx.graph.sizes.less
+    negative = less(bound, 0)
+    if negative is None:  # both ways, picked per call
+        wrapped, kept = Max(bound + n, 0), Min(bound, n)
+        return size_value(Where(sympy.Lt(bound, 0), wrapped, kept))
+    if negative:
+        bound = bound + n
+        below = less(bound, 0)
+        return 0 if below else bound if below is False else size_value(Max(bound, 0))
+    above = less(n, bound)
+    return n if above else bound if above is False else size_value(Min(bound, n))
+
+
+def in_range(ix: Ix, lo: Size, hi: Size) -> Expr | None:
     """The condition `lo <= ix < hi` as a bool expression; None when it always holds (by the
-    index's range), `Const(False)` when it never does."""
-    ilo, ihi = ix.bounds()
-    if ilo >= lo and ihi < hi:
+    index's range), `Const(False)` when it never does. Symbolic sizes: a bound is tested
+    unless it provably holds."""
+    try:
+        ilo, ihi = ix.bounds()
+    except Unknown:
+        ilo, ihi = None, None
+    low_holds = ilo is not None and provably_le(lo, ilo)
+    high_holds = ihi is not None and provably_lt(ihi, hi)
+    if low_holds and high_holds:
         return None
-    if ihi < lo or ilo >= hi:
+    if ihi is not None and (provably_lt(ihi, lo) or provably_le(hi, ilo)):
         return Const(False, torch.bool)
     value = IndexValue(ix, torch.int64)
     parts = []
-    if ilo < lo:
+    if not low_holds:
         parts.append(op("ge", value, const(lo, torch.int64), dtype=torch.bool))
-    if ihi >= hi:
+    if not high_holds:
         parts.append(op("lt", value, const(hi, torch.int64), dtype=torch.bool))
     return parts[0] if len(parts) == 1 else op("and", *parts)
 

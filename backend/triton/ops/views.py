@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch.fx
-from framejit.backend.triton.ir import Expr, Ix, contiguous_strides, linear, unflatten
+from framejit.backend.triton.ir import Expr, Ix, contiguous_strides, is_static, linear, unflatten
 from framejit.backend.triton.lower import Lowering, TensorValue
-from framejit.backend.triton.ops.table import aten, broadcast_index, lowering, meta
+from framejit.backend.triton.ops.table import aten, broadcast_index, lowering, meta, slice_bound
 
 
 @lowering("view", "_unsafe_view", "reshape", dtype="same")
@@ -82,30 +82,31 @@ def _squeeze(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims: Any = Non
 
 @lowering("slice", dtype="same")
 def _slice(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim=0, start=None, end=None, step=1):
-    rank = len(x.shape)
-    dim = dim % rank
-    start = 0 if start is None else start
-    if start < 0:
-        start += x.shape[dim]
-    start = min(max(start, 0), x.shape[dim])
+    dim = dim % len(x.shape)
+    start = slice_bound(ctx, 0 if start is None else start, x.shape[dim])
 
     def loader(index: tuple[Ix, ...]) -> Expr:
         source = list(index)
         source[dim] = index[dim] * step + start
         return x.load(source)
 
-    return x.view(meta(node).shape, loader, node.target, tuple(node.args[1:]))
+    # the output's length is the node's (torch's own arithmetic, under the frame's guards)
+    return x.view(meta(node).shape, loader, node.target, (dim, start, end, step))
 
 
 @lowering("select", dtype="same")
 def _select(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dim: int, index: int):
     dim = dim % len(x.shape)
-    index = index % x.shape[dim]
+    n = x.shape[dim]
+    if is_static(index, n):
+        index = index % n
+    elif ctx.graph.sizes.less(index, 0) is not False:  # eager raises for one out of range
+        index = slice_bound(ctx, index, n)
 
     def loader(idx: tuple[Ix, ...]) -> Expr:
         return x.load(idx[:dim] + (Ix((), index),) + idx[dim:])
 
-    return x.view(meta(node).shape, loader, node.target, (node.args[1], node.args[2]))
+    return x.view(meta(node).shape, loader, node.target, (dim, index))
 
 
 @lowering("diagonal", dtype="same")

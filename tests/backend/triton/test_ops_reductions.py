@@ -3,12 +3,15 @@ rms_norm: lowered (no extern), against eager, over dims, dtypes and awkward valu
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_helpers import check_lowered
+from triton_helpers import check_lowered, require_interpreter
+
+import framejit
 
 torch.manual_seed(0)
 
@@ -51,6 +54,38 @@ def test_argmax_looped_rows() -> None:
     x[1, 4500] = 100.0
     x[2, 17] = math.nan
     check_lowered(lambda x: (x.argmax(-1), x.argmin(-1)), x)
+
+
+def _constant_bodies(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    n = x.shape[1]
+    values, indices = torch.full((3, n), 1.0).max(1)
+    flags = torch.full((3, n), True)
+    return (
+        values + x.sum(1),
+        indices,
+        torch.full((n, 3), 2.0).argmax(0),
+        torch.full((3, n), 7, dtype=torch.int64).argmin(1),
+        flags.max(1).values,
+        flags.max(1).indices,
+        flags.any(1),
+        flags.all(1),
+    )
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_reductions_of_a_constant(dynamic: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """`torch.full(...).max(1)`: the reduced body is a literal, which the kernels once combined
+    as a Python number (`1.0 & ...`, `True.to(...)`) and failed at their first run. Rows short
+    enough for one block and long enough to loop; symbolic sizes loop too."""
+    require_interpreter()
+    jitted = framejit.jit(_constant_bodies, backend="triton", dynamic=dynamic)
+    with caplog.at_level(logging.WARNING, logger="framejit.backend"):
+        for n in (4, 7, 5000):
+            x = torch.randn(3, n)
+            for got, want in zip(jitted(x), _constant_bodies(x)):
+                assert got.dtype == want.dtype
+                torch.testing.assert_close(got, want)
+    assert not [r for r in caplog.records if "kernels failed" in r.getMessage()]
 
 
 PRODS = {

@@ -4,6 +4,7 @@ is compiled per distinct size instead. Results equal eager's either way."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 
@@ -92,9 +93,21 @@ def test_int_input_and_size_arithmetic() -> None:
         torch.testing.assert_close(got, fn(x, k))
 
 
-def test_unsupported_size_expression_compiles_per_size(caplog: pytest.LogCaptureFixture) -> None:
+def test_floor_division_size_serves_every_size() -> None:
+    """`s0 // 2` is a derived size (`d0 = (s0 // 2)` in the wrapper), not a reason to compile
+    per size."""
+
     def fn(x):
         return x.reshape(x.shape[0] // 2, 2 * x.shape[1]) * 2
+
+    _, call = _compile(fn, torch.randn(4, 3))
+    assert not isinstance(call, Specializing)
+    _check_sizes(call, fn, [(torch.randn(n, m),) for n, m in [(4, 3), (6, 5), (10, 2)]])
+
+
+def test_unsupported_size_expression_compiles_per_size(caplog: pytest.LogCaptureFixture) -> None:
+    def fn(x):
+        return x.reshape(-1)[: x.shape[0] & 6] * 2
 
     require_interpreter()
     gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(4, 3))
@@ -167,3 +180,124 @@ def test_recompiled_dynamic_graph_keeps_eager_strides() -> None:
         got, want = jitted(x), program(x)
         assert got.stride() == want.stride()
         torch.testing.assert_close(got, want)
+
+
+# Slices whose bounds are symbolic: index arithmetic (no extern), one module for every size.
+SLICES = {
+    "tail": lambda x: x[:, 2:] * 2,
+    "half": lambda x: x[..., x.shape[-1] // 2 :] + 1,
+    "drop_last": lambda x: x[:, :-1] * 3,
+    "stepped": lambda x: x[:, 1::2] - 1,
+    "negative_symbolic": lambda x: x[..., -(x.shape[-1] // 2) :] * 2,
+    "third_to_half": lambda x: x[:, x.shape[1] // 3 : x.shape[1] // 2] * 2,
+    "narrow": lambda x: x.narrow(1, x.shape[1] // 4, x.shape[1] // 2) + 1,
+    "chunk": lambda x: tuple(c * 2 for c in x.chunk(2, dim=-1)),
+    "rotate_half": lambda x: torch.cat(
+        (-x[..., x.shape[-1] // 2 :], x[..., : x.shape[-1] // 2]), dim=-1
+    ),
+    "reduce_slices": lambda x: x[:, x.shape[1] // 2 :].sum(1) + x[:, 1:-1:2].amax(1),
+    "returned_view": lambda x: x[:, x.shape[1] // 2 :],
+    "slice_scatter": lambda x: torch.slice_scatter(
+        x, x[:, : x.shape[1] // 2] * 2, 1, x.shape[1] - x.shape[1] // 2
+    ),
+}
+
+
+def _counting_triton(count: list[int]):
+    from framejit.backend import lookup_backend
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        count.append(1)
+        return lookup_backend("triton")(gm, example_inputs)
+
+    return backend
+
+
+def _hints_while(run, caplog: pytest.LogCaptureFixture) -> list[str]:
+    framejit.set_logs(perf_hints=True, recompiles=True)
+    logs.add_handler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO):
+            run()
+    finally:
+        logs.remove_handler(caplog.handler)
+        framejit.set_logs(perf_hints=False, recompiles=False)
+    return [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("name", sorted(SLICES))
+def test_symbolic_slices_compile_once(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Three sizes, one compile, Triton kernels all the way: no per-size compile, no extern
+    and no aten graph at the first run (the slices once failed to lower with symbolic bounds
+    and every size compiled again)."""
+    require_interpreter()
+    fn, count = SLICES[name], []
+    jitted = framejit.jit(fn, backend=_counting_triton(count), dynamic=True)
+    loads = []
+
+    def run() -> None:
+        for n in (8, 11, 14):
+            x = torch.randn(3, n)
+            got, want = jitted(x), fn(x)
+            for g, w in zip(*((got, want) if isinstance(want, tuple) else ((got,), (want,)))):
+                assert g.shape == w.shape
+                torch.testing.assert_close(g, w)
+            loads.append(sum(cache.STATS.values()))
+
+    hints = _hints_while(run, caplog)
+    assert count == [1], hints
+    assert loads[0] == loads[-1], "a new size compiled a new module"
+    bad = ("compiled per distinct size", "extern", "aten graph", "recompiling")
+    assert not [h for h in hints if any(b in h for b in bad)], hints
+
+
+def test_slice_that_may_be_empty(caplog: pytest.LogCaptureFixture) -> None:
+    """A start past the end gives an empty slice, as eager: the frame's guard on the two sizes
+    compiles it once more (once for starts within, once past the end), not per size."""
+    require_interpreter()
+
+    def fn(x, y):
+        return x[:, y.shape[0] :] * 2, x[:, -y.shape[0] :] + 1, x[:, : x.shape[1] - y.shape[0]]
+
+    count: list[int] = []
+    jitted = framejit.jit(fn, backend=_counting_triton(count), dynamic=True)
+
+    def run() -> None:
+        for n, m in [(9, 4), (12, 5), (4, 7), (6, 11), (10, 3), (5, 9)]:
+            x, y = torch.randn(3, n), torch.randn(m, 2)
+            for got, want in zip(jitted(x, y), fn(x, y)):
+                assert got.shape == want.shape
+                torch.testing.assert_close(got, want)
+
+    hints = _hints_while(run, caplog)
+    assert len(count) <= 2, hints
+    assert not [h for h in hints if "compiled per distinct size" in h or "aten graph" in h]
+
+
+def test_slice_bound_decided_at_call_time() -> None:
+    """A bound whose sign or range no guard decides stays a derived size that the wrapper
+    computes per call, with Python's slice semantics (negative from the end, clamped)."""
+    import sympy
+    from framejit.backend.triton.lower import Lowering
+    from framejit.backend.triton.ops.table import slice_bound
+    from framejit.backend.triton.sizes import SizeFacts, size_text
+
+    s0, s1, s2 = (sympy.Symbol(f"s{k}", positive=True, integer=True) for k in range(3))
+    ctx = Lowering()
+    ctx.graph.sizes = SizeFacts()  # no ShapeEnv: nothing is known beyond the algebra
+    bounds = {}
+    with ctx.graph.sizes.active():
+        for name, start in {"any_sign": s0 - s1, "negative": -s0, "non_negative": s0}.items():
+            bounds[name] = slice_bound(ctx, start, s2)
+        assert slice_bound(ctx, 3, s2) not in (3, s2)  # s2 may be 2: min(3, s2)
+        assert slice_bound(ctx, -1, s2) == s2 - 1
+        assert slice_bound(ctx, 0, s2) == 0
+    definitions = [(d.name, ctx.graph.sizes.python_text(d)) for d in ctx.graph.sizes.definitions]
+    assert any("if" in text for _, text in definitions)  # the sign of s0 - s1 is picked per call
+    for a, b, n in itertools.product(range(2, 7), repeat=3):
+        env = {"s0": a, "s1": b, "s2": n}
+        for symbol, text in definitions:
+            env[symbol] = eval(text, {}, env)
+        for name, start in {"any_sign": a - b, "negative": -a, "non_negative": a}.items():
+            got = eval(size_text(bounds[name]), {}, env)
+            assert got == slice(start, None).indices(n)[0], (name, env)
