@@ -464,7 +464,7 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         if entry is not None:
             return cache, entry
         summary.recompiles += 1
-        if cache.record_miss(fn, args, code.co_qualname, stacklevel=2):
+        if cache.record_miss(fn, args, code.co_qualname, stacklevel=2, warn=False):
             return _skip("recompile limit")
     settings = current_settings()
     backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)

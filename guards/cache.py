@@ -53,9 +53,13 @@ class CodeCache:
         """Why each entry rejected these arguments, most recently used entry first."""
         return [e.guards.why_failed(fn, *args) or "(guard holds)" for e in self.entries]
 
-    def record_miss(self, fn: Any, args: tuple[Any, ...], qualname: str, stacklevel: int) -> bool:
+    def record_miss(
+        self, fn: Any, args: tuple[Any, ...], qualname: str, stacklevel: int, warn: bool = True
+    ) -> bool:
         """Log why every entry rejected these arguments (`recompiles`); True when
-        `config.recompile_limit` is reached: the code is then marked eager, with one warning."""
+        `config.recompile_limit` is reached: the code is then marked eager, with one warning
+        (`warn`; else, in whole-script mode, where no one asked for this function to be
+        compiled, one line of the `recompiles` log)."""
         from framejit import logs
         from framejit.config import config
 
@@ -71,6 +75,9 @@ class CodeCache:
             f"(config.recompile_limit={config.recompile_limit}); running it eagerly from now "
             f"on. Reasons: " + "; ".join(self.recompile_reasons[-3:])
         )
+        if not warn:
+            logs.artifact("recompiles", lambda: message)
+            return True
         try:
             warnings.warn(message, stacklevel=stacklevel + 1)
         except Warning:  # `-W error`: the program must not fail because framejit is on

@@ -71,6 +71,20 @@ def test_framejit_env_gives_the_same_output(plain: str, tmp_path) -> None:
 
 
 @needs_hook
+def test_the_recompile_limit_is_logged_not_warned() -> None:
+    # in whole-script mode no one asked for `init` to be compiled: hitting the limit is one line
+    # of the recompiles log, not a warning (under -W error it would have made the program fail)
+    script = os.path.join(SCRIPTS, "apply_init.py")
+    plain = _run([script])
+    quiet = _run(["-W", "error", "-m", "framejit", "run", script])
+    logged = _run(["-m", "framejit", "run", script], FRAMEJIT_LOGS="recompiles")
+    assert plain.returncode == quiet.returncode == logged.returncode == 0, quiet.stderr
+    assert quiet.stdout == logged.stdout == plain.stdout
+    assert quiet.stderr == ""
+    assert "recompile_limit" in logged.stderr
+
+
+@needs_hook
 def test_disable_wins_over_whole_script_mode(plain: str) -> None:
     result = _run(["-m", "framejit", "run", TRAIN], FRAMEJIT_DISABLE="1", FRAMEJIT_LOGS="summary")
     assert result.returncode == 0, result.stderr
