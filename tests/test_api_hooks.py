@@ -619,3 +619,46 @@ def test_container_methods_of_the_original() -> None:
     assert single and not hasattr(type(single), "__len__")
     with pytest.raises(TypeError, match="not subscriptable"):
         single[0]  # noqa: B018
+
+
+# --- a jit function or module called from compiled code ----------------------------------------
+
+
+@framejit.jit
+def _scaled_gelu(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x) * 2
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = framejit.jit(nn.Linear(4, 4))
+
+    @framejit.jit
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        return _scaled_gelu(x) + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.inner(x))
+
+
+def test_jit_functions_and_modules_inside_compiled_code_are_traced_into_one_graph() -> None:
+    torch.manual_seed(0)
+    block = _Block()
+    x = torch.randn(2, 4)
+    explained = framejit.explain(block, x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained
+    fast = framejit.jit(block, backend="aot_eager")
+    got = fast(x)
+    got.sum().backward()
+    grads = [p.grad.clone() for p in block.parameters()]
+    block.zero_grad()
+    want = torch.nn.functional.gelu(block.inner._orig_mod(x)) * 2 + 1
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    for g, p in zip(grads, block.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    seen = []
+    block.inner.register_forward_hook(lambda m, i, o: seen.append(type(m).__name__))
+    torch.testing.assert_close(fast(x), want)
+    assert seen == ["Linear"]  # the wrapped module's own hook, with the original

@@ -101,6 +101,20 @@ def _python_getattribute(cls: type) -> bool:
     )
 
 
+def jit_original(tx: Translator, vt: VariableTracker) -> VariableTracker | None:
+    """A `framejit.jit` function or module called from compiled code: the function or module
+    it wraps, traced into the caller's graph (the wrapper's own code only dispatches)."""
+    from framejit.api import JitFunction, JitModule
+
+    obj = getattr(vt, "obj", None)
+    if vt.source is None or not isinstance(obj, (JitFunction, JitModule)):
+        return None
+    tx.output.add_guard(vt.source, GuardKind.TYPE_MATCH, type(obj), tx.location_text())
+    return tx.wrap_source(
+        AttrSource(vt.source, "_orig_mod" if isinstance(obj, JitModule) else "_fn")
+    )
+
+
 class UserObjectVariable(VariableTracker):
     def __init__(self, obj: Any, source: Source | None) -> None:
         self.obj = obj
@@ -287,6 +301,9 @@ class UserObjectVariable(VariableTracker):
         raise Unsupported("exception", f"{cls.__name__}.{name}", "AttributeError")
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        original = jit_original(tx, self)
+        if original is not None:
+            return original.call(tx, args, kwargs)
         if type(self.obj) in GETTERS:  # an itemgetter/attrgetter made outside: fixed keys
             if self.source is not None:
                 tx.output.add_guard(self.source, GuardKind.ID_MATCH, self.obj, tx.location_text())
@@ -512,6 +529,9 @@ class NNModuleVariable(UserObjectVariable):
         return self
 
     def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        original = jit_original(tx, self)
+        if original is not None:
+            return original.call(tx, args, kwargs)
         return tx.call_module(self, args, kwargs)
 
 
