@@ -196,6 +196,21 @@ def _follow_defaults(target: types.FunctionType, fn: types.FunctionType) -> None
         target.__kwdefaults__ = fn.__kwdefaults__
 
 
+def _rebound(entry_fn: Any, live: types.FunctionType) -> Any:
+    """An entry's function run with the cells of `live` (same code, other closure)."""
+    if not isinstance(entry_fn, types.FunctionType) or entry_fn.__closure__ is None:
+        return entry_fn
+    fn = types.FunctionType(
+        entry_fn.__code__,
+        entry_fn.__globals__,
+        entry_fn.__name__,
+        live.__defaults__,
+        live.__closure__,
+    )
+    fn.__kwdefaults__ = live.__kwdefaults__
+    return fn
+
+
 class JitFunction:
     """A compiled function: guards -> transformed code, compiling on a miss."""
 
@@ -222,7 +237,28 @@ class JitFunction:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self._fn, args, kwargs)
+
+    def with_closure(self, closure: tuple) -> Any:
+        """This function's compiled code run with other cells: the same nested function made
+        again (a resume function of one, called from its parent's next call). Entries are
+        shared; each call runs them with these cells."""
+        from framejit.frontend.codegen import same_cells
+
         fn = self._fn
+        if same_cells(closure, fn.__closure__):
+            return self
+        live = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure
+        )
+        live.__kwdefaults__ = fn.__kwdefaults__
+        live.__qualname__ = fn.__qualname__
+        return functools.partial(self._call_live, live)
+
+    def _call_live(self, live: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
+        return self._call(live, args, kwargs)
+
+    def _call(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
         if (_function_mode_on() or _dispatch_modes()) and user_mode_active():
             # a mode of the user's must see this call's own torch calls, once each, and none
             # of framejit's: the call runs as Python (guards, compiling, graphs would not)
@@ -238,13 +274,20 @@ class JitFunction:
             if entry.guards.check(fn, *frame_args):
                 if i:
                     entries.insert(0, entries.pop(i))
+                target = entry.fn if fn is self._fn else _rebound(entry.fn, fn)
                 if frame_args is not args:  # the call may rely on defaults
-                    _follow_defaults(entry.fn, fn)
-                return entry.fn(*args, **kwargs)
-        return self._miss(args, kwargs, frame_args)
+                    _follow_defaults(target, fn)
+                return target(*args, **kwargs)
+        return self._miss(fn, args, kwargs, frame_args)
 
-    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], frame_args: tuple) -> Any:
-        cache, fn = self._cache, self._fn
+    def _miss(
+        self,
+        fn: types.FunctionType,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        frame_args: tuple,
+    ) -> Any:
+        cache = self._cache
         if cache.eager or self._settings.backend is None or inside_torch_dispatch():
             return fn(*args, **kwargs)
         if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=3):
@@ -257,7 +300,8 @@ class JitFunction:
         if s.observer is not None:
             s.observer(result)
         cache.add(result.entry)
-        return result.entry.fn(*args, **kwargs)
+        target = result.entry.fn if fn is self._fn else _rebound(result.entry.fn, fn)
+        return target(*args, **kwargs)
 
     def _wrap_resume(self, fn: Any) -> Any:
         """What transformed code calls instead of a resume function, or of the function or

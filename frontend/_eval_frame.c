@@ -314,6 +314,22 @@ run_entry(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *entry)
     if (fn == NULL) {
         return drop_frame(tstate, frame, NULL);
     }
+    /* The entry's function carries the closure of the function it was compiled for; another
+       function object of the same code (a nested function made again at each call of its
+       parent) has its own cells: the transformed code must read and write those. */
+    PyObject *live = FRAME_FUNC(frame);
+    if (live != NULL && PyFunction_Check(live) && PyFunction_Check(fn)) {
+        PyObject *closure = PyFunction_GET_CLOSURE(live);
+        if (closure != NULL && closure != PyFunction_GET_CLOSURE(fn)) {
+            PyObject *rebound = PyFunction_New(PyFunction_GET_CODE(fn), PyFunction_GET_GLOBALS(fn));
+            if (rebound == NULL || PyFunction_SetClosure(rebound, closure) < 0) {
+                Py_XDECREF(rebound);
+                Py_DECREF(fn);
+                return drop_frame(tstate, frame, NULL);
+            }
+            Py_SETREF(fn, rebound);
+        }
+    }
     n_hits++;
     PyObject *result = call_with_frame_args(fn, frame);
     Py_DECREF(fn);

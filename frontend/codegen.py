@@ -80,6 +80,28 @@ _BUILT_ONCE = (
 GRAPH_OUT = "___graph_out"
 
 
+def same_cells(a: tuple | None, b: tuple | None) -> bool:
+    """The same cell objects (cells compare by their contents under `==`)."""
+    a, b = a or (), b or ()
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def with_closure(target: Any, closure: tuple) -> Any:
+    """`target` (a resume function, or framejit's jit of one) run with `closure`'s cells."""
+    rebind = getattr(target, "with_closure", None)
+    if rebind is not None:
+        return rebind(closure)
+    if same_cells(closure, target.__closure__):
+        return target
+    fn = types.FunctionType(
+        target.__code__, target.__globals__, target.__name__, target.__defaults__, closure
+    )
+    fn.__kwdefaults__ = target.__kwdefaults__
+    fn.__qualname__ = target.__qualname__
+    fn.__dict__.update(target.__dict__)  # `_framejit_disabled`
+    return fn
+
+
 class CodeGen:
     def __init__(self, code: types.CodeType, lineno: int | None = None) -> None:
         self.code = code
@@ -246,6 +268,18 @@ class CodeGen:
         if wrap_function is not None:
             fn = getattr(vt, "fn", None)
             if isinstance(vt, UserFunctionVariable):
+                if vt.source is not None and fn.__closure__:
+                    # the same code may come with other cells next time (a nested function
+                    # made again): run the compiled callee with the live function's cells
+                    wrapped, source = wrap_function(fn), vt.source
+
+                    def closure() -> None:
+                        self.load_const(wrapped)
+                        source.emit_load(self)
+                        self.load_attr("__closure__")
+
+                    self.call_const(with_closure, closure, 2)
+                    return
                 self.load_const(wrap_function(fn))
                 return
             if isinstance(vt, NNModuleVariable):
@@ -369,7 +403,18 @@ class CodeGen:
         for i in reversed(range(len(kinds))):
             self._emit(Instr("STORE_FAST", f"___save{i}"))
         self.push_null()
-        self.load_const(target)
+        if self.code.co_freevars:
+            # this frame's own cells, not those of the function it was compiled for: a nested
+            # function is made again, with new cells, at each call of its parent
+            def closure() -> None:
+                self.load_const(target)
+                for name in self.code.co_freevars:
+                    self._emit(Instr("LOAD_CLOSURE", FreeVar(name)))
+                self.build(tuple, len(self.code.co_freevars))
+
+            self.call_const(with_closure, closure, 2)
+        else:
+            self.load_const(target)
         for i, kind in enumerate(kinds):
             if kind == "iter":  # what the iterator has left, as a tuple
                 load = Instr("LOAD_FAST", f"___save{i}")

@@ -899,3 +899,38 @@ def test_tracebacks_show_the_users_lines(capsys) -> None:
     line = reshapes_after_a_break.__code__.co_firstlineno + 3
     # the resume function is one more frame, at the same line
     assert got[0][1:] == got[-1][1:] == (line, "return y.reshape(2, 2)  # raises here")
+
+
+def _accumulates_through_a_nested_function(x):
+    total = 0.0
+
+    def add(v):
+        nonlocal total
+        total += v.sum().item()  # a break inside the nested function: it is compiled on its own
+
+    for v in x.unbind(0):
+        add(v)
+    return total
+
+
+def _scales_in_a_nested_function(x, w):
+    def g(t):
+        y = t * w
+        print(end="")  # a break
+        return y
+
+    return torch.stack([g(x[0]), g(x[1])])
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_nested_function_made_again_uses_its_own_cells(backend) -> None:
+    # each call of the parent makes the nested function again, with new cells; the compiled
+    # nested function and its resume functions used the first call's cells
+    jitted = framejit.jit(_accumulates_through_a_nested_function, backend=backend)
+    for k in (1.0, 2.0, 3.0):
+        x = torch.full((3, 2), k)
+        assert jitted(x) == _accumulates_through_a_nested_function(x)
+    jitted = framejit.jit(_scales_in_a_nested_function, backend=backend)
+    for w in (2.0, 3.0, 5.0):
+        x = torch.ones(2, 2)
+        torch.testing.assert_close(jitted(x, w), _scales_in_a_nested_function(x, w))

@@ -491,3 +491,26 @@ def test_frame_stack_stays_consistent_across_chunks():
                 assert float(down(d, x, *pad)) == d
     assert _compiled(f)
     assert hook.require().stats()["not_top"] == 0
+
+
+def _accumulates_through_a_nested_function(x):
+    total = 0.0
+
+    def add(v):
+        nonlocal total
+        total += v.sum().item()  # a break inside the nested function
+
+    for v in x.unbind(0):
+        add(v)
+    return total
+
+
+def test_a_nested_function_made_again_uses_its_own_cells():
+    # `add` is made again at each call of its parent, with a new cell for `total`: its compiled
+    # code (and its resume functions) must write that cell, not the first call's
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        got = [
+            _accumulates_through_a_nested_function(torch.full((3, 2), k)) for k in (1.0, 2.0, 3.0)
+        ]
+    assert got == [6.0, 12.0, 18.0]
