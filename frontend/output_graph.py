@@ -79,6 +79,9 @@ _TRACE_MACHINERY = tuple(
 )
 
 
+_INT64_LIMIT = 2**63
+
+
 def _warning_action(text: str, category: type[Warning], module: str, lineno: int) -> str:
     """The action the warnings filters take for this warning (as `warnings.warn_explicit`
     finds it)."""
@@ -526,6 +529,10 @@ class OutputGraph:
         op = _PURE.get(op, op)  # numbers are immutable: `n += 1` is `n + 1`
         values = [a.value if isinstance(a, SymNodeVariable) else a.as_constant() for a in args]
         value = op(*values)
+        if isinstance(value, torch.SymInt) and abs(value.node.hint or 0) >= _INT64_LIMIT:
+            # a Python big int (`n ** 30`): sizes are int64, the ShapeEnv's bounds say int_oo;
+            # the caller computes it from the specialized operands instead
+            raise TypeError("a symbolic int beyond int64")
         return self._sym_node(op, tuple(_to_node(a) for a in args), value)
 
     def prune_symbolic(self) -> None:

@@ -633,3 +633,18 @@ def test_pad_computed_from_a_symbolic_size_is_captured(backend: str, capfd: Any)
         torch.testing.assert_close(expected_backend(x), pads_to_a_multiple_of_four(x))
     assert counter.frame_count == 1
     assert "failed while attempting" not in capfd.readouterr().err
+
+
+def raises_to_a_big_power(x: torch.Tensor, n: int) -> torch.Tensor:
+    q, _ = divmod(n, 7)
+    big = (n**30) * x.shape[0]  # a Python big int: beyond int64
+    return x + big % 5 + q
+
+
+def test_a_symbolic_int_raised_beyond_int64_is_computed_from_its_value() -> None:
+    # n becomes symbolic at its second value; n ** 30 was an internal error (the ShapeEnv's
+    # bound int_oo against the real value), so the frame ran eagerly with a warning
+    jitted = framejit.jit(raises_to_a_big_power, backend="eager")
+    for n in (10, 23, 11):
+        x = torch.ones(3)
+        torch.testing.assert_close(jitted(x, n), raises_to_a_big_power(x, n))
