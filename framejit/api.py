@@ -290,7 +290,7 @@ class JitFunction:
         cache = self._cache
         if cache.eager or self._settings.backend is None or inside_torch_dispatch():
             return fn(*args, **kwargs)
-        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=3):
+        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=4):
             return fn(*args, **kwargs)
         s = self._settings
         with hook_disabled():  # user code the backend runs while compiling is not hooked
