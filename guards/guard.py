@@ -13,6 +13,7 @@ import enum
 import math
 import re
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,7 +201,10 @@ class Guard:
             return f"list({x}) == [{keys}]"
         if kind is GuardKind.MODULE_MATCH:
             # its class too: `m.__class__ = Other` changes what its calls run
-            check = f"{x} is {const(exp[0])} and {x}.training is {exp[1]}"
+            # exp[0] is a weak reference: an entry must not keep a dropped model alive (a new
+            # model per experiment); once it is dead, nothing is it
+            module = f"{const(exp[0])}()" if isinstance(exp[0], weakref.ref) else const(exp[0])
+            check = f"{x} is {module} and {x}.training is {exp[1]}"
             return check + (f" and type({x}) is {const(exp[2])}" if len(exp) > 2 else "")
         if kind is GuardKind.MODULE_NO_HOOKS:
             return (
@@ -317,6 +321,9 @@ def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
 
 def _pretty_const(obj: Any) -> str:
     """How an object prints inside a guard for people: valid Python, readable names."""
+    if isinstance(obj, weakref.ref):  # named as what it refers to (a module)
+        target = obj()
+        return _pretty_const(target) if target is not None else f"dead_{id(obj):#x}"
     if obj is torch:
         return "torch"
     if isinstance(obj, type):

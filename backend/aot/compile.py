@@ -297,9 +297,13 @@ def _compile(
     # `forward`, not the module: a GraphModule's call prints its code to stderr on an error
     run = _keeping_regions(user) if has_checkpoint_regions(user) else user.forward
 
+    # the non-tensor inputs only: `fn` lives as long as the runner (a double backward's
+    # recompute), and must not keep the first call's tensors alive
+    constants = [None if k is not None else v for v, k in zip(example_inputs, spread)]
+
     def fn(*unique: Any) -> Any:
         """The captured graph on deduplicated tensor inputs, returning the computed values."""
-        return run(*[v if k is None else unique[k] for v, k in zip(example_inputs, spread)])
+        return run(*[v if k is None else unique[k] for v, k in zip(constants, spread)])
 
     if symbolic is not None:  # the frontend's symbolic sizes, in its FakeTensorMode
         mode, all_fakes = symbolic()

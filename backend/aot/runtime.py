@@ -300,8 +300,15 @@ class _CompiledFunction(torch.autograd.Function):
         if not present:
             return (None,) * (1 + runner.num_inputs)
         create_graph = torch.is_grad_enabled()
-        if create_graph and ctx.inputs is not None:
-            return (None, *_differentiable_backward(runner, ctx.inputs, grads))
+        inputs = ctx.inputs
+        if not torch._C._autograd._get_current_graph_task_keep_graph() and (
+            ctx.released is None or ctx.kept is None
+        ):
+            # the last backward this node can take: the inputs kept for a double backward go,
+            # as eager frees what it saved (a loop that keeps its losses kept every batch)
+            ctx.inputs = None
+        if create_graph and inputs is not None:
+            return (None, *_differentiable_backward(runner, inputs, grads))
         saved = list(ctx.saved_tensors if kept is None else kept)
         for k, value in ctx.scalars:
             saved.insert(k, value)

@@ -15,6 +15,7 @@ import enum
 import functools
 import os
 import types
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -230,7 +231,8 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if isinstance(value, torch.nn.Module):
         if "_modules" not in value.__dict__:  # `self` in an __init__ before nn.Module's own
             raise Unsupported("unsupported_object", f"{t.__qualname__} before nn.Module.__init__")
-        _guard(tx, source, GuardKind.MODULE_MATCH, (value, value.training, type(value)))
+        module = weakref.ref(value)
+        _guard(tx, source, GuardKind.MODULE_MATCH, (module, value.training, type(value)))
         return NNModuleVariable(value, source)
     if t is types.FunctionType and is_builtin(value):  # `dataclasses.fields` and the like
         _guard(tx, source, GuardKind.ID_MATCH, value)

@@ -969,7 +969,7 @@ def _plain_class(cls: type) -> bool:
     """A Python class whose instances the translator can build and track: ordinary objects with
     a __dict__, optionally extending dict or OrderedDict (their items are tracked too), with a
     `__setattr__` written in Python or none (no custom __new__ or __getattribute__, no slots, no
-    metaclass that overrides `__call__`, not a torch subclass)."""
+    metaclass that overrides `__call__`, no `__del__`, not a torch subclass)."""
     meta = type(cls)
     if meta is not type and (not issubclass(meta, type) or meta.__call__ is not type.__call__):
         return False
@@ -978,6 +978,8 @@ def _plain_class(cls: type) -> bool:
         return False
     if issubclass(cls, torch.nn.Module):
         return False
+    if getattr(cls, "__del__", None) is not None:
+        return False  # a traced object is never built: its __del__ would never run
     if cls.__setattr__ is not object.__setattr__ and _python_setattr(cls) is None:
         return False
     if _has_custom_getattribute(cls) and not _python_getattribute(cls):
