@@ -216,6 +216,8 @@ def partition(joint: torch.fx.GraphModule, num_primals: int, num_forward_outputs
             region = None
         if region is not None:
             regions[node] = region
+    # forward outputs that are tensors of their own (not views of another value)
+    returned = {n for n in forward_outputs if isinstance(n, torch.fx.Node) and not _is_view_node(n)}
     total = sum(_nbytes(n.meta.get("val")) or 0 for n in nodes)
     infinite = 2 * total + 1
     flow = _FlowGraph()
@@ -227,6 +229,8 @@ def partition(joint: torch.fx.GraphModule, num_primals: int, num_forward_outputs
         )
         if inside:  # recomputed by the backward, never saved
             size = None
+        elif size is not None and node in returned:
+            size = 1  # the caller holds it anyway: saving it costs nothing (sigmoid's output)
         flow.add_edge(f"{node.name}.in", f"{node.name}.out", infinite if size is None else size)
         if node.op == "placeholder" or region is not None and not inside:
             # what leaves a region (the next region's input) is kept, as eager's checkpoint
@@ -249,6 +253,11 @@ def partition(joint: torch.fx.GraphModule, num_primals: int, num_forward_outputs
     _recompute_late(backward, len(saved))
     saved_bytes = sum(_nbytes(n.meta.get("val")) or 0 for n in saved if n.op != "placeholder")
     return Partition(forward, backward, [n.name for n in saved], saved_bytes)
+
+
+def _is_view_node(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and target.is_view
 
 
 def _recompute_late(backward: torch.fx.GraphModule, num_saved: int) -> None:

@@ -404,3 +404,26 @@ def test_create_graph_through_two_graphs_counts_each_path_once():
     torch.testing.assert_close(got, 2 * x.detach())
     got.sum().backward()
     torch.testing.assert_close(x.grad, torch.full((2,), 2.0))
+
+
+def _returns_its_sigmoid(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (h @ w).sigmoid()
+
+
+def test_a_returned_output_is_saved_rather_than_its_input() -> None:
+    # sigmoid's backward reads its output; the caller holds that output anyway, so saving it
+    # costs nothing, while saving the matmul before it (to recompute the sigmoid) held a second
+    # tensor of the same size, as eager never does
+    h = torch.randn(8, 16, requires_grad=True)
+    w = torch.randn(16, 4, requires_grad=True)
+    saved: list[torch.Tensor] = []
+    jitted = framejit.jit(_returns_its_sigmoid, backend="aot_eager")
+    jitted(h, w)  # compiled first: the hooks then see the real tensors the forward saves
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = jitted(h, w)
+    storages = {t.untyped_storage().data_ptr() for t in (h, w, out)}
+    assert saved and all(t.untyped_storage().data_ptr() in storages for t in saved)
+    out.sum().backward()
+    want_h, want_w = torch.autograd.grad(_returns_its_sigmoid(h, w).sum(), (h, w))
+    torch.testing.assert_close(h.grad, want_h)
+    torch.testing.assert_close(w.grad, want_w)
