@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import dis
 import io
+import threading
 import time
 import types
 import warnings
@@ -119,6 +120,25 @@ def compile_frame(
     `dynamic` is jit's option (frontend/dynamic.py); `cache` is the code's CodeCache, whose
     history of input sizes drives automatic dynamic shapes.
     """
+    with _COMPILE_LOCK:  # the translator's rewind log and counters are process-wide
+        return _compile_frame_retrying(fn, args, backend, fullgraph, wrap_resume, dynamic, cache)
+
+
+# One compile at a time in the process: two threads tracing at once rewound each other's
+# iterators and objects (variables/base.py's undo log is global), a wrong graph that stayed
+# cached. Re-entrant: a compile may start another in the same thread.
+_COMPILE_LOCK = threading.RLock()
+
+
+def _compile_frame_retrying(
+    fn: types.FunctionType,
+    args: tuple[Any, ...],
+    backend: Any,
+    fullgraph: bool,
+    wrap_resume: Callable[[types.FunctionType], Any] | None,
+    dynamic: bool | None,
+    cache: Any,
+) -> CompileResult:
     eager_generators: dict[types.CodeType, str] = {}
     in_place: set[tuple[types.CodeType, int]] = set()
     undo_base = undo_mark()

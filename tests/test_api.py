@@ -643,3 +643,55 @@ def test_bad_arguments_raise_eagers_type_error_naming_the_function() -> None:
             framejit.jit(fn, backend="eager")(*args, **kwargs)
         assert str(compiled.value) == str(eager.value)
         assert fn.__name__ in str(compiled.value)
+
+
+def _breaks_in_a_helper(x):
+    acc = x
+    for i in range(20):
+        acc = acc + i
+    float(acc.sum())  # a graph break inside an inlined call: the trace rewinds
+    return acc
+
+
+def _loops(x):
+    acc = x
+    for i in range(20):
+        acc = acc * 1.01 + i
+    return acc
+
+
+def _first(x):
+    return _breaks_in_a_helper(x.sin()) + 1
+
+
+def _second(x):
+    return _loops(x.cos()) + 1
+
+
+def test_threads_compiling_at_once_get_eagers_results() -> None:
+    # the translator's rewind log is process-wide: two traces at once rewound each other's
+    # loop iterators, and the wrong graph stayed cached
+    import sys
+    import threading
+
+    wrong: list[str] = []
+
+    def worker(fn) -> None:
+        for _ in range(6):
+            jitted = framejit.jit(fn, backend="eager")  # a fresh cache: each round compiles
+            x = torch.randn(3)
+            for _ in range(2):
+                if not torch.allclose(jitted(x), fn(x)):
+                    wrong.append(fn.__name__)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(f,)) for f in (_first, _second) * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
