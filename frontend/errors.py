@@ -30,6 +30,7 @@ REASONS: dict[str, str] = {
     "generator": "generator and coroutine code runs eagerly",
     "exception": "raising or handling exceptions is not captured yet",
     "tensor_op_failed": "the op failed on the trace's FakeTensors; it runs as Python, as in eager",
+    "debugger": "a debugger is entered here: the whole frame runs as Python, with real locals",
 }
 
 
@@ -122,3 +123,30 @@ class Unsupported(Exception):
 
 class FullGraphError(RuntimeError):
     """`fullgraph=True` and the translator could not capture the whole function."""
+
+
+class FrameRunsAsPython(Unsupported):
+    """Not a graph break but the whole frame run as Python: `breakpoint()` or `pdb.set_trace()`
+    must find the frame's real locals, editable, and step through the user's own lines."""
+
+
+# (module, name) of the calls that enter a debugger
+DEBUGGER_ENTRIES = frozenset(
+    {
+        ("builtins", "breakpoint"),
+        ("pdb", "set_trace"),
+        ("pdb", "post_mortem"),
+        ("pdb", "pm"),
+        ("ipdb", "set_trace"),
+        ("ipdb", "post_mortem"),
+        ("code", "interact"),
+        ("IPython.terminal.embed", "embed"),
+    }
+)
+
+
+def enters_debugger(fn: object) -> bool:
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        return False
+    return (getattr(fn, "__module__", None) or "builtins", name) in DEBUGGER_ENTRIES

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from framejit.frontend.breaks import GraphBreak, _exception_table, can_break, can_resume_at
-from framejit.frontend.errors import Location, Unsupported
+from framejit.frontend.errors import FrameRunsAsPython, Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
 from framejit.frontend.inlining import InliningMixin, _RealCell
 from framejit.frontend.operators import OperatorsMixin
@@ -220,6 +220,8 @@ class Translator(OperatorsMixin, InliningMixin):
                 try:
                     self._step(fn, inst)
                 except Unsupported as raised:
+                    if isinstance(raised, FrameRunsAsPython):
+                        raise  # no break: the frame runs as Python (compile_frame)
                     exc = raised
                     if caught is not None:
                         # The `except` clause we entered cannot be traced to its end: rewind to

@@ -8,6 +8,7 @@ eager, and asserts how many graphs were compiled and how many breaks `explain` r
 from __future__ import annotations
 
 import dis
+import sys
 from typing import Any
 
 import pytest
@@ -934,3 +935,29 @@ def test_a_nested_function_made_again_uses_its_own_cells(backend) -> None:
     for w in (2.0, 3.0, 5.0):
         x = torch.ones(2, 2)
         torch.testing.assert_close(jitted(x, w), _scales_in_a_nested_function(x, w))
+
+
+def _stops_in_the_debugger(x):
+    y = x.sin()
+    z = y * 2
+    breakpoint()  # the debugger must see y and z, and the frame's own lines
+    return z + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_breakpoint_runs_the_frame_as_python_with_its_locals(backend, monkeypatch) -> None:
+    seen = []
+
+    def hook(*args, **kwargs):
+        frame = sys._getframe(1)
+        seen.append((frame.f_code.co_name, sorted(frame.f_locals)))
+
+    monkeypatch.setattr(sys, "breakpointhook", hook)
+    monkeypatch.delenv("PYTHONBREAKPOINT", raising=False)
+    jitted = framejit.jit(_stops_in_the_debugger, backend=backend)
+    x = torch.randn(3)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), _stops_in_the_debugger(x))
+    assert seen == [("_stops_in_the_debugger", ["x", "y", "z"])] * 4
+    with pytest.raises(framejit.FullGraphError, match="debugger"):
+        framejit.jit(_stops_in_the_debugger, backend=backend, fullgraph=True)(x)

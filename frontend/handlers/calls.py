@@ -6,7 +6,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend import versions
-from framejit.frontend.errors import Unsupported
+from framejit.frontend.errors import FrameRunsAsPython, Unsupported, enters_debugger
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import NULL, CellVariable, ConstantVariable, VariableTracker
 from framejit.frontend.variables.containers import DictVariable, IteratorVariable, TupleVariable
@@ -37,6 +37,8 @@ def call(tx: Translator, inst: Any) -> None:
         tx.kw_names = ()
         kwargs = dict(zip(names, args[len(args) - len(names) :]))
         args = args[: len(args) - len(names)]
+    if enters_debugger(getattr(fn, "fn", None)):
+        raise FrameRunsAsPython("debugger", f"{fn.fn.__name__}()")
     tx.push(fn.call(tx, args, kwargs))
 
 
