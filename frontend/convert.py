@@ -369,12 +369,17 @@ def _compile_graph(
     return [CapturedGraph(gm, [str(s) for s in inputs], output.op_count())]
 
 
+_QUIET_LOCK = threading.RLock()
+
+
 def _quietly(compiled: Callable[..., Any]) -> Callable[..., Any]:
     """`compiled` run with warnings ignored: the graph's ops gave theirs while tracing, and they
     are replayed after it where eager gives them."""
 
     def run_quietly(*args: Any) -> Any:
-        with warnings.catch_warnings():
+        # catch_warnings swaps the process-wide filter list: two threads interleaving their
+        # enter and exit would leave "ignore" installed for good, so these runs take turns
+        with _QUIET_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return compiled(*args)
 
