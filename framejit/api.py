@@ -198,17 +198,11 @@ def _follow_defaults(target: types.FunctionType, fn: types.FunctionType) -> None
 
 def _rebound(entry_fn: Any, live: types.FunctionType) -> Any:
     """An entry's function run with the cells of `live` (same code, other closure)."""
+    from framejit.frontend.codegen import rebind
+
     if not isinstance(entry_fn, types.FunctionType) or entry_fn.__closure__ is None:
         return entry_fn
-    fn = types.FunctionType(
-        entry_fn.__code__,
-        entry_fn.__globals__,
-        entry_fn.__name__,
-        live.__defaults__,
-        live.__closure__,
-    )
-    fn.__kwdefaults__ = live.__kwdefaults__
-    return fn
+    return rebind(entry_fn, live, live.__closure__)
 
 
 class JitFunction:
@@ -243,17 +237,12 @@ class JitFunction:
         """This function's compiled code run with other cells: the same nested function made
         again (a resume function of one, called from its parent's next call). Entries are
         shared; each call runs them with these cells."""
-        from framejit.frontend.codegen import same_cells
+        from framejit.frontend.codegen import rebind, same_cells
 
         fn = self._fn
         if same_cells(closure, fn.__closure__):
             return self
-        live = types.FunctionType(
-            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure
-        )
-        live.__kwdefaults__ = fn.__kwdefaults__
-        live.__qualname__ = fn.__qualname__
-        return functools.partial(self._call_live, live)
+        return functools.partial(self._call_live, rebind(fn, fn, closure))
 
     def _call_live(self, live: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
         return self._call(live, args, kwargs)

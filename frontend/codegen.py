@@ -88,17 +88,24 @@ def same_cells(a: tuple | None, b: tuple | None) -> bool:
 
 def with_closure(target: Any, closure: tuple) -> Any:
     """`target` (a resume function, or framejit's jit of one) run with `closure`'s cells."""
-    rebind = getattr(target, "with_closure", None)
-    if rebind is not None:
-        return rebind(closure)
+    jitted = getattr(target, "with_closure", None)
+    if jitted is not None:
+        return jitted(closure)
     if same_cells(closure, target.__closure__):
         return target
-    fn = types.FunctionType(
-        target.__code__, target.__globals__, target.__name__, target.__defaults__, closure
-    )
-    fn.__kwdefaults__ = target.__kwdefaults__
-    fn.__qualname__ = target.__qualname__
+    fn = rebind(target, target, closure)
     fn.__dict__.update(target.__dict__)  # `_framejit_disabled`
+    return fn
+
+
+def rebind(code_of: Any, like: Any, closure: tuple | None) -> types.FunctionType:
+    """A function with `code_of`'s code and globals, and `like`'s defaults and names, over the
+    cells of `closure`."""
+    fn = types.FunctionType(
+        code_of.__code__, code_of.__globals__, code_of.__name__, like.__defaults__, closure
+    )
+    fn.__kwdefaults__ = like.__kwdefaults__
+    fn.__qualname__ = like.__qualname__
     return fn
 
 
