@@ -171,10 +171,17 @@ _stdlib: tuple[str, ...] = ()
 _site: tuple[str, ...] = ()
 
 
+_SEQUENTIAL_FORWARD = torch.nn.Sequential.forward.__code__
+
+
 def skipped_by_rule(fn: types.FunctionType) -> str:
     """Why `fn`'s code is never compiled by the hook ("" if it may be)."""
     global _prefixes, _stdlib, _site
     code = fn.__code__
+    if code is _SEQUENTIAL_FORWARD:
+        # torch's own, but a whole model (`model = nn.Sequential(...)`) that a training loop
+        # the hook cannot capture (`for x, y in loader:`) calls frame by frame: compiled
+        return ""
     filename = code.co_filename
     if filename.startswith(_SKIP_NAMES):
         return "generated or frozen code"

@@ -514,3 +514,35 @@ def test_a_nested_function_made_again_uses_its_own_cells():
             _accumulates_through_a_nested_function(torch.full((3, 2), k)) for k in (1.0, 2.0, 3.0)
         ]
     assert got == [6.0, 12.0, 18.0]
+
+
+def _train_over_a_loader(model, loader, opt):
+    losses = []
+    for x, y in loader:  # a DataLoader: this frame runs as Python
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_an_nn_sequential_model_called_from_an_uncaptured_loop_is_compiled():
+    # torch's code is not compiled by the hook, but nn.Sequential's forward is a whole model
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    twin = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    twin.load_state_dict(model.state_dict())
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    want = _train_over_a_loader(
+        twin, DataLoader(data, batch_size=8), torch.optim.SGD(twin.parameters(), lr=0.1)
+    )
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        got = _train_over_a_loader(
+            model, DataLoader(data, batch_size=8), torch.optim.SGD(model.parameters(), lr=0.1)
+        )
+    assert got == want
+    assert counter.frame_count == 1  # Sequential.forward, reused for every batch
