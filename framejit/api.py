@@ -8,8 +8,9 @@ methods and its hooks are the module's own, and calling it is the module's call 
 it (hooks included), with the forward run through a JitFunction.
 
 While a TorchFunctionMode or TorchDispatchMode of the user's is active (`user_mode_active`: any
-but torch's own device context), a call runs as plain Python: nothing is compiled and no
-compiled entry runs, so the mode sees the program's torch calls, once each, and none of framejit's.
+but torch's own device context), a call runs as plain Python: every entry's GLOBAL_STATE guard,
+checked before any guard reads a tensor, fails, and a miss compiles nothing, so the mode sees the
+program's torch calls, once each, and none of framejit's.
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
 from framejit.frontend.hook import forget_skip_marks, inside_torch_dispatch, user_mode_active
 from framejit.guards import CodeCache, clear_caches
-
-# Bound once: the check each call makes for a TorchFunctionMode or TorchDispatchMode.
-_function_mode_on = torch._C._is_torch_function_mode_enabled
-_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 MODES = (None, "default", "reduce-overhead", "max-autotune")
 
@@ -248,10 +245,6 @@ class JitFunction:
         return self._call(live, args, kwargs)
 
     def _call(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
-        if (_function_mode_on() or _dispatch_modes()) and user_mode_active():
-            # a mode of the user's must see this call's own torch calls, once each, and none
-            # of framejit's: the call runs as Python (guards, compiling, graphs would not)
-            return fn(*args, **kwargs)
         if fn.__code__ is not self._code:  # `fn.__code__ = other.__code__`
             self._follow_code()
         frame_args = args if (self._simple and not kwargs and len(args) == self._nargs) else None
@@ -277,7 +270,12 @@ class JitFunction:
         frame_args: tuple,
     ) -> Any:
         cache = self._cache
-        if cache.eager or self._settings.backend is None or inside_torch_dispatch():
+        if (
+            cache.eager
+            or self._settings.backend is None
+            or user_mode_active()  # before record_miss reads the guards' tensors
+            or inside_torch_dispatch()
+        ):
             return fn(*args, **kwargs)
         if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=4):
             return fn(*args, **kwargs)

@@ -23,10 +23,9 @@ Invariants:
   (`set_global`). Settings (`backend`, `mode`) are per thread too.
 - While a TorchFunctionMode or TorchDispatchMode of the user's is active (`user_mode_active`:
   any but torch's own device context), no frame is compiled or runs compiled code: it runs as
-  it is, so the mode sees the program's torch calls once each and none of framejit's. The check
-  comes before any guard runs (guards read tensors, which a mode would see); hook entries carry
-  it in their guard check, since the GLOBAL_STATE guard tells only whether some function mode
-  is on and nothing of dispatch modes. `jit` makes the same check (framejit/api.py). Nor is
+  it is, so the mode sees the program's torch calls once each and none of framejit's. Every
+  entry's GLOBAL_STATE guard fails under one, and it is checked before any guard reads a
+  tensor (which a mode would see); a miss then runs the frame as it is. Nor is
   a frame compiled inside a `__torch_dispatch__` handler (`inside_torch_dispatch`): a mode's
   own handler runs with the mode off the stack, in the middle of an op's dispatch.
 """
@@ -34,7 +33,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import site
 import sys
@@ -48,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._device import DeviceContext
+from framejit.guards.guard import user_mode_active
 
 from framejit import logs
 from framejit.config import config
@@ -227,28 +225,6 @@ def _tensorish(value: Any, depth: int = 0) -> bool:
 
 # --- torch modes ------------------------------------------------------------------------------
 
-# torch's own TorchFunctionModes that compiled code honours (the GLOBAL_STATE guard records that
-# a function mode is on): `with torch.device("meta"):` and `torch.set_default_device` push one.
-_COMPILED_FUNCTION_MODES = (DeviceContext,)
-_function_mode_on = torch._C._is_torch_function_mode_enabled
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-
-
-def user_mode_active() -> bool:
-    """Is a TorchFunctionMode or TorchDispatchMode active that compiled code would not honour?
-    (Any dispatch mode, FakeTensorMode included; any function mode but torch's device context.)
-    A call made under one runs as plain Python: the mode must see each of the program's own
-    torch calls once, and none of framejit's guards, tracing or graphs."""
-    if _dispatch_modes():
-        return True
-    if not _function_mode_on():
-        return False
-    stack_at = torch._C._get_function_stack_at
-    return any(
-        type(stack_at(i)) not in _COMPILED_FUNCTION_MODES
-        for i in range(torch._C._len_torch_function_stack())
-    )
-
 
 def inside_torch_dispatch() -> bool:
     """Is this code running in a `__torch_dispatch__` handler (a mode's, which is off the stack
@@ -259,19 +235,6 @@ def inside_torch_dispatch() -> bool:
 
 
 _PYTHON_TLS_SNAPSHOT = torch._C.DispatchKey.PythonTLSSnapshot
-
-
-def _unless_user_mode(guards: Any) -> Any:
-    """`guards` whose check also fails while a user mode is active: the C hook then asks
-    `on_frame`, which runs the frame as it is."""
-    check = guards.check
-
-    def check_outside_user_modes(*args: Any) -> bool:
-        if (_function_mode_on() or _dispatch_modes()) and user_mode_active():
-            return False
-        return check(*args)
-
-    return dataclasses.replace(guards, check=check_outside_user_modes)
 
 
 # --- per-thread settings ----------------------------------------------------------------------
@@ -489,7 +452,6 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         summary.breaks[_reason_text(reason)] += 1
     if entry.code is not code:
         _eval_frame.set_code_state(entry.code, None)  # never hook framejit's own code
-    entry.guards = _unless_user_mode(entry.guards)
     cache.add(entry)
     return cache, entry
 

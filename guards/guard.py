@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from framejit.frontend.sources import Source
+from torch.utils._device import DeviceContext
 
 from framejit.config import config
 
@@ -292,6 +293,28 @@ def _tensor_match(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
     return " and ".join(parts)
 
 
+# torch's own TorchFunctionModes that compiled code honours (the GLOBAL_STATE guard records that
+# a function mode is on): `with torch.device("meta"):` and `torch.set_default_device` push one.
+_COMPILED_FUNCTION_MODES: tuple[type, ...] = (DeviceContext,)
+
+
+def user_mode_active() -> bool:
+    """Is a TorchFunctionMode or TorchDispatchMode active that compiled code would not honour?
+    (Any dispatch mode, FakeTensorMode included; any function mode but torch's device context.)
+    A call made under one runs as plain Python: the mode must see each of the program's own
+    torch calls once, and none of framejit's guards, tracing or graphs. Nothing is compiled
+    under one, and the GLOBAL_STATE guard, checked first, fails under one."""
+    c = torch._C
+    if c._len_torch_dispatch_stack():
+        return True
+    if not c._is_torch_function_mode_enabled():
+        return False
+    return any(
+        type(c._get_function_stack_at(i)) not in _COMPILED_FUNCTION_MODES
+        for i in range(c._len_torch_function_stack())
+    )
+
+
 def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
     # torch._C's own functions, bound as constants: no attribute lookups on the hot path.
     c = torch._C
@@ -309,7 +332,15 @@ def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
         parts.append(f"{const(torch.get_autocast_dtype)}('cpu') is {const(s.autocast_cpu_dtype)}")
     if s.autocast_cuda_dtype is not None:
         parts.append(f"{const(torch.get_autocast_dtype)}('cuda') is {const(s.autocast_cuda_dtype)}")
-    parts.append(f"{const(c._is_torch_function_mode_enabled)}() is {s.function_mode}")
+    # no user mode (user_mode_active): no dispatch mode at all, and a function mode only where
+    # the frame was compiled under torch's device context
+    parts.append(f"not {const(c._len_torch_dispatch_stack)}()")
+    if s.function_mode:
+        parts.append(
+            f"{const(c._is_torch_function_mode_enabled)}() and not {const(user_mode_active)}()"
+        )
+    else:
+        parts.append(f"not {const(c._is_torch_function_mode_enabled)}()")
     if s.module_hooks:
         m = const(_nn_module_globals)
         parts.append(
