@@ -32,7 +32,7 @@ from torch.nn.modules import module as _nn_module
 from framejit.backend import lookup_backend
 from framejit.backend.registry import with_cudagraphs
 from framejit.config import config
-from framejit.frontend.codegen import argnames_of
+from framejit.frontend.codegen import argnames_of, rebind, same_cells
 from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
 from framejit.frontend.hook import forget_skip_marks, inside_torch_dispatch, user_mode_active
@@ -195,8 +195,6 @@ def _follow_defaults(target: types.FunctionType, fn: types.FunctionType) -> None
 
 def _rebound(entry_fn: Any, live: types.FunctionType) -> Any:
     """An entry's function run with the cells of `live` (same code, other closure)."""
-    from framejit.frontend.codegen import rebind
-
     if not isinstance(entry_fn, types.FunctionType) or entry_fn.__closure__ is None:
         return entry_fn
     return rebind(entry_fn, live, live.__closure__)
@@ -234,8 +232,6 @@ class JitFunction:
         """This function's compiled code run with other cells: the same nested function made
         again (a resume function of one, called from its parent's next call). Entries are
         shared; each call runs them with these cells."""
-        from framejit.frontend.codegen import rebind, same_cells
-
         fn = self._fn
         if same_cells(closure, fn.__closure__):
             return self

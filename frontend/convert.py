@@ -103,6 +103,12 @@ class CompileResult:
     seconds: float = 0.0
 
 
+# One compile at a time in the process: two threads tracing at once rewound each other's
+# iterators and objects (variables/base.py's undo log is global), a wrong graph that stayed
+# cached. Re-entrant: a compile may start another in the same thread.
+_COMPILE_LOCK = threading.RLock()
+
+
 def compile_frame(
     fn: types.FunctionType,
     args: tuple[Any, ...],
@@ -120,53 +126,35 @@ def compile_frame(
     `dynamic` is jit's option (frontend/dynamic.py); `cache` is the code's CodeCache, whose
     history of input sizes drives automatic dynamic shapes.
     """
-    with _COMPILE_LOCK:  # the translator's rewind log and counters are process-wide
-        return _compile_frame_retrying(fn, args, backend, fullgraph, wrap_resume, dynamic, cache)
-
-
-# One compile at a time in the process: two threads tracing at once rewound each other's
-# iterators and objects (variables/base.py's undo log is global), a wrong graph that stayed
-# cached. Re-entrant: a compile may start another in the same thread.
-_COMPILE_LOCK = threading.RLock()
-
-
-def _compile_frame_retrying(
-    fn: types.FunctionType,
-    args: tuple[Any, ...],
-    backend: Any,
-    fullgraph: bool,
-    wrap_resume: Callable[[types.FunctionType], Any] | None,
-    dynamic: bool | None,
-    cache: Any,
-) -> CompileResult:
     eager_generators: dict[types.CodeType, str] = {}
     in_place: set[tuple[types.CodeType, int]] = set()
-    undo_base = undo_mark()
-    while True:
-        try:
-            return _compile_frame_once(
-                fn,
-                args,
-                backend,
-                fullgraph,
-                wrap_resume,
-                dynamic,
-                cache,
-                eager_generators,
-                in_place,
-            )
-        except GeneratorEscapes as exc:
-            # a generator made in the frame outlives what can be traced of it: trace again with
-            # its function run as Python (variables/generators.py); each retry adds one code
-            log.debug("tracing %s again with %s run as Python", fn.__qualname__, exc.gen_code)
-            eager_generators = {**eager_generators, exc.gen_code: exc.detail}
-        except ReplayOutOfOrder as exc:
-            # a logging/warnings call would see later state if replayed after the graph:
-            # trace again with a graph break at that call (side_effects.py)
-            log.debug("tracing %s again with a break at %s", fn.__qualname__, exc.construct)
-            in_place = {*in_place, exc.where}
-        finally:
-            forget_undo(undo_base)
+    with _COMPILE_LOCK:  # the translator's rewind log and counters are process-wide
+        undo_base = undo_mark()
+        while True:
+            try:
+                return _compile_frame_once(
+                    fn,
+                    args,
+                    backend,
+                    fullgraph,
+                    wrap_resume,
+                    dynamic,
+                    cache,
+                    eager_generators,
+                    in_place,
+                )
+            except GeneratorEscapes as exc:
+                # a generator made in the frame outlives what can be traced of it: trace again
+                # with its function run as Python (variables/generators.py); one code per retry
+                log.debug("tracing %s again with %s run as Python", fn.__qualname__, exc.gen_code)
+                eager_generators = {**eager_generators, exc.gen_code: exc.detail}
+            except ReplayOutOfOrder as exc:
+                # a logging/warnings call would see later state if replayed after the graph:
+                # trace again with a graph break at that call (side_effects.py)
+                log.debug("tracing %s again with a break at %s", fn.__qualname__, exc.construct)
+                in_place = {*in_place, exc.where}
+            finally:
+                forget_undo(undo_base)
 
 
 MAX_GENERATOR_RETRIES = 8  # also the most calls moved to a graph break (ReplayOutOfOrder)

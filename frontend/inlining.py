@@ -21,7 +21,7 @@ import torch
 import torch.utils.checkpoint
 from framejit.frontend import autograd_function, copying, functorch
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.side_effects import storage_key, written_tensor
+from framejit.frontend.side_effects import written_tensor
 from framejit.frontend.sources import (
     AttrSource,
     Source,
@@ -49,6 +49,7 @@ from framejit.frontend.variables.objects import (
 from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import GuardKind
+from framejit.guards.guard import storage_key
 
 from framejit.config import config
 
@@ -321,7 +322,7 @@ def _running_stats(node: Any) -> set[Any]:
 def _storages(value: Any) -> set[Any]:
     if isinstance(value, (tuple, list)):
         return set().union(*(_storages(v) for v in value))
-    key = storage_key(value) if isinstance(value, torch.Tensor) else None
+    key = storage_key(value)
     return {key} if key is not None else set()
 
 

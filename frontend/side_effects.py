@@ -34,6 +34,7 @@ from framejit.frontend.variables.base import (
     change_count,
     note_change,
 )
+from framejit.guards.guard import storage_key
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
@@ -329,13 +330,6 @@ def written_tensor(node: Any) -> Any:
         if val is None or val is first:  # setitem and the like return None; `add_` its input
             out = node.args[0]
     return out.meta.get("val") if hasattr(out, "meta") else None
-
-
-def storage_key(t: Any) -> Any:
-    try:
-        return t.untyped_storage()._cdata
-    except Exception:  # not a tensor, or one with no storage
-        return None
 
 
 class SideEffects:

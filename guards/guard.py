@@ -234,17 +234,26 @@ class Guard:
         raise AssertionError(kind)
 
 
+def storage_key(t: Any) -> int | None:
+    """What identifies `t`'s storage (real or fake): equal for views of one base. None for a
+    non-tensor or a tensor with no storage (sparse raises NotImplementedError, a functorch or
+    wrapper tensor RuntimeError)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def storage_groups(tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
     """Number the tensors' storages in order of first appearance: `(0, 1, 0)` says the first and
     the last share memory. A tensor with no storage (sparse, a wrapper subclass) has its own."""
     seen: dict[Any, int] = {}
     groups = []
     for t in tensors:
-        try:
-            key: Any = t.untyped_storage()._cdata
-        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
-            key = ("tensor", id(t))
-        groups.append(seen.setdefault(key, len(seen)))
+        key = storage_key(t)
+        groups.append(seen.setdefault(("tensor", id(t)) if key is None else key, len(seen)))
     return tuple(groups)
 
 
