@@ -44,7 +44,7 @@ from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
 from framejit.frontend.output_graph import OutputGraph
-from framejit.frontend.side_effects import RETURNS_SELF_UNWRITTEN, ReplayOutOfOrder
+from framejit.frontend.side_effects import ReplayOutOfOrder, written_tensors
 from framejit.frontend.sources import AttrSource, Source
 from framejit.frontend.translator import decode, root_translator
 from framejit.frontend.variables.base import (
@@ -79,6 +79,7 @@ from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 from framejit.guards import CacheEntry, Guard, GuardKind, compile_guards
+from framejit.guards.guard import storage_key
 
 from framejit import logs
 from framejit.config import config
@@ -376,42 +377,17 @@ def _quietly(compiled: Callable[..., Any]) -> Callable[..., Any]:
 
 def _writes_inputs(gm: torch.fx.GraphModule) -> bool:
     """Whether running the graph may write to the memory of one of its inputs (or of a view of
-    one): an op whose result is one of its tensor arguments (in place, `out=`), or an op that
-    returns nothing (setitem), touching an input's storage. Unknown storage counts as written."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._pytree import tree_leaves
-
-    def storage(value: torch.Tensor) -> Any:
-        try:
-            return StorageWeakRef(value.untyped_storage())
-        except Exception:  # no storage (sparse, ...): cannot tell
-            return None
-
-    inputs: set[Any] = set()
+    one): a tensor a node may write (`written_tensors`) over an input's storage. Unknown storage
+    counts as written."""
+    inputs = {
+        storage_key(n.meta.get("val"))
+        for n in gm.graph.nodes
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+    }
     for node in gm.graph.nodes:
-        value = node.meta.get("val")
-        if node.op == "placeholder":
-            if isinstance(value, torch.Tensor):
-                inputs.add(storage(value))
-            continue
-        if node.op not in ("call_function", "call_method", "call_module"):
-            continue
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        tensors = [
-            a.meta["val"]
-            for a in tree_leaves((node.args, node.kwargs))
-            if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
-        ]
-        if value is None:
-            written = tensors
-        elif name in RETURNS_SELF_UNWRITTEN:
-            continue
-        else:
-            results = {id(v) for v in tree_leaves(value)}
-            written = [t for t in tensors if id(t) in results]
-        for t in written:
-            s = storage(t)
-            if s is None or s in inputs:
+        for t in written_tensors(node):
+            key = storage_key(t)
+            if key is None or key in inputs:
                 return True
     return False
 

@@ -21,7 +21,7 @@ import torch
 import torch.utils.checkpoint
 from framejit.frontend import autograd_function, copying, functorch
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.side_effects import written_tensor
+from framejit.frontend.side_effects import written_tensors
 from framejit.frontend.sources import (
     AttrSource,
     Source,
@@ -294,7 +294,7 @@ def _recompute_effects(
     for node in nodes:
         if not preserve_rng_state and draws_random_numbers(node):
             return f"random numbers drawn by {getattr(node.target, '__name__', node.target)}"
-        written = _storages(written_tensor(node)) | _running_stats(node)
+        written = _storages(written_tensors(node)) | _running_stats(node)
         if written & outside:
             return f"an in-place write to a tensor from outside it ({node.name})"
     return None

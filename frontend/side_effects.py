@@ -24,6 +24,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import torch
 from bytecode import FreeVar, Instr
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
@@ -309,27 +310,32 @@ def _reachable(vt: VariableTracker, out: list[VariableTracker], depth: int = 0) 
 
 
 # Methods that may return their input itself but never write to it.
-RETURNS_SELF_UNWRITTEN = frozenset(
+_RETURNS_SELF_UNWRITTEN = frozenset(
     {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long"}
     | {"short", "bool", "cpu", "cuda", "view_as", "expand_as", "reshape_as"}
 )
 
 
-def written_tensor(node: Any) -> Any:
-    """The tensor (its fake value) that a graph node writes in place, or None."""
-    out = node.kwargs.get("out") if node.op == "call_function" else None
+def written_tensors(node: Any) -> list[torch.Tensor]:
+    """The tensors (fake values) a graph node may write: the tensor arguments it returns as its
+    result (in place, `out=`), or all of them for an op that returns nothing (setitem)."""
+    from torch.utils._pytree import tree_leaves
+
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return []
+    tensors = [
+        a.meta["val"]
+        for a in tree_leaves((node.args, node.kwargs))
+        if hasattr(a, "meta") and isinstance(a.meta.get("val"), torch.Tensor)
+    ]
+    value = node.meta.get("val")
+    if value is None:
+        return tensors
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    if (
-        out is None
-        and name not in RETURNS_SELF_UNWRITTEN
-        and node.args
-        and hasattr(node.args[0], "meta")
-    ):
-        first = node.args[0].meta.get("val")
-        val = node.meta.get("val")
-        if val is None or val is first:  # setitem and the like return None; `add_` its input
-            out = node.args[0]
-    return out.meta.get("val") if hasattr(out, "meta") else None
+    if name in _RETURNS_SELF_UNWRITTEN:
+        return []
+    results = {id(v) for v in tree_leaves(value)}
+    return [t for t in tensors if id(t) in results]
 
 
 class SideEffects:
@@ -397,7 +403,9 @@ class SideEffects:
             storages = {storage_key(vt.fake) for vt in seen if hasattr(vt, "fake")}
             storages.discard(None)
             if storages and any(
-                storage_key(written_tensor(node)) in storages for node in output.created[nodes:]
+                storage_key(t) in storages
+                for node in output.created[nodes:]
+                for t in written_tensors(node)
             ):
                 raise ReplayOutOfOrder(where, "a tensor it reads is written later in the graph")
 
