@@ -127,9 +127,13 @@ def compile_frame(
     `dynamic` is jit's option (frontend/dynamic.py); `cache` is the code's CodeCache, whose
     history of input sizes drives automatic dynamic shapes.
     """
+    from framejit.backend.aot.analysis import no_user_hooks
+
     eager_generators: dict[types.CodeType, str] = {}
     in_place: set[tuple[types.CodeType, int]] = set()
-    with _COMPILE_LOCK:  # the translator's rewind log and counters are process-wide
+    # the translator's rewind log and counters are process-wide; the user's saved-tensor
+    # hooks are meant for the real tensors of a run, not for the fakes of a trace
+    with _COMPILE_LOCK, no_user_hooks():
         undo_base = undo_mark()
         while True:
             try:

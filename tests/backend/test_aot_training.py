@@ -223,6 +223,34 @@ def test_compiled_under_saved_tensor_hooks():
     assert packed and all(isinstance(s, torch.Size) for s in packed)
 
 
+@pytest.mark.parametrize("backend", ["auto", "aot_eager"])
+def test_first_call_under_offloading_hooks_packs_only_real_tensors(backend):
+    # a CPU-offload pack hook (numpy copies) fails on a FakeTensor: the compile's traces must
+    # not reach it, and the hook must see the tensors the compiled graph saves, as a later call
+    seen = []
+
+    def pack(t):
+        seen.append(type(t))
+        return torch.from_numpy(t.detach().numpy().copy()).requires_grad_(t.requires_grad)
+
+    def f(x, w):
+        return torch.tanh(x @ w).sum()
+
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 5, requires_grad=True)
+    jitted = framejit.jit(f, backend=backend)
+    grads = []
+    for _ in range(2):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = jitted(x, w)
+        (grad,) = torch.autograd.grad(out, w)
+        grads.append(grad)
+    (want,) = torch.autograd.grad(f(x, w), w)
+    for grad in grads:
+        torch.testing.assert_close(grad, want)
+    assert seen and set(seen) == {torch.Tensor}, seen
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_twenty_optimizer_steps_match_eager(name):
     torch.manual_seed(0)
