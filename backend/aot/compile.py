@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -350,9 +351,16 @@ def _compile(
     forward = inner(parts.forward, _example(parts.forward))
     wants_grad = [k for k, f in enumerate(fakes) if isinstance(f, torch.Tensor) and f.requires_grad]
     # A double backward (`autograd.grad(..., create_graph=True)`, then a backward through the
-    # gradients: a gradient penalty) runs the captured graph again with autograd, on the same
-    # inputs; not for a graph that writes its inputs or draws random numbers.
-    recompute = None if mutated or _draws_random_numbers(parts.forward) else fn
+    # gradients: a gradient penalty, MAML's inner step) runs the captured graph again with
+    # autograd, on the same inputs; not for a graph that draws random numbers. A graph that
+    # writes inputs its outputs and gradients never read (BatchNorm's running statistics in
+    # train mode) runs again on copies of those inputs, so they are written once, as in eager.
+    recompute = None
+    if not _draws_random_numbers(parts.forward):
+        if not mutated:
+            recompute = fn
+        elif not _results_read(joint, mutated, len(info.computed_values), len(forward_values)):
+            recompute = _on_copies(fn, mutated)
     return TrainingRunner(
         info,
         forward,
@@ -364,6 +372,54 @@ def _compile(
         recompute=recompute,
         on_error=on_error,
     )
+
+
+def _results_read(
+    joint: torch.fx.GraphModule, inputs: list[int], computed: int, forward: int
+) -> bool:
+    """Whether the joint graph's computed outputs or gradients depend on any of `inputs`
+    (positions among its first placeholders); its other outputs are the inputs' new values."""
+    placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    watched = {placeholders[i] for i in inputs}
+    (output,) = [n for n in joint.graph.nodes if n.op == "output"]
+    results = list(output.args[0])
+    todo = [r for r in [*results[:computed], *results[forward:]] if isinstance(r, torch.fx.Node)]
+    seen: set[torch.fx.Node] = set()
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        if node in watched:
+            return True
+        seen.add(node)
+        todo.extend(_inputs_read(node))
+    return False
+
+
+def _inputs_read(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes `node`'s value depends on. Training-mode batch norm's normalized output and
+    batch statistics (items 0 to 2) do not read the running statistics it updates (3, 4)."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        parent, index = node.args
+        if (
+            isinstance(parent, torch.fx.Node)
+            and parent.target is torch.ops.aten._native_batch_norm_legit_functional.default
+            and parent.args[5] is True
+            and isinstance(index, int)
+            and index < 3
+        ):
+            return [a for a in parent.args[:3] if isinstance(a, torch.fx.Node)]
+    return node.all_input_nodes
+
+
+def _on_copies(fn: Callable[..., Any], inputs: list[int]) -> Callable[..., Any]:
+    """`fn` writing copies of the inputs at `inputs` instead of the inputs themselves."""
+    copied = set(inputs)
+
+    def run(*args: Any) -> Any:
+        return fn(*[a.detach().clone() if k in copied else a for k, a in enumerate(args)])
+
+    return run
 
 
 def _draws_random_numbers(graph: torch.fx.GraphModule) -> bool:

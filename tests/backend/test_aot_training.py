@@ -167,6 +167,46 @@ def test_gradient_penalty_of_a_critic_matches_eager():
         torch.testing.assert_close(a.grad, b.grad)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "triton"])
+def test_gradient_penalty_through_train_mode_batch_norm_matches_eager(backend):
+    # the graph writes BatchNorm's running statistics, which its outputs do not read: the
+    # double backward runs it again on copies of them, so they are updated once, as in eager
+    torch.manual_seed(0)
+    critic = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+    )
+    twin = copy.deepcopy(critic)
+    compiled = framejit.jit(critic, backend=backend)
+    points = torch.randn(6, 4)
+
+    def penalty(model):
+        x = points.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+        return ((grad.norm(2, dim=1) - 1) ** 2).mean()
+
+    for _ in range(2):
+        penalty(compiled).backward()
+        penalty(twin).backward()
+    for a, b in zip(critic.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    for a, b in zip(critic.buffers(), twin.buffers(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_double_backward_of_a_graph_reading_what_it_writes_raises_clearly():
+    def f(x, s):
+        s.add_(1)
+        return (x * s).tanh().sum()
+
+    x = torch.randn(4, requires_grad=True)
+    s = torch.ones(4)
+    out = framejit.jit(f, backend="aot_eager")(x, s)
+    (g,) = torch.autograd.grad(out, x, create_graph=True)
+    torch.testing.assert_close(s, torch.full((4,), 2.0))
+    with pytest.raises(RuntimeError, match="double backward"):
+        g.sum().backward()
+
+
 def test_double_backward_through_random_numbers_raises_clearly():
     x = torch.randn(4, requires_grad=True)
     (out,) = aot(lambda x: (F.dropout(x.sin(), 0.5),), x.detach().requires_grad_())(x)
