@@ -381,6 +381,8 @@ class OutputGraph:
                 if getattr(target, "__objclass__", None) in _TENSOR_CLASSES:
                     # a method called through its class (torch.Tensor.logit_(x))
                     _check_in_place_dtype(fake_args, fake_kwargs, target.__name__)
+                elif target in _IN_PLACE_OPERATORS:  # `y *= 2.5`: the fake mul_ does not check
+                    _check_in_place_dtype(fake_args, fake_kwargs, _IN_PLACE_OPERATORS[target])
                 return target(*fake_args, **fake_kwargs)
 
         caught: list[warnings.WarningMessage] = []  # what the op said, for replay_op_warnings
@@ -698,6 +700,23 @@ def _is_plain_constant(value: Any) -> bool:
 
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
+
+# augmented assignments on tensors, by the in-place method each runs
+_IN_PLACE_OPERATORS = {
+    operator.iadd: "add_",
+    operator.isub: "sub_",
+    operator.imul: "mul_",
+    operator.itruediv: "div_",
+    operator.ifloordiv: "floor_divide_",
+    operator.imod: "remainder_",
+    operator.ipow: "pow_",
+    operator.imatmul: "matmul_",
+    operator.iand: "bitwise_and_",
+    operator.ior: "bitwise_or_",
+    operator.ixor: "bitwise_xor_",
+    operator.ilshift: "bitwise_left_shift_",
+    operator.irshift: "bitwise_right_shift_",
+}
 _MATMUL_FUNCTIONS = (torch.matmul, operator.matmul, torch.nn.functional.linear, torch.inner)
 _MATMUL_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
 
