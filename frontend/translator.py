@@ -428,7 +428,11 @@ class Translator(OperatorsMixin, InliningMixin):
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
                 return self.wrap_source(GlobalSource(name))
-            if _trusted_globals(self.f_globals) and not _state_holder(self.f_globals[name]):
+            if (
+                _trusted_globals(self.f_globals)
+                and not _state_holder(self.f_globals[name])
+                and not _module_flag(name, self.f_globals[name])
+            ):
                 try:
                     return self.wrap_value(self.f_globals[name], None)
                 except Unsupported as exc:
@@ -538,6 +542,13 @@ def _state_holder(value: Any) -> bool:
         and not callable(value)
         and not isinstance(value, (types.ModuleType, type))
     )
+
+
+def _module_flag(name: str, value: Any) -> bool:
+    """A private scalar a library rebinds at run time to switch a behaviour
+    (`torch.backends.mha._is_fastpath_enabled`, parametrize's `_cache_enabled`): read through a
+    Source, guarded, where the library's other globals are fixed."""
+    return name.startswith("_") and type(value) in (bool, int, float, str, type(None))
 
 
 def _trusted_globals(f_globals: dict[str, Any]) -> bool:

@@ -1121,3 +1121,54 @@ def test_a_parameter_subclass_is_a_parameter_of_the_graph(backend):
         model.weight = nn.Parameter(model.weight.detach().clone())  # a plain one: recompiles
         torch.testing.assert_close(jitted(x), model(x))
         assert counter.frame_count == 2
+
+
+# --- switches a library keeps in a private module global --------------------------------------
+
+
+def _by_fastpath(x):
+    return x + 1 if torch.backends.mha.get_fastpath_enabled() else x - 1
+
+
+def test_a_library_switch_in_a_module_global_is_guarded():
+    # get_fastpath_enabled() reads torch.backends.mha's `_is_fastpath_enabled`, which
+    # set_fastpath_enabled rebinds: the first call's value must not be baked into the graph
+    jitted = framejit.jit(_by_fastpath, backend="eager")
+    try:
+        for flag in (True, False, True):
+            torch.backends.mha.set_fastpath_enabled(flag)
+            x = torch.zeros(2)
+            torch.testing.assert_close(jitted(x), _by_fastpath(x))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_parametrize_cached_after_a_first_call_outside_it(backend):
+    from torch.nn.utils import parametrize
+
+    class Symmetric(nn.Module):
+        def forward(self, w):
+            return w.triu() + w.triu(1).transpose(-1, -2)
+
+    def make():
+        torch.manual_seed(0)
+        m = nn.Linear(3, 3)
+        parametrize.register_parametrization(m, "weight", Symmetric())
+        return m
+
+    def run(m, call):
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+        out = [call(x)]
+        with parametrize.cached():
+            out.append(call(x))
+            with torch.no_grad():
+                m.parametrizations.weight.original.add_(1.0)
+            out.append(call(x))  # the cached weight, from before the update (by design)
+        out.append(call(x))
+        return out
+
+    eager, compiled = make(), make()
+    jitted = framejit.jit(compiled, backend=backend)
+    for want, got in zip(run(eager, eager), run(compiled, jitted), strict=True):
+        torch.testing.assert_close(got, want)
