@@ -736,6 +736,36 @@ def test_recurrent_module_on_unbatched_input(cls, batch_first: bool, with_state:
     assert explained.graph_count == 1 and explained.graph_break_count == 0
 
 
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+@pytest.mark.parametrize(
+    "case",
+    ["input size", "input dtype", "state size", "2-D input, 3-D state", "3-D input, 2-D state"],
+)
+def test_recurrent_module_rejects_what_eager_rejects(cls, case: str) -> None:
+    """The module's Python checks run before its aten op, which checks none of them (a wrong
+    input size read past the weights): each raises eager's error, nothing runs."""
+    torch.manual_seed(0)
+    module = cls(4, 5)
+    x = torch.randn(6, 3, 4)
+    h = torch.randn(1, 3, 5)
+    if case == "input size":
+        x = torch.randn(6, 3, 7)
+    elif case == "input dtype":
+        x = x.double()
+    elif case == "state size":
+        h = torch.randn(1, 2, 5)
+    elif case == "2-D input, 3-D state":
+        x, h = torch.randn(6, 4), torch.randn(1, 1, 5)
+    else:
+        h = torch.randn(1, 5)
+    state = (h, h.clone()) if cls is torch.nn.LSTM else h
+    with pytest.raises((RuntimeError, ValueError)) as eager:
+        module(x, state)
+    with pytest.raises(type(eager.value)) as got:
+        framejit.jit(module, backend="aot_eager")(x, state)
+    assert str(got.value) == str(eager.value)
+
+
 def test_sorted_orders_tensors_by_constant_keys() -> None:
     def fn(x):
         d = {"b": x * 2, "a": x + 1, "c": x}

@@ -53,6 +53,7 @@ def call_rnn(
     def method(name: str, value: VariableTracker, dim: int) -> VariableTracker:
         return tx.output.call_op("call_method", name, [value, ConstantVariable(dim)], {})
 
+    _check_like_eager(tx, mod, x, hx, unbatched, batch_dim)
     if unbatched:
         x = method("unsqueeze", x, batch_dim)
         if not (hx.is_constant() and hx.as_constant() is None):
@@ -105,3 +106,52 @@ def call_rnn(
     if unbatched:
         output, h = method("squeeze", output, batch_dim), method("squeeze", h, 1)
     return TupleVariable([output, h])
+
+
+def _check_like_eager(
+    tx: Translator,
+    mod: torch.nn.RNNBase,
+    x: TensorVariable,
+    hx: VariableTracker,
+    unbatched: bool,
+    batch_dim: int,
+) -> None:
+    """The checks the module's Python forward makes before its kernel runs (the state's
+    dimensions, then `check_forward_args`: input size and dtype, state sizes), run on the
+    fakes: the aten op itself checks none of them, and reads past its weights when the input
+    size is wrong. A failed check runs the call as Python, where eager raises its error."""
+    none = hx.is_constant() and hx.as_constant() is None
+    if none:
+        states: list[torch.Tensor] = []
+    elif isinstance(mod, torch.nn.LSTM):
+        parts = hx.unpack(tx) if isinstance(hx, (TupleVariable, ListVariable)) else None
+        if (
+            parts is None
+            or len(parts) != 2
+            or not all(isinstance(p, TensorVariable) for p in parts)
+        ):
+            raise Unsupported("unsupported_call", "LSTM state that is not a pair of tensors")
+        states = [p.fake for p in parts]  # type: ignore[union-attr]
+    elif isinstance(hx, TensorVariable):
+        states = [hx.fake]
+    else:
+        raise Unsupported("unsupported_call", f"{type(mod).__name__} state that is not a tensor")
+    try:
+        with tx.output.fake_mode:
+            inp = x.fake.unsqueeze(batch_dim) if unbatched else x.fake
+            want = 2 if unbatched else 3
+            for state in states:
+                if state.dim() != want:
+                    kind = "unbatched 2-D" if unbatched else "batched 3-D"
+                    raise RuntimeError(f"For {kind} input, hx should also be {want}-D")
+            states = [s.unsqueeze(1) for s in states] if unbatched else states
+            if isinstance(mod, torch.nn.LSTM) and states:
+                mod.check_forward_args(inp, (states[0], states[1]), None)
+            elif states:
+                mod.check_forward_args(inp, states[0], None)
+            else:
+                mod.check_input(inp, None)
+    except (RuntimeError, ValueError) as exc:
+        raise Unsupported(
+            "tensor_op_failed", type(mod).__name__, f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
