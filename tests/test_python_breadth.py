@@ -1471,3 +1471,36 @@ def test_library_style_class_patterns_match_eager() -> None:
     assert got[0].shape == (3,)
     assert got[1:] == expected[1:]
     assert got[1] is True and len(got[2]) == 3
+
+
+def test_rnn_kernel_follows_its_mode_not_a_later_nonlinearity() -> None:
+    # eager picks the kernel from `mode`, set in __init__; `nonlinearity` set later is ignored
+    torch.manual_seed(0)
+    rnn = nn.RNN(3, 4)
+    rnn.nonlinearity = "relu"
+    x = torch.randn(2, 1, 3)
+    torch.testing.assert_close(framejit.jit(rnn, backend="aot_eager")(x), rnn(x))
+
+
+class _LazyOffset(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        if not hasattr(self, "offset"):
+            self.register_buffer("offset", torch.ones(3) * 10, persistent=False)
+        return self.lin(x) + (self.offset if hasattr(self, "offset") else 0)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_register_buffer_in_forward_is_seen_by_the_same_call(backend) -> None:
+    torch.manual_seed(0)
+    eager = _LazyOffset()
+    compiled = _LazyOffset()
+    compiled.load_state_dict(eager.state_dict())
+    jitted = framejit.jit(compiled, backend=backend)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(jitted(x), eager(x))
+    assert torch.equal(compiled.offset, eager.offset)

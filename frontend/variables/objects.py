@@ -413,6 +413,10 @@ class NNModuleVariable(UserObjectVariable):
         del src
         if name in (*_TREE_METHODS, "train", "eval") and _plain_tree_method(mod, name):
             return _ModuleMethodVariable(self, name)
+        if name in _REGISTERING_METHODS and self.source is not None:
+            # the trace reads a module's entries from its real dicts: a `hasattr(self, name)`
+            # or `self.name` after the call, in the same call, would not see the new one
+            raise Unsupported("unsupported_call", f"{type(mod).__name__}.{name} in a traced call")
         return super().getattr(tx, name)
 
     def module_keys(self, tx: Translator) -> list[str]:
@@ -666,6 +670,11 @@ class _ModuleMethodVariable(VariableTracker):
 
 
 # Methods of nn.Module that walk the tree of submodules, parameters and buffers.
+# they add to a module's `_parameters`, `_buffers` or `_modules`
+_REGISTERING_METHODS = frozenset(
+    {"register_buffer", "register_parameter", "add_module", "register_module"}
+)
+
 _TREE_METHODS = (
     "parameters",
     "named_parameters",

@@ -99,7 +99,8 @@ def call_rnn(
     if isinstance(mod, torch.nn.GRU):
         op = torch.gru
     else:
-        op = torch.rnn_tanh if mod.nonlinearity == "tanh" else torch.rnn_relu
+        # the kernel follows `mode`, set once in __init__, as in eager (not `nonlinearity`)
+        op = torch.rnn_tanh if _const(tx, module, "mode") == "RNN_TANH" else torch.rnn_relu
     state = zeros() if hx.is_constant() and hx.as_constant() is None else hx
     out = tx.output.call_op("call_function", op, [x, state, weights, *flags], {})
     output, h = out.unpack(tx)
