@@ -156,3 +156,23 @@ def test_a_negative_number_raised_to_a_tensor(backend: str) -> None:
     t = torch.tensor([0.0, 0.5, 2.0])
     got = framejit.jit(alternating, backend=backend)(t)
     torch.testing.assert_close(got, alternating(t), equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_tensor_new_of_a_size_is_a_shape_not_data(backend) -> None:
+    # torch.distributions' samplers: `param.new(shape).exponential_()` (Laplace, Cauchy, ...)
+    def fill(x):
+        return x.new(x.shape).fill_(7.0), x.new(torch.Size([2, 1])).fill_(1.0), x.new((2.0, 5.0))
+
+    def laplace(loc):
+        torch.manual_seed(3)
+        return torch.distributions.Laplace(loc, 1.0).sample((2,))
+
+    x = torch.ones(3)
+    for fn in (fill, laplace):
+        got, want = framejit.jit(fn, backend=backend)(x), fn(x)
+        for g, w in zip(
+            got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
+        ):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            torch.testing.assert_close(g, w)

@@ -167,6 +167,10 @@ class TensorVariable(VariableTracker):
         args: list[VariableTracker],
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
+        if name == "new" and len(args) == 1 and _is_size(args[0]):
+            # `x.new(torch.Size)` is a shape, `x.new(tuple)` data; a graph argument keeps no
+            # Size (fx makes it a tuple), so it becomes the op it is: an uninitialized tensor
+            name = "new_empty"
         if name == "storage_offset" and not args and not kwargs:
             # Not part of TENSOR_MATCH (views of one buffer at many offsets share an entry):
             # pinned by its own guard when read, and only answerable for inputs.
@@ -248,3 +252,11 @@ class TensorVariable(VariableTracker):
             tx.output.call_op("call_function", operator.getitem, [self, ConstantVariable(i)], {})
             for i in range(self.fake.shape[0])
         ]
+
+
+def _is_size(vt: VariableTracker) -> bool:
+    from framejit.frontend.variables.symbolic import SizeVariable
+
+    if isinstance(vt, SizeVariable):
+        return True
+    return vt.is_constant() and isinstance(vt.as_constant(), torch.Size)
