@@ -350,6 +350,9 @@ def _compile(
     _mark_static_inputs(parts.backward, [name in static_names for name in parts.saved], "backward")
     forward = inner(parts.forward, _example(parts.forward))
     wants_grad = [k for k, f in enumerate(fakes) if isinstance(f, torch.Tensor) and f.requires_grad]
+    (output,) = [n for n in joint.graph.nodes if n.op == "output"]
+    grads = list(output.args[0])[len(forward_values) :]
+    gradless = [k for k, grad in zip(wants_grad, grads, strict=True) if grad is None]
     # A double backward (`autograd.grad(..., create_graph=True)`, then a backward through the
     # gradients: a gradient penalty, MAML's inner step) runs the captured graph again with
     # autograd, on the same inputs; not for a graph that draws random numbers. A graph that
@@ -371,6 +374,7 @@ def _compile(
         saved_bytes=parts.saved_bytes,
         recompute=recompute,
         on_error=on_error,
+        gradless=gradless,
     )
 
 

@@ -149,8 +149,13 @@ class TrainingRunner:
         saved_bytes: int = 0,
         recompute: Callable[..., Sequence[Any]] | None = None,
         on_error: Callable[..., Any] | None = None,
+        gradless: Sequence[int] = (),
     ) -> None:
         self.info = info
+        # unique inputs that require grad but never get a gradient (used only through
+        # `.detach()`): passed to the autograd Function detached, so that its node has no edge
+        # into their history (which a backward may already have freed, as in eager)
+        self.gradless = frozenset(gradless)
         self.on_error = on_error  # as InferenceRunner's
         # the captured graph on the unique inputs, for a double backward (None: not possible)
         self.recompute = recompute
@@ -186,7 +191,10 @@ class TrainingRunner:
         if self.dependencies is None:
             self.dependencies = _dependencies(info, args, self.differentiable, self.wants_grad)
         try:
-            results = _CompiledFunction.apply(self, *[args[i] for i in info.unique])
+            inputs = [args[i] for i in info.unique]
+            if self.gradless:
+                inputs = [a.detach() if k in self.gradless else a for k, a in enumerate(inputs)]
+            results = _CompiledFunction.apply(self, *inputs)
         except Exception:
             if self.on_error is None:
                 raise
@@ -367,7 +375,8 @@ def _differentiable_backward(
             for i in runner.differentiable
             if grads[i] is not None and outputs[i].requires_grad
         ]
-        wanted = [inputs[i] for i in runner.wants_grad]
+        wants_grad = [i for i in runner.wants_grad if i not in runner.gradless]
+        wanted = [inputs[i] for i in wants_grad]
         found = torch.autograd.grad(
             [o for o, _ in pairs],
             wanted,
@@ -376,7 +385,7 @@ def _differentiable_backward(
             allow_unused=True,
         )
     input_grads: list[Any] = [None] * runner.num_inputs
-    for i, grad in zip(runner.wants_grad, found):
+    for i, grad in zip(wants_grad, found):
         input_grads[i] = grad
     return input_grads
 

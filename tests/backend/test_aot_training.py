@@ -495,3 +495,22 @@ def test_a_returned_output_is_saved_rather_than_its_input() -> None:
     want_h, want_w = torch.autograd.grad(_returns_its_sigmoid(h, w).sum(), (h, w))
     torch.testing.assert_close(h.grad, want_h)
     torch.testing.assert_close(w.grad, want_w)
+
+
+@pytest.mark.parametrize("backend", ["auto", "aot_eager"])
+def test_an_input_used_only_detached_gets_no_edge_into_its_history(backend):
+    # SAC's temperature loss on `log_prob.detach()` after the actor's backward freed the
+    # log-prob's graph: eager never walks into that history, nor may the compiled graph
+    w = torch.randn(3, requires_grad=True)
+    log_alpha = torch.zeros(1, requires_grad=True)
+
+    def alpha_loss(lp):
+        return -(log_alpha * (lp.detach() - 2.0)).mean()
+
+    jitted = framejit.jit(alpha_loss, backend=backend)
+    for fn in (alpha_loss, jitted, jitted):
+        log_alpha.grad = None
+        lp = (torch.arange(3.0) * w).sum()
+        lp.backward()  # frees lp's graph
+        fn(lp).backward()
+        torch.testing.assert_close(log_alpha.grad, -(lp.detach() - 2.0).reshape(1))
