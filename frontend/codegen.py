@@ -310,6 +310,18 @@ class CodeGen:
             self._keep.append(vt)
             self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
 
+    def remember(self, vt: VariableTracker) -> str:
+        """Store the object on top of the stack (popped) as the one `vt` stands for: a later
+        reconstruct of `vt`, even while its own state is being built, loads it."""
+        name = f"___obj{len(self._built)}"
+        self._built[id(vt)] = name
+        self._keep.append(vt)
+        self._emit(Instr("STORE_FAST", name))
+        return name
+
+    def load_fast(self, name: str) -> None:
+        self._emit(Instr("LOAD_FAST", name))
+
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
         """Code for one of several alternative paths (the two arms of a jump at a break): an

@@ -280,47 +280,56 @@ def _global_state_guard(output: OutputGraph) -> Guard:
     return Guard(None, GuardKind.GLOBAL_STATE, state, "global state when the frame was compiled")
 
 
-def _collect_outputs(vt: VariableTracker, out: list[TensorVariable]) -> None:
+def _collect_outputs(
+    vt: VariableTracker, out: list[TensorVariable], seen: set[int] | None = None
+) -> None:
     """Tensors in the return value that the graph must return (not inputs returned as-is), and
-    symbolic sizes (returned by the graph rather than pinned to the traced value)."""
+    symbolic sizes (returned by the graph rather than pinned to the traced value). Objects are
+    visited once: two made in the frame may refer to each other (`a.other = b; b.other = a`,
+    torch.distributions' transforms and their inverses)."""
+    if seen is None:
+        seen = set()
+    if id(vt) in seen:
+        return
+    seen.add(id(vt))
     if isinstance(vt, (TensorVariable, SymNodeVariable)):
         if vt.source is None and all(o.node is not vt.node for o in out):
             out.append(vt)
     elif isinstance(vt, ListVariable) and not vt.contents_read:
         for item in vt.appended:
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, BaseSequence):
         for item in vt.items:
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, DictVariable):
         for item in vt.items.values():
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, DataclassVariable):
         for item in vt.fields.values():
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, NewObjectVariable):
         for item in vt.attrs.values():
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, IteratorVariable):
         for item in vt.items[vt.index :]:
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, LazyIteratorVariable):
         for item in vt.reachable():
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, (BoundMethodVariable, UserMethodVariable)):
-        _collect_outputs(vt.obj, out)  # `tensor.item` waiting for its call
+        _collect_outputs(vt.obj, out, seen)  # `tensor.item` waiting for its call
     elif isinstance(vt, PartialVariable):
         for item in [vt.fn, *vt.args, *vt.kwargs.values()]:
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, SliceVariable):
         for item in vt.parts:
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
     elif isinstance(vt, NestedFunctionVariable):
         for item in [*vt.defaults, *vt.kwdefaults.values()]:
-            _collect_outputs(item, out)
+            _collect_outputs(item, out, seen)
         for cell in vt.closure:
             if isinstance(cell, CellVariable) and cell.contents is not None:
-                _collect_outputs(cell.contents, out)
+                _collect_outputs(cell.contents, out, seen)
 
 
 def _compile_graph(

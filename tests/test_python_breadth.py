@@ -1504,3 +1504,35 @@ def test_register_buffer_in_forward_is_seen_by_the_same_call(backend) -> None:
         x = torch.randn(2, 3)
         torch.testing.assert_close(jitted(x), eager(x))
     assert torch.equal(compiled.offset, eager.offset)
+
+
+class _Node:
+    pass
+
+
+def _make_pair(x):
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    a.t = x + 1
+    b.t = x * 2
+    return a
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_objects_made_in_the_frame_that_refer_to_each_other(backend) -> None:
+    x = torch.randn(3)
+    a = framejit.jit(_make_pair, backend=backend)(x)
+    assert a.other.other is a and type(a) is _Node
+    torch.testing.assert_close(a.t, x + 1)
+    torch.testing.assert_close(a.other.t, x * 2)
+
+    def log_normal(mu):  # a transform and its inverse refer to each other
+        d = torch.distributions.LogNormal(mu, 1.0, validate_args=False)
+        torch.manual_seed(0)
+        sample = d.rsample()
+        return d.log_prob(sample) * 2, d
+
+    got, dist = framejit.jit(log_normal, backend=backend)(x)
+    want, _ = log_normal(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(dist.mean, x.add(0.5).exp())

@@ -1188,21 +1188,28 @@ class NewObjectVariable(VariableTracker):
     def reconstruct(self, cg: Any) -> None:
         from framejit.frontend.variables.containers import DictVariable
 
+        # made first, then filled: an attribute may lead back to the object itself (two objects
+        # that refer to each other, a transform and its inverse)
+        cg.call_const(cls_new, lambda: cg.load_const(self.cls), 1)
+        name = cg.remember(self)
+
         def emit() -> None:
-            cg.load_const(self.cls)
+            cg.load_fast(name)
             DictVariable(self.attrs).reconstruct(cg)
             if self.dict_items is not None:
                 DictVariable(self.dict_items.items).reconstruct(cg)
 
-        cg.call_const(rebuild_object, emit, 2 if self.dict_items is None else 3)
+        cg.call_const(fill_object, emit, 2 if self.dict_items is None else 3)
 
 
-def rebuild_object(cls: type, attrs: dict[str, Any], items: dict[Any, Any] | None = None) -> Any:
-    """Recreate an object the traced code built: used by transformed code. A dict subclass gets
-    its items through its builtin base, past any `__setitem__` of its own."""
-    obj = cls.__new__(cls)
+def cls_new(cls: type) -> Any:
+    return cls.__new__(cls)
+
+
+def fill_object(obj: Any, attrs: dict[str, Any], items: dict[Any, Any] | None = None) -> Any:
+    """Give `obj` (made by `cls_new`) the state the traced code gave it; returns it."""
     if items is not None:
-        base = _dict_base(cls)
+        base = _dict_base(type(obj))
         for key, value in items.items():
             base.__setitem__(obj, key, value)  # type: ignore[union-attr]
     if attrs or hasattr(obj, "__dict__"):  # `object()` (a sentinel) has no __dict__
