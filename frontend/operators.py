@@ -167,6 +167,11 @@ class OperatorsMixin:
                 and getattr(a, "obj", None) is getattr(b, "obj", None)
             )
             return ConstantVariable(same if op is operator.eq else not same)
+        fa, fb = _function_of(a), _function_of(b)
+        if op in (operator.eq, operator.ne) and fa is not None and fb is not None:
+            # a function's `==` is identity (`type(self).__init__ != cls.__init__` in
+            # torch.distributions' expand)
+            return ConstantVariable((fa is fb) == (op is operator.eq))
         raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
 
     def _compare_lazy(

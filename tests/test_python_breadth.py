@@ -1536,3 +1536,21 @@ def test_objects_made_in_the_frame_that_refer_to_each_other(backend) -> None:
     want, _ = log_normal(x)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(dist.mean, x.add(0.5).exp())
+
+
+def test_functions_compare_by_identity_in_the_graph() -> None:
+    class Base:
+        def __init__(self):
+            pass
+
+    class Child(Base):
+        def __init__(self):
+            super().__init__()
+
+    def fn(x):
+        overridden = Child.__init__ != Base.__init__
+        same = Base.__init__ == Base.__init__
+        return x + overridden + 2 * same
+
+    x = torch.zeros(2)
+    torch.testing.assert_close(framejit.jit(fn, fullgraph=True)(x), fn(x))
