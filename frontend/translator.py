@@ -428,9 +428,11 @@ class Translator(OperatorsMixin, InliningMixin):
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
                 return self.wrap_source(GlobalSource(name))
+            from framejit.frontend.variables.objects import module_state
+
             if (
                 _trusted_globals(self.f_globals)
-                and not _state_holder(self.f_globals[name])
+                and not module_state(self.f_globals[name])
                 and not _module_flag(name, self.f_globals[name])
             ):
                 try:
@@ -532,16 +534,6 @@ def guard_missing_attribute(tx: Translator, vt: VariableTracker, name: str) -> N
         for table in ("_parameters", "_buffers", "_modules"):
             tx.output.require_absent(AttrSource(source, table), name, where)
     tx.output.require_absent(AttrSource(TypeSource(source), "__dict__"), name, where)
-
-
-def _state_holder(value: Any) -> bool:
-    """An instance of a Python class that a library keeps as module state (torch.distributed's
-    `_world`): its attributes change at run time, so it is read through a Source, guarded."""
-    return (
-        hasattr(value, "__dict__")
-        and not callable(value)
-        and not isinstance(value, (types.ModuleType, type))
-    )
 
 
 def _module_flag(name: str, value: Any) -> bool:

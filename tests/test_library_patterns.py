@@ -1172,3 +1172,22 @@ def test_parametrize_cached_after_a_first_call_outside_it(backend):
     jitted = framejit.jit(compiled, backend=backend)
     for want, got in zip(run(eager, eager), run(compiled, jitted), strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_object_a_library_keeps_in_its_module_is_captured(backend):
+    # AffineTransform.domain returns torch.distributions.constraints.real, read inside torch's
+    # code from its module: one graph, which can load the object again
+    import torch.distributions as D
+
+    def gumbel(loc):
+        d = D.Gumbel(loc, 2.0, validate_args=False)
+        return d.rsample((2,)), d.log_prob(loc + 1), d.support
+
+    loc = torch.randn(3)
+    torch.manual_seed(0)
+    got = framejit.jit(gumbel, backend=backend, fullgraph=True)(loc)
+    torch.manual_seed(0)
+    want = gumbel(loc)
+    torch.testing.assert_close(got[:2], want[:2])
+    assert got[2] is want[2]

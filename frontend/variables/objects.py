@@ -1320,6 +1320,10 @@ class PythonModuleVariable(VariableTracker):
             # `F.scaled_dot_product_attention = my_attention` between calls is seen: a
             # function of torch's namespace read through a source is guarded by identity
             return tx.wrap_source(AttrSource(self.source, name))
+        if self.source is None and module_state(value):
+            # an object a library keeps in its module (`constraints.real`): read through a
+            # source, so the compiled code can load it again
+            return tx.wrap_source(AttrSource(ConstSource(self.mod, f"module {self.name}"), name))
         if is_trusted_module(self.mod) or self.source is None:
             try:
                 return tx.wrap_value(value, None)
@@ -1329,6 +1333,17 @@ class PythonModuleVariable(VariableTracker):
                 # a library's mutable value (`random.seed`, a method of the module's hidden
                 # instance; torch's table of defaults): read through its source, and guarded
         return tx.wrap_source(AttrSource(self.source, name))
+
+
+def module_state(value: Any) -> bool:
+    """An instance of a Python class that a library keeps as module state (`constraints.real`,
+    torch.distributed's `_world`): its attributes may change at run time, and the compiled
+    code must be able to load it again, so it is read through a Source."""
+    return (
+        hasattr(value, "__dict__")
+        and not callable(value)
+        and not isinstance(value, (types.ModuleType, type))
+    )
 
 
 class SuperVariable(VariableTracker):
