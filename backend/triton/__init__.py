@@ -22,7 +22,8 @@ graph (the registry's `triton` backend is `aot_compile(gm, inputs, compile_graph
 CPU tensors: kernels run in Triton's interpreter when `TRITON_INTERPRET=1` is set before the
 kernels are loaded (that is how CI tests them). Without it, a graph on CPU runs as its aten graph
 (as `aot_eager` would), with a `perf_hints` line saying why: framejit never fails a program for
-want of a device.
+want of a device. So does a graph with meta tensors (no data to compute on; a factory under
+`torch.device("meta")` must make a meta tensor).
 """
 
 from __future__ import annotations
@@ -71,21 +72,51 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def interpreter_problem() -> str | None:
-    """Why Triton's CPU interpreter cannot run our kernels here (None: it can)."""
+    """Why Triton's CPU interpreter cannot run all of our kernels here (None: it can)."""
+    return _interpreter_import_problem() or interpreter_loop_problem()
+
+
+def _interpreter_import_problem() -> str | None:
+    """Why Triton's CPU interpreter cannot run any kernel here (None: it can)."""
     try:
-        import numpy
-        import triton
+        import numpy  # noqa: F401
+        import triton  # noqa: F401
         import triton.runtime.interpreter  # noqa: F401
     except Exception as e:  # noqa: BLE001 - a broken install fails in many ways
         return f"Triton's interpreter cannot be imported ({type(e).__name__}: {e})"
-    # Triton < 3.7's interpreter turns a loop bound given at run time into a Python int with
-    # int() of a one-element array, which NumPy 2.4 made an error: every reduction loop fails.
+    return None
+
+
+def interpreter_loop_problem() -> str | None:
+    """Why Triton's CPU interpreter cannot run our kernels that loop here (None: it can).
+
+    Triton < 3.7's interpreter turns a loop bound given at run time into a Python int with
+    int() of a one-element array, which NumPy 2.4 made an error: a reduction kernel that loops
+    over its reduction (more than `schedule.PERSISTENT_LIMIT` elements, a symbolic count, or
+    reduced along a kept dim) fails. Kernels without a loop (pointwise ones, reductions that
+    keep a whole row in registers) run, so only a graph with a looping kernel falls back."""
+    try:
+        import numpy
+        import triton
+    except Exception:  # noqa: BLE001 - that is `_interpreter_import_problem`'s to report
+        return None
+
     if _version(triton.__version__) < (3, 7) and _version(numpy.__version__) >= (2, 4):
         return (
             f"Triton {triton.__version__}'s CPU interpreter cannot run loops under NumPy "
             f"{numpy.__version__} (it needs numpy<2.4, or Triton >= 3.7)"
         )
     return None
+
+
+def _loops(scheduled: Any) -> bool:
+    """Whether a kernel of the schedule loops (a reduction that is not persistent)."""
+    from framejit.backend.triton.schedule import Kernel
+
+    return any(
+        isinstance(step, Kernel) and step.kind == "reduction" and not step.persistent
+        for step in scheduled.steps
+    )
 
 
 def _run(gm: torch.fx.GraphModule, max_autotune: bool = False) -> Any:
@@ -132,21 +163,29 @@ def compile_graph(
         for n in gm.graph.nodes
         if isinstance(n.meta.get("val"), torch.Tensor)
     }
+    if "meta" in devices:
+        # Meta tensors have no data to compute on, and a factory under `torch.device("meta")`
+        # must make a meta tensor (the kernels would make it on the graph's other device).
+        return _fallback(gm, "the graph has meta tensors")
     problem = _triton_problem()
     if problem is not None:
         return _fallback(gm, problem)
+    loop_problem = None
     if any(d == "cpu" for d in devices):
         if not cache.interpreter_active():
             return _fallback(gm, "CPU tensors need TRITON_INTERPRET=1 (Triton's CPU interpreter)")
-        problem = interpreter_problem()
+        problem = _interpreter_import_problem()
         if problem is not None:
             return _fallback(gm, problem)
+        loop_problem = interpreter_loop_problem()
     if is_symbolic(gm):
         try:  # kernels that take the sizes as arguments: one module for every size
             lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
         except Exception as e:  # anything the symbolic path does not handle
             reason = f"{type(e).__name__}: {e}"
         else:
+            if loop_problem is not None and _loops(scheduled):
+                return _fallback(gm, loop_problem)
             return _load(gm, lowering, scheduled, source, constants)
         hint = f"symbolic sizes: compiled per distinct size at call time ({reason})"
         logs.artifact("perf_hints", f"triton: {hint}")
@@ -163,6 +202,8 @@ def compile_graph(
         lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
     except NotLowered as e:
         return _fallback(gm, str(e))
+    if loop_problem is not None and _loops(scheduled):
+        return _fallback(gm, loop_problem)
     return _load(gm, lowering, scheduled, source, constants)
 
 
@@ -249,6 +290,7 @@ def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
 __all__ = [
     "Stages",
     "compile_graph",
+    "interpreter_loop_problem",
     "interpreter_problem",
     "stages",
     "triton_available",

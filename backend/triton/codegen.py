@@ -9,7 +9,8 @@
 4. `call(*inputs)`: binds the size symbols of a symbolic graph from the inputs' shapes,
    raises eager's error where a reduction without an identity has no elements (`EmptyCheck`),
    allocates the stored buffers with their strides, launches the kernels (grids computed here,
-   or at run time from the symbols), runs the externs, frees intermediates after their last
+   or at run time from the symbols), runs the externs, draws the random nodes' seeds in
+   program order among the random externs (`SeedDraws`), frees intermediates after their last
    use, and returns the graph's outputs. A kernel with nothing to do (a zero-size tensor) is
    not launched. When kernels check indices read from memory, `call` takes an `errors`
    buffer (a row per check) from the module's `bounds.IndexChecks` before the launches and
@@ -197,14 +198,11 @@ def _wrapper(
             w.line(f"if {size_text(check.numel)} == 0:")
             with w.indent():
                 w.line(f"{_op_text(check.op)}({', '.join(args)})")
-        if graph.seeds:
-            # One Philox seed per random node and call, drawn from torch's CPU generator (so
-            # torch.manual_seed makes a run repeatable); the stream itself differs from eager's.
-            names = ", ".join(f"seed{k}" for k in range(graph.seeds))
-            w.line(f"({names},) = torch.randint(2**31 - 1, ({graph.seeds},)).tolist()")
+        draws = SeedDraws(graph)
         if checks:  # a row per index check: (out of range seen, the index); see bounds.py
             w.line("errors = INDEX_CHECKS.begin()")
         for index, step in enumerate(schedule.steps):
+            draws.before(w, step, codes[id(step)] if isinstance(step, Kernel) else None)
             if isinstance(step, Kernel):
                 code = codes[id(step)]
                 for name in step.stores:
@@ -244,11 +242,72 @@ def _wrapper(
             dead = [n for n in dead if n.startswith("buf")]
             if dead:
                 w.line(f"del {', '.join(dead)}")
+        draws.rest(w)
         if checks:
             table = [f"({c.op!r}, {c.dim}, {size_text(c.size)}, {c.wrapped})" for c in checks]
             w.line(f"INDEX_CHECKS.end(errors, ({', '.join(table)},))")
         outs = [py(o) for o in graph.outputs]
         w.line(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+
+
+class SeedDraws:
+    """Where the wrapper draws the Philox seeds of the graph's random nodes (dropout), one per
+    node and call, from torch's CPU generator (so `torch.manual_seed` makes a run repeatable;
+    the stream itself differs from eager's).
+
+    Random ops that stay externs (rand, randn, bernoulli, ...) use that generator too, and give
+    eager's numbers only if it is in eager's state when they run: a seed must not be drawn
+    before a random extern that comes before its node in the program. So the seeds are drawn in
+    groups, a group being the seeds made between two random externs (in lowering order, which
+    is the program's): a group is drawn just before the first kernel that uses one of its seeds,
+    or just before the random extern that ends it, whichever comes first; a group no kernel
+    uses (its nodes' results are never read) is drawn before the wrapper returns, so a call
+    always takes the same numbers from the generator. A random extern is an aten op tagged
+    `nondeterministic_seeded`, or any op outside aten (it may draw numbers too)."""
+
+    def __init__(self, graph: Any) -> None:
+        self.groups: dict[int, list[int]] = {}  # group -> its seeds, in order
+        self.ends: dict[int, int] = {}  # id of a random extern -> the group it ends
+        random_externs = [
+            k for k, n in enumerate(graph.nodes) if isinstance(n, Extern) and _draws_random(n.op)
+        ]
+        for group, k in enumerate(random_externs):
+            self.ends[id(graph.nodes[k])] = group
+        for seed, position in enumerate(graph.seed_positions):
+            group = sum(1 for k in random_externs if k < position)
+            self.groups.setdefault(group, []).append(seed)
+        self.drawn: set[int] = set()
+
+    def before(self, w: Writer, step: Any, code: KernelCode | None) -> None:
+        """Draw the groups due before `step` (a Kernel with its code, or an Extern)."""
+        if code is not None:
+            used = {int(name[4:]) for name in code.scalars if name.startswith("seed")}
+            due = [g for g, seeds in self.groups.items() if used & set(seeds)]
+            self._draw(w, max(due, default=-1))
+        elif id(step) in self.ends:
+            self._draw(w, self.ends[id(step)])
+
+    def rest(self, w: Writer) -> None:
+        self._draw(w, max(self.groups, default=-1))
+
+    def _draw(self, w: Writer, upto: int) -> None:
+        seeds = [
+            s
+            for g in sorted(self.groups)
+            if g <= upto and g not in self.drawn
+            for s in self.groups[g]
+        ]
+        self.drawn |= {g for g in self.groups if g <= upto}
+        if seeds:
+            names = ", ".join(f"seed{k}" for k in seeds)
+            w.line(f"({names},) = torch.randint(2**31 - 1, ({len(seeds)},), device='cpu').tolist()")
+
+
+def _draws_random(op: Any) -> bool:
+    """Whether an extern's op may use torch's random generator."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return True
+    return torch.Tag.nondeterministic_seeded in op.tags
 
 
 def _is_size_expr(value: Any) -> bool:

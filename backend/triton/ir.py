@@ -677,6 +677,10 @@ class LoopGraph:
     device: str = "cpu"
     # Random nodes draw from Philox with seeds `seed0 .. seed{seeds - 1}`, new each call.
     seeds: int = 0
+    # Where each seed was made: how many nodes the graph had then. The wrapper draws a seed
+    # after the random externs lowered before it and before those lowered after it, so
+    # torch's generator is used in program order (see codegen's `SeedDraws`).
+    seed_positions: list[int] = field(default_factory=list)
     # How many positional inputs `call` takes (unused non-tensor ones have no InputBuffer).
     arity: int = 0
     # Sizes given as numbers (symbolic graphs): (position, input name, sympy symbol).

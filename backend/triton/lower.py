@@ -190,6 +190,7 @@ class Lowering:
         """A fresh random seed: a kernel argument the wrapper draws anew on every call."""
         seed = ScalarArg(f"seed{self.graph.seeds}", torch.int64)
         self.graph.seeds += 1
+        self.graph.seed_positions.append(len(self.graph.nodes))
         return seed
 
     def realize(self, value: TensorValue) -> ExternArg:

@@ -614,8 +614,15 @@ def _copy_into(ctx: Lowering, node: torch.fx.Node, dst: TensorValue, src: Tensor
 
 @lowering("full", "full_like", "scalar_tensor", "empty", dtype="given")
 def _full(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
+    """A constant fill; `empty` is filled with zeros (its contents are undefined), except under
+    `torch.use_deterministic_algorithms(True)`, where torch defines them (NaN, or the dtype's
+    largest value, while `torch.utils.deterministic.fill_uninitialized_memory` is on): then
+    `empty` stays torch's op, which reads that setting at each call. The deterministic flag
+    itself may be read here: the frame's GLOBAL_STATE guard pins it."""
     out = meta(node)
     packet = node.target.overloadpacket
+    if packet is aten.empty and torch.are_deterministic_algorithms_enabled():
+        raise NotLowered("deterministic algorithms: torch fills empty tensors")
     value = {aten.full: lambda: args[1], aten.full_like: lambda: args[1]}.get(
         packet, lambda: args[0] if packet is aten.scalar_tensor else 0
     )()

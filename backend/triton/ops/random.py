@@ -1,11 +1,13 @@
 """Dropout with Triton's Philox generator.
 
 Each random node gets its own seed (`ctx.new_seed()`: a kernel argument the wrapper draws
-from torch's CPU generator on every call), and element `k` of the node (its row-major
-position) uses Philox counter `k`. So a random value is a pure function of (seed, position):
-recomputing it in several fused consumers (dropout's output and its mask) gives the same
-number, and `torch.manual_seed` makes a run repeatable. The stream is not eager's: the same
-seed gives other numbers than eager's dropout would, with the same distribution.
+from torch's CPU generator on every call, at the node's place in the program: after the random
+externs before it, which so get eager's numbers; see codegen's `SeedDraws`), and element `k`
+of the node (its row-major position) uses Philox counter `k`. So a random value is a pure
+function of (seed, position): recomputing it in several fused consumers (dropout's output and
+its mask) gives the same number, and `torch.manual_seed` makes a run repeatable. The stream
+is not eager's: the same seed gives other numbers than eager's dropout would, with the same
+distribution.
 
 `rand`, `randn` and `bernoulli` stay externs: a program that seeds torch and draws numbers
 gets exactly eager's numbers (the AOT stage keeps random ops whole for the same reason).

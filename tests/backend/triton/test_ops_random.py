@@ -5,9 +5,12 @@ the mask agreeing with the output, a new stream on each call, and the same numbe
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
+from framejit.backend.triton import cache
 from triton_helpers import aten_stages, require_interpreter
 
 import framejit
@@ -107,3 +110,68 @@ def test_rand_randn_bernoulli_give_eagers_numbers() -> None:
         got = _compiled(fn)(probs)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
+
+
+def test_rand_before_dropout_gives_eagers_numbers() -> None:
+    """The dropout's seed is drawn from torch's generator where the dropout is in the program,
+    not before the graph's first random extern: a rand before it gets eager's numbers."""
+
+    def fn(x):
+        a = torch.rand(3)
+        b = torch.randn(2, 2) @ x[:2, :2]  # a random extern, then an extern matmul
+        return a, b, F.dropout(x, 0.5, training=True)
+
+    x = torch.ones(4, 4)
+    jitted = _compiled(fn)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        expected = fn(x)
+        for _ in range(2):
+            torch.manual_seed(3)
+            got = jitted(x)
+            torch.testing.assert_close(got[0], expected[0])
+            torch.testing.assert_close(got[1], expected[1])
+            assert set(got[2].unique().tolist()) <= {0.0, 2.0}
+
+
+def test_seeds_are_drawn_in_program_order_between_random_externs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dropout, rand, dropout: each dropout's seed is drawn next to it in program order, so the
+    rand between them always sees the generator after exactly one seed draw (repeatable), and a
+    rand before both gets eager's numbers."""
+
+    def fn(x):
+        first = torch.rand(2)
+        d1 = F.dropout(x, 0.5, training=True)
+        middle = torch.rand(2)
+        d2 = F.dropout(x * 3, 0.5, training=True)
+        return first, d1, middle, d2
+
+    sources: list[str] = []
+    real_load = cache.load
+
+    def load(source: str, *args: Any, **kwargs: Any) -> Any:
+        sources.append(source)
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "load", load)
+    x = torch.ones(8, 8)
+    jitted = _compiled(fn)
+    with torch.no_grad():
+        torch.manual_seed(5)
+        expected = fn(x)
+        torch.manual_seed(5)
+        got = jitted(x)
+    (source,) = sources
+    call = source[source.index("def call(") :]
+    draws = [line.strip() for line in call.splitlines() if "torch.randint(" in line]
+    assert len(draws) == 2, call  # one draw per dropout, on either side of the middle rand
+    assert call.index("aten.rand.") < call.index(draws[0]) < call.rindex("aten.rand.")
+    assert call.rindex("aten.rand.") < call.index(draws[1]), call
+    with torch.no_grad():
+        torch.manual_seed(5)
+        again = jitted(x)
+    torch.testing.assert_close(got[0], expected[0])
+    for g, a in zip(got, again):
+        assert torch.equal(g, a)

@@ -17,13 +17,14 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import framejit
 
 
-def require_interpreter() -> None:
+def require_interpreter(loops: bool = True) -> None:
     """Skip unless Triton's CPU interpreter can run here (it needs numpy; see
-    `interpreter_problem` for a version pair that cannot)."""
-    from framejit.backend.triton import interpreter_problem
+    `interpreter_problem` for a version pair that cannot run kernels that loop).
+    `loops=False`: for a test whose kernels do not loop, which runs on that pair too."""
+    from framejit.backend.triton import interpreter_loop_problem, interpreter_problem
 
     problem = interpreter_problem()
-    if problem is not None:
+    if problem is not None and (loops or problem != interpreter_loop_problem()):
         pytest.skip(problem)
 
 
