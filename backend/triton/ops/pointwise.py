@@ -9,6 +9,7 @@ fmod, remainder and floor division are exact, as eager's (the kernels' `fj_fmod`
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -586,11 +587,19 @@ def _batch_norm_inference(
     return (result, *empty)
 
 
+@functools.cache
+def _eager_gelu_nan_at_inf(device: str, dtype: torch.dtype) -> bool:
+    """Whether eager's erf gelu gives NaN at +inf on this device and dtype: it depends on the
+    kernel eager picks (NaN in the AVX-512 CPU kernels for float32 and bfloat16, inf with AVX2
+    and on CUDA), so it is asked once, on a vector long enough for the vectorized path."""
+    x = torch.full((64,), math.inf, dtype=dtype, device=device)
+    return bool(torch.nn.functional.gelu(x).isnan().any())
+
+
 @lowering("gelu", dtype="promote", rejects=INTEGRAL)
 def _gelu_lowering(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *, approximate="none"):
     out = meta(node)
-    # +inf gives NaN where eager's does: float32 and bfloat16 (float16 and float64 give inf)
-    nan_at_inf = out.dtype in (torch.float32, torch.bfloat16)
+    nan_at_inf = approximate == "none" and _eager_gelu_nan_at_inf(str(out.device), out.dtype)
     return elementwise(ctx, out.shape, out.dtype, [x], lambda v: _gelu(v, approximate, nan_at_inf))
 
 

@@ -116,7 +116,10 @@ def test_special_values_match_eager_bit_for_bit(name: str) -> None:
     got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
     for g, w in zip(got, want):
         special = ~w.isfinite() | (w.abs() < torch.finfo(w.dtype).tiny)
-        bad = special & ~_same_bits(g, w)
+        same = _same_bits(g, w)
+        if name == "gelu":  # the sign of gelu(-0.0) differs between eager's own CPU kernels
+            same |= (g == 0) & (w == 0)
+        bad = special & ~same
         assert not bad.any(), [
             (SX[k].item(), SY[k].item(), w[k].item(), g[k].item())
             for k in bad.nonzero().flatten()[:8]
@@ -132,7 +135,9 @@ def test_round_half_to_even_is_exact() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_gelu_at_infinity_per_dtype(dtype: torch.dtype) -> None:
-    """Eager's erf gelu(inf) is NaN in float32 and bfloat16, inf in float16 and float64."""
+    """Eager's erf gelu(inf) depends on its kernel (NaN in the AVX-512 CPU kernels for float32
+    and bfloat16, inf with AVX2 and on CUDA): the lowering asks eager once per device and
+    dtype."""
     x = torch.tensor([INF, -INF, NAN, 0.0, -0.0, 1.0, -1.0, 2.5]).repeat(8).to(dtype)
     got = check(F.gelu, x)
     want = F.gelu(x)
