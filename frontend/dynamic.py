@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from framejit.frontend.sources import LocalSource, Source, is_module_state
+from framejit.frontend.sources import ItemSource, LocalSource, Source, is_module_state
 
 from framejit import logs
 
@@ -197,8 +197,13 @@ class DynamicInputs:
         """Whether float argument `value` is guarded only where the trace uses its value (a
         `LazyNumberVariable`), not on entry: under automatic dynamic once a recompile sees it
         change (`loss.item()` handed to a resume function, a running total). A float the code
-        only passes through (returns, stores, prints) then costs no recompile per value."""
-        if self.dynamic is not None or not isinstance(source, LocalSource):
+        only passes through (returns, stores, prints) then costs no recompile per value. An
+        item of an argument counts too (`obs, reward, done = env.step(a)` across a break: the
+        resume function gets the tuple)."""
+        root = source
+        while isinstance(root, ItemSource):
+            root = root.base
+        if self.dynamic is not None or not isinstance(root, LocalSource):
             return False
         previous = self.history.floats.get(source)
         self.history.floats[source] = value

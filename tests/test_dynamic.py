@@ -648,3 +648,32 @@ def test_a_symbolic_int_raised_beyond_int64_is_computed_from_its_value() -> None
     for n in (10, 23, 11):
         x = torch.ones(3)
         torch.testing.assert_close(jitted(x, n), raises_to_a_big_power(x, n))
+
+
+class _Env:
+    def step(self, state):
+        state = state + 1
+        print(end="")  # a graph break: the caller's resume function gets the tuple
+        return state, float(-state.pow(2).sum()), False
+
+
+def test_a_float_inside_a_tuple_across_a_break_stops_recompiling():
+    # `obs, reward, done = env.step(a)`: the reward changes every step; once a recompile saw
+    # it change, the resume function guards only its type, as for a float argument
+    env = _Env()
+
+    def episode(x):
+        rewards = []
+        state = x
+        for _ in range(3):
+            state, reward, done = env.step(state)
+            rewards.append(reward)
+        return state, rewards
+
+    jitted, counter = counted(episode)
+    for k in range(12):
+        x = torch.full((2,), float(k) / 7)
+        got, want = jitted(x), episode(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    assert counter.frame_count <= 8, counter.frame_count
