@@ -42,7 +42,10 @@ def call_rnn(
         raise Unsupported("unsupported_call", "LSTM with proj_size")
     x = args[0] if args else kwargs.get("input")
     hx = args[1] if len(args) > 1 else kwargs.get("hx", ConstantVariable(None))
-    if not isinstance(x, TensorVariable) or x.fake.dim() not in (2, 3):
+    if not isinstance(x, TensorVariable):
+        what = "a PackedSequence" if "PackedSequence" in x.type_name() else x.type_name()
+        raise Unsupported("unsupported_call", f"{type(mod).__name__} on {what}")
+    if x.fake.dim() not in (2, 3):
         raise Unsupported("unsupported_call", f"{type(mod).__name__} on a non-2/3-D input")
     num_layers = _const(tx, module, "num_layers")
     bidirectional = _const(tx, module, "bidirectional")
