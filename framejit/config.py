@@ -61,7 +61,8 @@ class Config:
     inline_depth_limit: int = 64
     # Check every instruction's stack effect against dis.stack_effect (slow; for debugging).
     debug_stack_check: bool = field(default_factory=lambda: _flag("FRAMEJIT_DEBUG"))
-    # Compile TENSOR_MATCH guards to the C++ check when it was built (FRAMEJIT_CPP_GUARDS=0: no).
+    # Compile TENSOR_MATCH and GLOBAL_STATE guards to the C++ checks when they were built
+    # (FRAMEJIT_CPP_GUARDS=0: no).
     cpp_guards: bool = field(
         default_factory=lambda: os.environ.get("FRAMEJIT_CPP_GUARDS", "1").strip() != "0"
     )

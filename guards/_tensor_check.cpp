@@ -11,8 +11,25 @@
 // Invariant: check(t, spec) is True only if every one of those facts is equal. It never raises
 // for a non-tensor argument (it returns False). Built against one torch version: the Python side
 // refuses to use it if torch's version differs from TORCH_VERSION_STR.
+//
+// The GLOBAL_STATE guard is here too (state_spec / state_check): it runs first on every call of
+// every compiled function, and one C call reads grad and inference mode, the default dtype,
+// deterministic mode, autocast (per device: enabled, dtype) and its cache flag, and the mode
+// stacks (no dispatch mode; the function modes are exactly torch's DeviceContexts, each with the
+// device it selects) straight from torch's thread-local state, where the Python check makes one
+// call per fact. guards/guard.py's `_global_state_check` renders the same facts as Python.
 
+#include <ATen/Context.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/autocast_mode.h>
 #include <Python.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
@@ -195,7 +212,167 @@ PyObject* same_storages(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_TRUE;
 }
 
+// --- GLOBAL_STATE ------------------------------------------------------------------------------
+
+struct AutocastFact {
+  c10::DeviceType device;
+  bool enabled;
+  bool check_dtype;  // false: the dtype is not pinned for this device
+  at::ScalarType dtype;
+};
+
+struct StateSpec {
+  PyObject_HEAD
+  bool grad;
+  bool inference;
+  at::ScalarType default_dtype;
+  bool deterministic;
+  std::vector<AutocastFact> autocast;
+  bool autocast_cache;
+  bool function_mode;  // torch function modes are enabled (then `devices` lists the stack)
+  std::vector<c10::Device> devices;  // the DeviceContext stack, bottom first
+  PyObject* device_context;  // torch.utils._device.DeviceContext (owned)
+  PyObject* device_attr;     // "device", interned (owned)
+};
+
+void state_spec_dealloc(PyObject* self) {
+  StateSpec* s = reinterpret_cast<StateSpec*>(self);
+  Py_XDECREF(s->device_context);
+  Py_XDECREF(s->device_attr);
+  s->autocast.~vector();
+  s->devices.~vector();
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject StateSpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+bool as_bool(PyObject* obj, bool* out) {
+  int v = PyObject_IsTrue(obj);
+  if (v < 0) return false;
+  *out = v != 0;
+  return true;
+}
+
+// state_spec(grad, inference, default_dtype, deterministic, autocast, autocast_cache,
+//            function_mode, devices, device_context_cls) -> StateSpec
+// autocast: a tuple of (torch.device, enabled, dtype or None); devices: a tuple of torch.device.
+PyObject* make_state_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 9) {
+    PyErr_SetString(PyExc_TypeError,
+                    "state_spec(grad, inference, default_dtype, deterministic, autocast, "
+                    "autocast_cache, function_mode, devices, device_context_cls)");
+    return nullptr;
+  }
+  if (!THPDtype_Check(args[2]) || !PyTuple_Check(args[4]) || !PyTuple_Check(args[7]) ||
+      !PyType_Check(args[8])) {
+    PyErr_SetString(PyExc_TypeError, "state_spec(): bad argument types");
+    return nullptr;
+  }
+  StateSpec* s = PyObject_New(StateSpec, &StateSpecType);
+  if (s == nullptr) return nullptr;
+  new (&s->autocast) std::vector<AutocastFact>();
+  new (&s->devices) std::vector<c10::Device>();
+  s->device_context = args[8];
+  Py_INCREF(s->device_context);
+  s->device_attr = PyUnicode_InternFromString("device");
+  PyObject* self = reinterpret_cast<PyObject*>(s);
+  if (s->device_attr == nullptr || !as_bool(args[0], &s->grad) ||
+      !as_bool(args[1], &s->inference) || !as_bool(args[3], &s->deterministic) ||
+      !as_bool(args[5], &s->autocast_cache) || !as_bool(args[6], &s->function_mode)) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  s->default_dtype = reinterpret_cast<THPDtype*>(args[2])->scalar_type;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[4]); ++i) {
+    PyObject* fact = PyTuple_GET_ITEM(args[4], i);
+    AutocastFact f{c10::DeviceType::CPU, false, false, at::ScalarType::Undefined};
+    if (!PyTuple_Check(fact) || PyTuple_GET_SIZE(fact) != 3 ||
+        !THPDevice_Check(PyTuple_GET_ITEM(fact, 0)) ||
+        !as_bool(PyTuple_GET_ITEM(fact, 1), &f.enabled)) {
+      Py_DECREF(self);
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "state_spec(): autocast facts are (device, bool, dtype)");
+      }
+      return nullptr;
+    }
+    f.device = reinterpret_cast<THPDevice*>(PyTuple_GET_ITEM(fact, 0))->device.type();
+    PyObject* dtype = PyTuple_GET_ITEM(fact, 2);
+    if (dtype != Py_None) {
+      if (!THPDtype_Check(dtype)) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_TypeError, "state_spec(): an autocast dtype is not a dtype");
+        return nullptr;
+      }
+      f.check_dtype = true;
+      f.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
+    }
+    s->autocast.push_back(f);
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[7]); ++i) {
+    PyObject* dev = PyTuple_GET_ITEM(args[7], i);
+    if (!THPDevice_Check(dev)) {
+      Py_DECREF(self);
+      PyErr_SetString(PyExc_TypeError, "state_spec(): devices must be torch.device");
+      return nullptr;
+    }
+    s->devices.push_back(reinterpret_cast<THPDevice*>(dev)->device);
+  }
+  return self;
+}
+
+// The function-mode stack is exactly DeviceContexts (exact type) selecting s->devices.
+bool device_stack_matches(const StateSpec* s) {
+  const int64_t n = at::impl::PythonTorchFunctionTLS::stack_len();
+  if (n != static_cast<int64_t>(s->devices.size())) return false;
+  for (int64_t i = 0; i < n; ++i) {
+    PyObject* mode =
+        at::impl::PythonTorchFunctionTLS::get_stack_at(i)->ptr(getPyInterpreter());
+    if (reinterpret_cast<PyObject*>(Py_TYPE(mode)) != s->device_context) return false;
+    PyObject* dev = PyObject_GetAttr(mode, s->device_attr);
+    if (dev == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    const bool same = THPDevice_Check(dev) &&
+                      reinterpret_cast<THPDevice*>(dev)->device == s->devices[static_cast<size_t>(i)];
+    Py_DECREF(dev);
+    if (!same) return false;
+  }
+  return true;
+}
+
+bool state_matches(const StateSpec* s) {
+  if (c10::GradMode::is_enabled() != s->grad || c10::InferenceMode::is_enabled() != s->inference ||
+      c10::get_default_dtype_as_scalartype() != s->default_dtype ||
+      at::globalContext().deterministicAlgorithms() != s->deterministic ||
+      at::autocast::is_autocast_cache_enabled() != s->autocast_cache) {
+    return false;
+  }
+  for (const AutocastFact& f : s->autocast) {
+    if (at::autocast::is_autocast_enabled(f.device) != f.enabled) return false;
+    if (f.check_dtype && at::autocast::get_autocast_dtype(f.device) != f.dtype) return false;
+  }
+  if (c10::impl::TorchDispatchModeTLS::stack_len() != 0) return false;
+  const bool function_mode = at::impl::torch_function_mode_enabled();
+  if (function_mode != s->function_mode) return false;
+  return !function_mode || device_stack_matches(s);
+}
+
+// state_check(spec) -> bool: the current thread's global state is the spec's.
+PyObject* state_check(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1 || Py_TYPE(args[0]) != &StateSpecType) {
+    PyErr_SetString(PyExc_TypeError, "state_check(spec)");
+    return nullptr;
+  }
+  if (state_matches(reinterpret_cast<StateSpec*>(args[0]))) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
 PyMethodDef methods[] = {
+    {"state_spec", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_state_spec)),
+     METH_FASTCALL, "state_spec(...) -> the global state state_check() compares"},
+    {"state_check", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(state_check)),
+     METH_FASTCALL, "state_check(spec) -> True if the global state is the spec's"},
     {"same_storages", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(same_storages)),
      METH_FASTCALL, "same_storages(tensors, groups) -> True if the tensors share storages so"},
     {"swap_storage_data",
@@ -219,6 +396,12 @@ PyMODINIT_FUNC PyInit__tensor_check(void) {
   SpecType.tp_flags = Py_TPFLAGS_DEFAULT;
   SpecType.tp_doc = "expected tensor metadata for a TENSOR_MATCH guard";
   if (PyType_Ready(&SpecType) < 0) return nullptr;
+  StateSpecType.tp_name = "framejit.guards._tensor_check.StateSpec";
+  StateSpecType.tp_basicsize = sizeof(StateSpec);
+  StateSpecType.tp_dealloc = state_spec_dealloc;
+  StateSpecType.tp_flags = Py_TPFLAGS_DEFAULT;
+  StateSpecType.tp_doc = "expected global state for a GLOBAL_STATE guard";
+  if (PyType_Ready(&StateSpecType) < 0) return nullptr;
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
   if (PyModule_AddStringConstant(m, "TORCH_VERSION_STR", FRAMEJIT_TORCH_VERSION) < 0) {

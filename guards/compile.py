@@ -14,6 +14,7 @@ function built from the same lines returns the index of the first failing guard 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -32,7 +33,14 @@ from framejit.frontend.sources import (
     TypeSource,
     guard_param,
 )
-from framejit.guards.guard import Guard, GuardKind, _const_or_literal, _pretty_const
+from framejit.guards.guard import (
+    GlobalState,
+    Guard,
+    GuardKind,
+    _const_or_literal,
+    _pretty_const,
+    user_mode_active,
+)
 
 
 @dataclass
@@ -61,7 +69,29 @@ class CompiledGuards:
             actual = "; actual: " + ", ".join(
                 f"{src}{tail} = {_eval(src, fn, args, self.argnames, tail)}" for src, tail in tails
             )
+        elif guard.kind is GuardKind.STATE_READ:
+            getter, getter_args, getter_kwargs, _ = guard.expected
+            try:
+                actual = f"; actual: {getter(*getter_args, **dict(getter_kwargs))!r}"
+            except Exception as exc:  # the getter raises now
+                actual = f"; actual: <{type(exc).__name__}: {exc}>"
+        elif guard.kind is GuardKind.GLOBAL_STATE:
+            actual = _global_state_difference(guard.expected)
         return f"{guard}{where}{actual}"
+
+
+def _global_state_difference(expected: GlobalState) -> str:
+    """What differs between the state the entry was compiled with and the current one."""
+    if user_mode_active():
+        return "; actual: a TorchFunctionMode or TorchDispatchMode of the user's is active"
+    current = GlobalState.current(expected.module_hooks)
+    changed = [
+        f"{f.name}={getattr(current, f.name)!r}"
+        for f in dataclasses.fields(GlobalState)
+        if f.compare and f.name != "module_hooks" and getattr(expected, f.name) is not None
+        if getattr(current, f.name) != getattr(expected, f.name)
+    ]
+    return f"; actual: {', '.join(changed)}" if changed else ""
 
 
 def _eval(src: Source, fn: Any, args: Sequence[Any], argnames: Sequence[str], tail: str) -> str:
@@ -96,6 +126,7 @@ def _describe_actual(guard: Guard, fn: Any, args: Sequence[Any], argnames: Seque
 # so a guard on a base comes before guards on its attributes.
 _COST = {
     GuardKind.GLOBAL_STATE: 0,
+    GuardKind.STATE_READ: 1,  # after GLOBAL_STATE: under a user mode nothing else is called
     GuardKind.ID_MATCH: 1,
     GuardKind.MODULE_MATCH: 1,
     GuardKind.TYPE_MATCH: 1,

@@ -46,13 +46,16 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "DICT_KEYS"  # list(x) == [k0, k1, ...]
     MODULE_MATCH = "MODULE_MATCH"  # x is module, x.training is flag (and type(x) is its class)
     MODULE_NO_HOOKS = "MODULE_NO_HOOKS"  # no forward/backward hooks registered on x
-    GLOBAL_STATE = "GLOBAL_STATE"  # grad mode, autocast, default dtype, determinism
+    GLOBAL_STATE = "GLOBAL_STATE"  # grad/inference mode, autocast, default dtype and device...
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
     NO_ALIASING = "NO_ALIASING"  # the tensors at these sources are distinct objects
     # which of the tensors at these sources share a storage (views of one base), as traced
     STORAGE_GROUPS = "STORAGE_GROUPS"
     SHAPE_EXPR = "SHAPE_EXPR"  # a fact about symbolic sizes: `x.size()[0] == y.size()[1]`
     KEYS_ABSENT = "KEYS_ABSENT"  # none of these keys is in dict x (no shadowing name)
+    # fn(*args) == value: a torch getter of process state (torch.get_num_threads()) that the
+    # trace folded to the value it returned
+    STATE_READ = "STATE_READ"
 
 
 _LITERAL_TYPES = (bool, int, str, bytes, type(None))
@@ -103,23 +106,64 @@ class TensorMeta:
         )
 
 
+def _autocast_devices() -> tuple[str, ...]:
+    """The device types whose autocast state the GLOBAL_STATE guard pins: those
+    torch._C._is_any_autocast_enabled() looks at in every supported torch (so that its one call
+    is the Python check's fast path), that this torch knows. (mps, maia and mtia are left out:
+    autocast for them changes no CPU or CUDA op, and a folded `torch.is_autocast_enabled("mps")`
+    gets a STATE_READ guard of its own.)"""
+    known = []
+    for device in ("cpu", "cuda", "xpu", "ipu", "xla", "hpu", "privateuseone"):
+        try:
+            torch.is_autocast_enabled(device)
+            torch.device(device)
+        except (RuntimeError, ValueError, TypeError):
+            continue
+        known.append(device)
+    return tuple(known)
+
+
+# The GLOBAL_STATE guard pins whether autocast is on for each of these device types (a graph
+# traced with it off must not run with it on), and the dtype it uses for cpu and cuda.
+AUTOCAST_DEVICES = _autocast_devices()
+
+
 @dataclass(frozen=True)
 class GlobalState:
+    """The process and thread state a traced graph depends on without reading it as an input:
+    the GLOBAL_STATE guard compares all of it on every call, first."""
+
     grad_enabled: bool
     default_dtype: torch.dtype
     deterministic: bool
     autocast_cpu: bool
     autocast_cuda: bool
     module_hooks: bool = False  # guard that no global nn.Module hooks exist
-    autocast_cpu_dtype: torch.dtype | None = None  # only when autocast is on for the device
+    # The dtype autocast uses for the device. current() records it whether autocast is on or
+    # not: `with torch.autocast("cpu"):` with no dtype reads it. None: not checked.
+    autocast_cpu_dtype: torch.dtype | None = None
     autocast_cuda_dtype: torch.dtype | None = None
     # a TorchFunctionMode is active (`with torch.device("meta"):`, `set_default_device`):
     # it changes what factory calls make
     function_mode: bool = False
+    # ...and the device each of them selects: the function-mode stack, bottom first, is
+    # exactly torch's DeviceContexts with these devices (a graph made under the cpu default
+    # device must not run under the meta one)
+    default_devices: tuple[torch.device, ...] = ()
+    # inference mode (distinct from grad mode: it makes inference tensors, and
+    # torch.is_inference_mode_enabled() folds)
+    inference_mode: bool = False
+    autocast_cache: bool = True  # torch.is_autocast_cache_enabled()
+    # (device type, dtype) of every device but cpu and cuda with autocast on; autocast is off
+    # for the others of AUTOCAST_DEVICES
+    autocast_others: tuple[tuple[str, torch.dtype], ...] = ()
+    # The same facts for the C++ check (guards/_tensor_check.cpp); built when first rendered.
+    spec: Any = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def current(module_hooks: bool = False) -> GlobalState:
         cpu, cuda = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+        function_mode = torch._C._is_torch_function_mode_enabled()
         return GlobalState(
             grad_enabled=torch.is_grad_enabled(),
             default_dtype=torch.get_default_dtype(),
@@ -127,10 +171,32 @@ class GlobalState:
             autocast_cpu=cpu,
             autocast_cuda=cuda,
             module_hooks=module_hooks,
-            autocast_cpu_dtype=torch.get_autocast_dtype("cpu") if cpu else None,
-            autocast_cuda_dtype=torch.get_autocast_dtype("cuda") if cuda else None,
-            function_mode=torch._C._is_torch_function_mode_enabled(),
+            autocast_cpu_dtype=torch.get_autocast_dtype("cpu"),
+            autocast_cuda_dtype=torch.get_autocast_dtype("cuda"),
+            function_mode=function_mode,
+            default_devices=(device_modes() or ()) if function_mode else (),
+            inference_mode=torch.is_inference_mode_enabled(),
+            autocast_cache=torch.is_autocast_cache_enabled(),
+            autocast_others=tuple(
+                (d, torch.get_autocast_dtype(d))
+                for d in AUTOCAST_DEVICES
+                if d not in ("cpu", "cuda") and torch.is_autocast_enabled(d)
+            ),
         )
+
+    def autocast_facts(self) -> list[tuple[str, bool, torch.dtype | None]]:
+        """(device type, autocast on, its dtype or None when not pinned) for every device type
+        of AUTOCAST_DEVICES: what the guard compares."""
+        others = dict(self.autocast_others)
+        facts: list[tuple[str, bool, torch.dtype | None]] = []
+        for device in AUTOCAST_DEVICES:
+            if device == "cpu":
+                facts.append((device, self.autocast_cpu, self.autocast_cpu_dtype))
+            elif device == "cuda":
+                facts.append((device, self.autocast_cuda, self.autocast_cuda_dtype))
+            else:
+                facts.append((device, device in others, others.get(device)))
+        return facts
 
 
 from torch.nn.modules import module as _nn_module_globals  # noqa: E402 - the hook registries
@@ -173,12 +239,21 @@ class Guard:
                 for d, dt in (("cpu", st.autocast_cpu_dtype), ("cuda", st.autocast_cuda_dtype))
                 if dt
             )
+            autocast += "".join(
+                f", autocast_{d}=True, autocast_{d}_dtype={dt}" for d, dt in st.autocast_others
+            )
+            extra = ", inference_mode=True" if st.inference_mode else ""
+            extra += "" if st.autocast_cache else ", autocast_cache=False"
+            if st.function_mode:
+                extra += f", default_devices={st.default_devices!r}"
             return (
                 f"global_state(grad_enabled={st.grad_enabled}, default_dtype="
                 f"{st.default_dtype}, deterministic={st.deterministic}, autocast_cpu="
-                f"{st.autocast_cpu}, autocast_cuda={st.autocast_cuda}{autocast}"
+                f"{st.autocast_cpu}, autocast_cuda={st.autocast_cuda}{autocast}{extra}"
                 + (", no_global_module_hooks=True)" if st.module_hooks else ")")
             )
+        if self.kind is GuardKind.STATE_READ:
+            return _state_read_check(self.expected, _pretty_qualified)
         return self.check_expr(str(self.source) if self.source else "", _pretty_const, str)
 
     def check_expr(
@@ -214,6 +289,8 @@ class Guard:
             )
         if kind is GuardKind.GLOBAL_STATE:
             return _global_state_check(exp, const)
+        if kind is GuardKind.STATE_READ:
+            return _state_read_check(exp, const)
         if kind is GuardKind.DUPLICATE_INPUT:
             return f"{x} is {render(exp)}"
         if kind is GuardKind.NO_ALIASING:
@@ -324,32 +401,50 @@ def user_mode_active() -> bool:
     )
 
 
-def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
-    # torch._C's own functions, bound as constants: no attribute lookups on the hot path.
+def device_modes() -> tuple[torch.device, ...] | None:
+    """The device each function mode on the stack selects, bottom first, when function modes
+    are on and every one of them is torch's DeviceContext; None otherwise (none on, or one of
+    the user's)."""
     c = torch._C
-    parts = [
-        f"{const(c.is_grad_enabled)}() is {s.grad_enabled}",
-        f"{const(c.get_default_dtype)}() is {const(s.default_dtype)}",
-        f"{const(c._get_deterministic_algorithms)}() is {s.deterministic}",
-    ]
-    if not (s.autocast_cpu or s.autocast_cuda) and not c._is_any_autocast_enabled():
-        parts.append(f"not {const(c._is_any_autocast_enabled)}()")
-    else:
-        parts.append(f"{const(torch.is_autocast_enabled)}('cpu') is {s.autocast_cpu}")
-        parts.append(f"{const(torch.is_autocast_enabled)}('cuda') is {s.autocast_cuda}")
-    if s.autocast_cpu_dtype is not None:
-        parts.append(f"{const(torch.get_autocast_dtype)}('cpu') is {const(s.autocast_cpu_dtype)}")
-    if s.autocast_cuda_dtype is not None:
-        parts.append(f"{const(torch.get_autocast_dtype)}('cuda') is {const(s.autocast_cuda_dtype)}")
-    # no user mode (user_mode_active): no dispatch mode at all, and a function mode only where
-    # the frame was compiled under torch's device context
-    parts.append(f"not {const(c._len_torch_dispatch_stack)}()")
-    if s.function_mode:
-        parts.append(
-            f"{const(c._is_torch_function_mode_enabled)}() and not {const(user_mode_active)}()"
+    if not c._is_torch_function_mode_enabled():
+        return None
+    devices = []
+    for i in range(c._len_torch_function_stack()):
+        mode = c._get_function_stack_at(i)
+        if type(mode) not in _COMPILED_FUNCTION_MODES:
+            return None
+        devices.append(mode.device)
+    return tuple(devices)
+
+
+def _state_spec(s: GlobalState) -> Any:
+    """The C++ form of `s` (None without the accelerator): state_check(spec) compares the
+    same facts as the Python check below, in one call."""
+    if not cpp_tensor_guards() or not hasattr(_tensor_check, "state_spec"):
+        return None
+    if s.spec is None:
+        autocast = tuple((torch.device(d), on, dtype) for d, on, dtype in s.autocast_facts())
+        spec = _tensor_check.state_spec(
+            s.grad_enabled,
+            s.inference_mode,
+            s.default_dtype,
+            s.deterministic,
+            autocast,
+            s.autocast_cache,
+            s.function_mode,
+            tuple(s.default_devices),
+            DeviceContext,
         )
+        object.__setattr__(s, "spec", spec)  # a cache: not part of the state's identity
+    return s.spec
+
+
+def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
+    spec = _state_spec(s)
+    if spec is not None:
+        parts = [f"{const(_tensor_check.state_check)}({const(spec)})"]
     else:
-        parts.append(f"not {const(c._is_torch_function_mode_enabled)}()")
+        parts = _python_state_check(s, const)
     if s.module_hooks:
         m = const(_nn_module_globals)
         parts.append(
@@ -357,6 +452,53 @@ def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
             f" or {m}._global_backward_hooks or {m}._global_backward_pre_hooks)"
         )
     return " and ".join(parts)
+
+
+def _python_state_check(s: GlobalState, const: Callable[[Any], str]) -> list[str]:
+    """The GLOBAL_STATE facts as Python (no C++ accelerator): the same facts state_check
+    compares."""
+    # torch._C's own functions, bound as constants: no attribute lookups on the hot path.
+    c = torch._C
+    parts = [
+        f"{const(c.is_grad_enabled)}() is {s.grad_enabled}",
+        f"{const(torch.is_inference_mode_enabled)}() is {s.inference_mode}",
+        f"{const(c.get_default_dtype)}() is {const(s.default_dtype)}",
+        f"{const(c._get_deterministic_algorithms)}() is {s.deterministic}",
+        f"{const(torch.is_autocast_cache_enabled)}() is {s.autocast_cache}",
+    ]
+    facts = s.autocast_facts()
+    enabled = const(torch.is_autocast_enabled)
+    if not any(on for _, on, _ in facts):
+        # the one call covers every device of AUTOCAST_DEVICES (on torch 2.13 also mtia: there
+        # autocast for mtia fails this check, and passes the C++ one, which ignores mtia)
+        parts.append(f"not {const(c._is_any_autocast_enabled)}()")
+    else:
+        parts += [f"{enabled}({d!r}) is {on}" for d, on, _ in facts]
+    parts += [
+        f"{const(torch.get_autocast_dtype)}({d!r}) is {const(dtype)}"
+        for d, _, dtype in facts
+        if dtype is not None
+    ]
+    # no user mode (user_mode_active): no dispatch mode at all, and a function mode only where
+    # the frame was compiled under torch's device context, selecting the same devices
+    parts.append(f"not {const(c._len_torch_dispatch_stack)}()")
+    if s.function_mode:
+        parts.append(f"{const(device_modes)}() == {const(tuple(s.default_devices))}")
+    else:
+        parts.append(f"not {const(c._is_torch_function_mode_enabled)}()")
+    return parts
+
+
+def _state_read_check(read: tuple[Any, ...], const: Callable[[Any], str]) -> str:
+    """`fn(*args, **kwargs)` returns `value` again. Identity for what has one value per
+    meaning (bools, None, dtypes), equality for the rest (ints, strings, devices)."""
+    fn, args, kwargs, value = read
+    call_args = [_const_or_literal(a, const) for a in args]
+    call_args += [f"{k}={_const_or_literal(v, const)}" for k, v in kwargs]
+    call = f"{const(fn)}({', '.join(call_args)})"
+    if value is None or type(value) is bool or isinstance(value, torch.dtype):
+        return f"{call} is {_const_or_literal(value, const)}"
+    return f"{call} == {_const_or_literal(value, const)}"
 
 
 def _pretty_const(obj: Any) -> str:
@@ -382,6 +524,14 @@ def _pretty_const(obj: Any) -> str:
     if isinstance(obj, types.CodeType):
         return f"code_{_identifier_path(obj.co_qualname).replace('.', '_')}_{id(obj):#x}"
     return f"{_identifier_path(type(obj).__qualname__).replace('.', '_')}_{id(obj):#x}"
+
+
+def _pretty_qualified(obj: Any) -> str:
+    """`_pretty_const`, with a function's module: `torch.get_num_threads`."""
+    module = getattr(obj, "__module__", None)
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)) and module:
+        return _identifier_path(f"{module}.{obj.__qualname__}")
+    return _pretty_const(obj)
 
 
 def _identifier_path(name: str) -> str:

@@ -203,6 +203,12 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(self.fake.type().replace("Fake", ""))
         if name in ("requires_grad_", "detach_"):
             return self._autograd_flag(tx, name, args, kwargs)
+        if name == "new_tensor":  # of a symbolic number: built from `full` nodes (torch_rules)
+            from framejit.frontend.variables.torch_rules import tensor_from_symbolic_data
+
+            made = tensor_from_symbolic_data(tx, torch.Tensor.new_tensor, [self, *args], kwargs)
+            if made is not None:
+                return made
         return tx.output.call_op("call_method", name, [self, *args], kwargs)
 
     def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
