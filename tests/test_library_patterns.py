@@ -1191,3 +1191,25 @@ def test_an_object_a_library_keeps_in_its_module_is_captured(backend):
     want = gumbel(loc)
     torch.testing.assert_close(got[:2], want[:2])
     assert got[2] is want[2]
+
+
+@pytest.mark.parametrize("mask_check", [True, False])
+def test_transformer_encoder_fast_path_zeroes_padding_as_eager(mask_check):
+    # in eval mode under no_grad with a padding mask, eager's encoder runs on a nested tensor
+    # and returns zeros at padded positions: the compiled call takes that path too
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True, mask_check=mask_check)
+    x = torch.randn(3, 5, 8)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[0, 3:] = True
+    jitted = framejit.jit(encoder)
+    with torch.no_grad():
+        encoder.eval()
+        for _ in range(2):
+            torch.testing.assert_close(
+                jitted(x, src_key_padding_mask=pad), encoder(x, src_key_padding_mask=pad)
+            )
+    encoder.train()  # no fast path in training: one graph, as before
+    explained = framejit.explain(encoder, x, src_key_padding_mask=pad)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0

@@ -155,6 +155,8 @@ def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> No
 
 def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker:
     t = type(value)
+    if t in TENSOR_TYPES and value.is_nested:  # no sizes to guard or trace (runs as Python)
+        raise Unsupported("unsupported_object", "a nested tensor")
     if t in TENSOR_TYPES or _plain_parameter_class(t):
         dims = tx.output.input_dims(source, value)  # symbolic dimensions (dynamic shapes)
         _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value, tuple(sorted(dims))))

@@ -178,6 +178,12 @@ COMPILING_QUERIES = {
 }
 
 
+# Code whose answer to "is this being compiled?" is eager's (False): TransformerEncoder's fast
+# path in eval mode, given a padding mask, returns zeros at padded positions, its compiling
+# path the layers' values there.
+_EAGER_PATH_CODES = frozenset({torch.nn.TransformerEncoder.forward.__code__})
+
+
 def _member(fn: Any, table: Any) -> bool:
     try:
         return fn in table
@@ -231,7 +237,9 @@ def call_torch_function(
     if _member(fn, REFUSED) or changes_global_state(fn):
         raise Unsupported("unsupported_call", f"torch.{getattr(fn, '__name__', name)}")
     if _member(fn, COMPILING_QUERIES) and not args and not kwargs:
-        return ConstantVariable(True)
+        # torch's own code where the "compiling" path computes something else than eager's
+        # takes eager's path (which then breaks the graph where it cannot be traced)
+        return ConstantVariable(tx.code not in _EAGER_PATH_CODES)
     if fn is torch.numel and len(args) == 1 and isinstance(args[0], TensorVariable):
         return tx.output.tensor_numel(args[0])  # symbolic under dynamic shapes
     query = METADATA_FUNCTIONS.get(fn) if _member(fn, METADATA_FUNCTIONS) else None
