@@ -50,8 +50,8 @@ GRAPH_MODULES = frozenset(
     }
 )
 
-# Pure functions of constants: folded when every argument is a constant.
-FOLDABLE = {
+# Functions of their arguments alone that build or answer from constants.
+_OF_CONSTANTS = {
     torch.Size,
     torch.device,
     torch.finfo,
@@ -59,6 +59,11 @@ FOLDABLE = {
     torch.promote_types,
     torch.result_type,
     torch.can_cast,
+}
+
+# Folded when every argument is a constant: pure functions, and getters of process state.
+FOLDABLE = {
+    *_OF_CONSTANTS,
     torch.get_default_dtype,
     torch.is_grad_enabled,
     torch.is_inference_mode_enabled,
@@ -128,13 +133,7 @@ def changes_global_state(fn: Any) -> bool:
 
 # Functions of their arguments alone: folded on constants with no guard.
 PURE = {
-    torch.Size,
-    torch.device,
-    torch.finfo,
-    torch.iinfo,
-    torch.promote_types,
-    torch.result_type,
-    torch.can_cast,
+    *_OF_CONSTANTS,
     torch.broadcast_shapes,
     torch.typename,
     torch.is_tensor,
