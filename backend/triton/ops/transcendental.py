@@ -1,5 +1,5 @@
 """More float math, built from Triton's core `tl` functions (libdevice does not run in the
-interpreter): exp2/log2/log10/expm1/erfc, tan, hyperbolic and inverse trigonometric functions,
+interpreter): exp2/log2/log10/expm1, tan, hyperbolic and inverse trigonometric functions,
 atan2, hypot, copysign, fmax/fmin, isinf.
 
 `atan` is a helper kernel function (helpers.py's `fj_atan`: two range reductions and a short
@@ -48,6 +48,16 @@ def _acosh(x: Expr) -> Expr:
     return _where_large(x, op("add", op("log", x), _c(x, LN2)), small)
 
 
+def _atanh(x: Expr) -> Expr:
+    """0.5 * log1p(2|x| / (1 - |x|)) with x's sign: log1p's argument stays >= 0 for |x| < 1, so
+    no precision is lost near -1 (as it was, computed on x itself)."""
+    a = op("abs", x)
+    magnitude = op(
+        "mul", _c(x, 0.5), op("log1p", op("truediv", op("add", a, a), op("sub", _c(x, 1.0), a)))
+    )
+    return op("where", op("signbit", x, dtype=torch.bool), op("neg", magnitude), magnitude)
+
+
 def _half_root(x: Expr) -> Expr:
     """sqrt(1 - x*x), accurately near |x| = 1."""
     return op("sqrt", op("mul", op("sub", _c(x, 1.0), x), op("add", _c(x, 1.0), x)))
@@ -58,15 +68,12 @@ UNARY: dict[str, Callable[[Expr], Expr]] = {
     "log2": lambda x: op("log2", x),
     "log10": lambda x: op("mul", op("log", x), _c(x, 1 / math.log(10.0))),
     "expm1": lambda x: op("expm1", x),
-    "erfc": lambda x: op("sub", _c(x, 1.0), op("erf", x)),
     "tan": lambda x: op("truediv", op("sin", x), op("cos", x)),
     "sinh": lambda x: op("mul", _c(x, 0.5), op("sub", op("expm1", x), op("expm1", op("neg", x)))),
     "cosh": lambda x: op("mul", _c(x, 0.5), op("add", op("exp", x), op("exp", op("neg", x)))),
     "asinh": _asinh,
     "acosh": _acosh,
-    "atanh": lambda x: op(
-        "mul", _c(x, 0.5), op("log1p", op("truediv", op("add", x, x), op("sub", _c(x, 1.0), x)))
-    ),
+    "atanh": _atanh,
     "atan": lambda x: op("atan", x),
     "asin": lambda x: op("atan2", x, _half_root(x)),
     "acos": lambda x: op("atan2", _half_root(x), x),
