@@ -55,7 +55,7 @@ _CORE_OP_NAMES = (
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "copysign", "cosh", "erfc",
     "erfinv", "exp2", "expm1", "fmax", "fmin", "hypot", "isinf", "log10", "log2", "sinh", "tan",
     "median", "native_group_norm", "var_mean",
-    "binary_cross_entropy", "binary_cross_entropy_backward",
+    "binary_cross_entropy", "binary_cross_entropy_backward", "linspace", "logspace",
     # attention kernels of CUDA (torch's, run as externs; no decomposition exists for them)
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",

@@ -103,6 +103,8 @@ EXTERN_OPS = frozenset(
         "median",  # a selection (sort-like), not a loop over the output
         "erfinv",  # no core Triton math for it (libdevice does not run in the interpreter)
         "erfc",  # likewise: 1 - erf(x) cancels to 0 from x = 4 (float32)
+        "linspace",  # eager's casts of the ends to integer/bfloat16 dtypes (kept whole)
+        "logspace",
     ]
 )
 
