@@ -57,6 +57,7 @@ from framejit.frontend.variables.containers import (
     SetVariable,
     TupleVariable,
 )
+from framejit.frontend.variables.objects import module_state
 
 from framejit import logs
 from framejit.config import config
@@ -428,8 +429,6 @@ class Translator(OperatorsMixin, InliningMixin):
         if name in self.f_globals:
             if self.parent is None or self.f_globals is self.output.fn.__globals__:
                 return self.wrap_source(GlobalSource(name))
-            from framejit.frontend.variables.objects import module_state
-
             if (
                 _trusted_globals(self.f_globals)
                 and not module_state(self.f_globals[name])

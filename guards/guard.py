@@ -174,7 +174,7 @@ class GlobalState:
             autocast_cpu_dtype=torch.get_autocast_dtype("cpu"),
             autocast_cuda_dtype=torch.get_autocast_dtype("cuda"),
             function_mode=function_mode,
-            default_devices=(device_modes() or ()) if function_mode else (),
+            default_devices=device_modes() or (),
             inference_mode=torch.is_inference_mode_enabled(),
             autocast_cache=torch.is_autocast_cache_enabled(),
             autocast_others=tuple(
@@ -390,15 +390,9 @@ def user_mode_active() -> bool:
     A call made under one runs as plain Python: the mode must see each of the program's own
     torch calls once, and none of framejit's guards, tracing or graphs. Nothing is compiled
     under one, and the GLOBAL_STATE guard, checked first, fails under one."""
-    c = torch._C
-    if c._len_torch_dispatch_stack():
+    if torch._C._len_torch_dispatch_stack():
         return True
-    if not c._is_torch_function_mode_enabled():
-        return False
-    return any(
-        type(c._get_function_stack_at(i)) not in _COMPILED_FUNCTION_MODES
-        for i in range(c._len_torch_function_stack())
-    )
+    return torch._C._is_torch_function_mode_enabled() and device_modes() is None
 
 
 def device_modes() -> tuple[torch.device, ...] | None:

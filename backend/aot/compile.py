@@ -350,8 +350,8 @@ def _compile(
     _mark_static_inputs(parts.backward, [name in static_names for name in parts.saved], "backward")
     forward = inner(parts.forward, _example(parts.forward))
     wants_grad = [k for k, f in enumerate(fakes) if isinstance(f, torch.Tensor) and f.requires_grad]
-    (output,) = [n for n in joint.graph.nodes if n.op == "output"]
-    grads = list(output.args[0])[len(forward_values) :]
+    results = list(joint.graph.output_node().args[0])  # forward values, then gradients
+    grads = results[len(forward_values) :]
     gradless = [k for k, grad in zip(wants_grad, grads, strict=True) if grad is None]
     # A double backward (`autograd.grad(..., create_graph=True)`, then a backward through the
     # gradients: a gradient penalty, MAML's inner step) runs the captured graph again with
@@ -362,7 +362,7 @@ def _compile(
     if not _draws_random_numbers(parts.forward):
         if not mutated:
             recompute = fn
-        elif not _results_read(joint, mutated, len(info.computed_values), len(forward_values)):
+        elif not _results_read(joint, results, mutated, len(info.computed_values), len(grads)):
             recompute = _on_copies(fn, mutated)
     return TrainingRunner(
         info,
@@ -379,15 +379,15 @@ def _compile(
 
 
 def _results_read(
-    joint: torch.fx.GraphModule, inputs: list[int], computed: int, forward: int
+    joint: torch.fx.GraphModule, results: list[Any], inputs: list[int], computed: int, grads: int
 ) -> bool:
-    """Whether the joint graph's computed outputs or gradients depend on any of `inputs`
-    (positions among its first placeholders); its other outputs are the inputs' new values."""
+    """Whether the joint graph's first `computed` results (the computed outputs) or its last
+    `grads` (the gradients) depend on any of `inputs` (positions among its first placeholders);
+    the results between are the inputs' new values."""
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     watched = {placeholders[i] for i in inputs}
-    (output,) = [n for n in joint.graph.nodes if n.op == "output"]
-    results = list(output.args[0])
-    todo = [r for r in [*results[:computed], *results[forward:]] if isinstance(r, torch.fx.Node)]
+    read = [*results[:computed], *results[len(results) - grads :]]
+    todo = [r for r in read if isinstance(r, torch.fx.Node)]
     seen: set[torch.fx.Node] = set()
     while todo:
         node = todo.pop()

@@ -149,12 +149,11 @@ def _check_like_eager(
                     kind = "unbatched 2-D" if unbatched else "batched 3-D"
                     raise RuntimeError(f"For {kind} input, hx should also be {want}-D")
             states = [s.unsqueeze(1) for s in states] if unbatched else states
-            if isinstance(mod, torch.nn.LSTM) and states:
-                mod.check_forward_args(inp, (states[0], states[1]), None)
-            elif states:
-                mod.check_forward_args(inp, states[0], None)
-            else:
+            if not states:
                 mod.check_input(inp, None)
+            else:  # LSTM's state is the pair (h, c)
+                lstm = isinstance(mod, torch.nn.LSTM)
+                mod.check_forward_args(inp, tuple(states) if lstm else states[0], None)
     except (RuntimeError, ValueError) as exc:
         raise Unsupported(
             "tensor_op_failed", type(mod).__name__, f"{type(exc).__name__}: {str(exc)[:200]}"

@@ -292,22 +292,10 @@ def _reads_unpinned_state(
     given = [*args, *kwargs.values()]
     device = given[0].value if len(given) == 1 and isinstance(given[0], ConstantVariable) else None
     if fn is torch.is_autocast_enabled:  # pinned for the device types of AUTOCAST_DEVICES
-        return not (not given or device in AUTOCAST_DEVICES)
+        return bool(given) and device not in AUTOCAST_DEVICES
     if fn is getattr(torch, "get_autocast_dtype", None):  # pinned for cpu and cuda
         return device not in ("cpu", "cuda")
     return True
-
-
-def _has_tensor(vt: VariableTracker) -> bool:
-    from framejit.frontend.variables.containers import BaseSequence, DictVariable
-
-    if isinstance(vt, TensorVariable):
-        return True
-    if isinstance(vt, BaseSequence):
-        return any(map(_has_tensor, vt.items))
-    if isinstance(vt, DictVariable):
-        return any(map(_has_tensor, vt.items.values()))
-    return False
 
 
 def _guard_state_read(
@@ -323,7 +311,7 @@ def _guard_state_read(
     (Setters are refused, so the state the trace read is the state at the frame's start.)"""
     if isinstance(result, (TensorVariable, SymNodeVariable)) or not result.is_constant():
         return
-    if any(map(_has_tensor, [*args, *kwargs.values()])) or not _reads_unpinned_state(
+    if any(v.has_tensors() for v in [*args, *kwargs.values()]) or not _reads_unpinned_state(
         fn, args, kwargs
     ):
         return
