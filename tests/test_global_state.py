@@ -471,3 +471,36 @@ def test_state_read_guard_says_what_changed() -> None:
     reason = jf.cache.failures(f, (x,))[0]
     assert f"torch.get_num_threads() == {threads}" in reason
     assert f"actual: {threads + 1}" in reason
+
+
+def _switch_reads(x: torch.Tensor) -> tuple[Any, ...]:
+    """Branches on torch.backends switches, which are getters behind a module class's
+    descriptors (cudnn, mkldnn) or an object's `__getattr__` (cuda.matmul)."""
+    y = x + 1 if torch.backends.cudnn.benchmark else x - 1
+    y = y * 2 if torch.backends.mkldnn.enabled else y * 3
+    y = y + 5 if torch.backends.cuda.matmul.allow_tf32 else y
+    return y, torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_switches_are_read_again(backend: str) -> None:
+    jf = framejit.jit(_switch_reads, backend=backend, fullgraph=True)
+    x = torch.ones(2)
+    switches = [
+        (torch.backends.cudnn, "benchmark"),
+        (torch.backends.mkldnn, "enabled"),
+        (torch.backends.cuda.matmul, "allow_tf32"),
+        (torch.backends.cudnn, "deterministic"),
+        (torch.backends.cudnn, "allow_tf32"),
+    ]
+    saved = [getattr(m, n) for m, n in switches]
+    try:
+        assert jf(x)[1:] == _switch_reads(x)[1:]
+        for module, name in switches:
+            setattr(module, name, not getattr(module, name))
+            want, got = _switch_reads(x), jf(x)
+            assert torch.equal(got[0], want[0]) and got[1:] == want[1:], name
+    finally:
+        for (module, name), value in zip(switches, saved):
+            setattr(module, name, value)
+    assert not jf.cache.eager and _compiles(jf) == len(switches) + 1

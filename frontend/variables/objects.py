@@ -293,6 +293,9 @@ class UserObjectVariable(VariableTracker):
                 )
                 return UserMethodVariable(fn, self)
             return tx.wrap_source(self._attr_source(name))
+        switch = read_switch(tx, self.obj, name) if _switch_attribute(self.obj, name) else None
+        if switch is not None:
+            return switch
         if hasattr(cls, "__getattr__"):
             raise Unsupported("unsupported_attr", f"{cls.__name__}.{name}", "custom __getattr__")
         from framejit.frontend.translator import guard_missing_attribute
@@ -1308,6 +1311,9 @@ class PythonModuleVariable(VariableTracker):
         return self.mod
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        switch = read_switch(tx, self.mod, name) if _switch_attribute(self.mod, name) else None
+        if switch is not None:
+            return switch
         try:
             value = getattr(self.mod, name)
         except AttributeError:
@@ -1333,6 +1339,40 @@ class PythonModuleVariable(VariableTracker):
                 # a library's mutable value (`random.seed`, a method of the module's hidden
                 # instance; torch's table of defaults): read through its source, and guarded
         return tx.wrap_source(AttrSource(self.source, name))
+
+
+def _switch_attribute(obj: Any, name: str) -> bool:
+    """An attribute of torch's switch namespaces (`torch.backends.cudnn.benchmark`,
+    `torch.backends.mkldnn.enabled`, `torch.backends.cuda.matmul.allow_tf32`): a getter of process
+    state behind a data descriptor of the module's class, or behind the `__getattr__` of an
+    object that is not a module, which a setter changes at run time. Such a read is pinned by a
+    STATE_READ guard, never folded."""
+    cls = type(obj)
+    if name.startswith("__") or not str(cls.__module__).startswith("torch.backends"):
+        return False
+    found = _class_attr(cls, name)
+    if found is not None:
+        attr = found[1]
+        return hasattr(type(attr), "__set__") and not isinstance(attr, types.MemberDescriptorType)
+    return (
+        not isinstance(obj, types.ModuleType)
+        and name not in getattr(obj, "__dict__", {})
+        and hasattr(cls, "__getattr__")
+    )
+
+
+def read_switch(tx: Translator, obj: Any, name: str) -> VariableTracker | None:
+    """The value of a `_switch_attribute` now, pinned by a guard that reads it again; None
+    for what is not a scalar (read as any other attribute)."""
+    try:
+        value = getattr(obj, name)
+    except AttributeError:
+        raise Unsupported("exception", f"{type(obj).__name__}.{name}", "AttributeError") from None
+    if type(value) not in (bool, int, float, str, type(None)):
+        return None
+    read = (getattr, (obj, name), (), value)
+    tx.output.add_guard(None, GuardKind.STATE_READ, read, tx.location_text())
+    return ConstantVariable(value)
 
 
 def module_state(value: Any) -> bool:
