@@ -63,6 +63,11 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., 
     return gm.forward
 
 
+# Under the AOT stage, `eager` runs random ops as torch's kernels on the default generators,
+# drawing what eager draws: a double backward may replay them (backend/aot/compile.py).
+eager._framejit_eager_random = True  # type: ignore[attr-defined]
+
+
 @register_backend("aot_eager")
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """The AOT stage (functional core-aten graphs; forward/backward split when training), with
@@ -138,6 +143,7 @@ def with_cudagraphs(backend: Backend, max_autotune: bool = False) -> Backend:
 
             def graphed_inner(aten: torch.fx.GraphModule, aten_inputs: list[Any]) -> Any:
                 return _cudagraphify(inner(aten, aten_inputs), aten, aten_inputs, _describe(gm))
+
 
             return aot_compile(gm, example_inputs, graphed_inner)
         return _cudagraphify(backend(gm, example_inputs), gm, example_inputs, _describe(gm))

@@ -355,11 +355,15 @@ def _compile(
     gradless = [k for k, grad in zip(wants_grad, grads, strict=True) if grad is None]
     # A double backward (`autograd.grad(..., create_graph=True)`, then a backward through the
     # gradients: a gradient penalty, MAML's inner step) runs the captured graph again with
-    # autograd, on the same inputs; not for a graph that draws random numbers. A graph that
-    # writes inputs its outputs and gradients never read (BatchNorm's running statistics in
-    # train mode) runs again on copies of those inputs, so they are written once, as in eager.
+    # autograd, on the same inputs. A graph that draws random numbers (dropout) runs again from
+    # the random states its forward started from, when `inner` draws as eager does (the same
+    # aten random ops on the default generators; Triton kernels draw their own numbers). A
+    # graph that writes inputs its outputs and gradients never read (BatchNorm's running
+    # statistics in train mode) runs again on copies of those inputs, so they are written
+    # once, as in eager.
     recompute = None
-    if not _draws_random_numbers(parts.forward):
+    rng_devices = _random_devices(parts.forward) if _draws_random_numbers(parts.forward) else []
+    if rng_devices is not None and (not rng_devices or _draws_as_eager(inner)):
         if not mutated:
             recompute = fn
         elif not _results_read(joint, results, mutated, len(info.computed_values), len(grads)):
@@ -375,6 +379,7 @@ def _compile(
         recompute=recompute,
         on_error=on_error,
         gradless=gradless,
+        rng_devices=rng_devices if recompute is not None and rng_devices else (),
     )
 
 
@@ -424,6 +429,37 @@ def _on_copies(fn: Callable[..., Any], inputs: list[int]) -> Callable[..., Any]:
         return fn(*[a.detach().clone() if k in copied else a for k, a in enumerate(args)])
 
     return run
+
+
+def _random_devices(graph: torch.fx.GraphModule) -> list[torch.device] | None:
+    """The devices of the random ops' results in an aten graph (their default generators),
+    or None where one is given a generator of the program's, or a device other than cpu and
+    cuda: a replay of those draws would advance the program's generator."""
+    devices: list[torch.device] = []
+    for n in graph.graph.nodes:
+        if not (
+            isinstance(n.target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded in n.target.tags
+        ):
+            continue
+        if n.kwargs.get("generator") is not None:
+            return None
+        values = n.meta.get("val")
+        for value in values if isinstance(values, (tuple, list)) else [values]:
+            device = getattr(value, "device", None)
+            if device is None or device.type not in ("cpu", "cuda"):
+                return None
+            if device not in devices:
+                devices.append(device)
+    return devices
+
+
+def _draws_as_eager(inner: Inner) -> bool:
+    """`inner` runs the aten graph's random ops as torch's kernels on the default generators,
+    so the captured graph run again from the same states draws the same numbers (registry's
+    `eager` says so with `_framejit_eager_random`; a generator of the program's is a graph
+    break in the frontend)."""
+    return bool(getattr(inner, "_framejit_eager_random", False))
 
 
 def _draws_random_numbers(graph: torch.fx.GraphModule) -> bool:

@@ -36,6 +36,7 @@ error naming framejit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
@@ -150,8 +151,13 @@ class TrainingRunner:
         recompute: Callable[..., Sequence[Any]] | None = None,
         on_error: Callable[..., Any] | None = None,
         gradless: Sequence[int] = (),
+        rng_devices: Sequence[torch.device] = (),
     ) -> None:
         self.info = info
+        # the devices whose default generators the graph draws from, when `recompute` replays
+        # those draws: their states are kept at each forward, and a double backward runs the
+        # captured graph again from them (the same dropout masks), then restores the states
+        self.rng_devices = tuple(rng_devices)
         # unique inputs that require grad but never get a gradient (used only through
         # `.detach()`): passed to the autograd Function detached, so that its node has no edge
         # into their history (which a backward may already have freed, as in eager)
@@ -248,6 +254,7 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runner: TrainingRunner, *inputs: torch.Tensor) -> tuple:
         ctx.set_materialize_grads(False)  # an output without a gradient: None, see run_backward
+        ctx.rng = [_rng_state(d) for d in runner.rng_devices] if runner.rng_devices else None
         results = runner.forward(*inputs)
         outputs = results[: runner.num_forward_outputs]
         # A view of a graph intermediate returned from a Function with several outputs is one
@@ -316,7 +323,7 @@ class _CompiledFunction(torch.autograd.Function):
             # as eager frees what it saved (a loop that keeps its losses kept every batch)
             ctx.inputs = None
         if create_graph and inputs is not None:
-            return (None, *_differentiable_backward(runner, inputs, grads))
+            return (None, *_differentiable_backward(runner, inputs, grads, ctx.rng))
         saved = list(ctx.saved_tensors if kept is None else kept)
         for k, value in ctx.scalars:
             saved.insert(k, value)
@@ -355,13 +362,40 @@ def _kept_for(ctx: Any, present: list[int]) -> list[torch.Tensor] | None:
     return kept
 
 
+def _rng_state(device: torch.device) -> torch.Tensor:
+    if device.type == "cpu":
+        return torch.get_rng_state()
+    return torch.cuda.get_rng_state(device)
+
+
+@contextlib.contextmanager
+def _replaying(devices: Sequence[torch.device], states: Sequence[torch.Tensor] | None):
+    """The default generators of `devices` set to `states` (the forward's), then restored: a
+    double backward draws nothing from the program's random streams, as in eager."""
+    if not states:
+        yield
+        return
+    cuda = [d.index if d.index is not None else 0 for d in devices if d.type == "cuda"]
+    with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+        for device, state in zip(devices, states):
+            if device.type == "cpu":
+                torch.set_rng_state(state)
+            else:
+                torch.cuda.set_rng_state(state, device)
+        yield
+
+
 def _differentiable_backward(
-    runner: TrainingRunner, inputs: Sequence[Any], grads: Sequence[Any]
+    runner: TrainingRunner,
+    inputs: Sequence[Any],
+    grads: Sequence[Any],
+    rng: Sequence[torch.Tensor] | None = None,
 ) -> list[Any]:
     """The gradients as autograd computes them in eager, with their own graph
     (`create_graph=True`): the captured graph runs again with autograd on the same inputs,
-    and `autograd.grad` differentiates it, so a backward through the gradients works."""
-    with torch.enable_grad():
+    and `autograd.grad` differentiates it, so a backward through the gradients works. A graph
+    that draws random numbers runs again from the random states its forward started from."""
+    with torch.enable_grad(), _replaying(runner.rng_devices, rng):
         # each input through a view of its own: the graph's gradient is taken with respect
         # to these (an input that is another's ancestor, `y = x * x` before a graph break and
         # `y.sum()` after it, gets no gradient through the other), and the gradients stay
