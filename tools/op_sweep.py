@@ -140,22 +140,34 @@ def _low_precision(value: Any) -> bool:
 
 
 def _to64(value: Any) -> Any:
+    """`value` with its float16/bfloat16 tensors as float64 leaves (that keep requires_grad,
+    so the reference has gradients too), in lists, tuples and dicts (a sample's kwargs: a
+    layer_norm weight, an `other=` tensor)."""
     if isinstance(value, torch.Tensor):
-        return value.double() if value.dtype in (torch.float16, torch.bfloat16) else value.clone()
+        if value.dtype in (torch.float16, torch.bfloat16):
+            return value.detach().double().requires_grad_(value.requires_grad)
+        return _clone(value, grad=True)
     if isinstance(value, (list, tuple)):
         return type(value)(_to64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to64(v) for k, v in value.items()}
     return value
 
 
 def _no_worse(expected: Any, got: Any, reference: Any) -> bool:
     """framejit's largest error against the float64 reference is within twice eager's (plus
     one rounding step of the output dtype)."""
-    for e, g, r in zip(_flat(expected), _flat(got), _flat(reference)):
+    fe, fg, fr = _flat(expected), _flat(got), _flat(reference)
+    if not len(fe) == len(fg) == len(fr):  # nothing to judge some outputs (gradients) by
+        return False
+    for e, g, r in zip(fe, fg, fr):
         if not isinstance(e, torch.Tensor) or not e.dtype.is_floating_point:
             continue
         r = r.double()
         err_e = (e.double() - r).abs().nan_to_num(0.0)
         err_g = (g.double() - r).abs().nan_to_num(0.0)
+        if r is None or g is None:
+            return False
         if (g.isnan() != e.isnan()).any():
             return False
         ulp = torch.finfo(e.dtype).eps * r.abs().clamp_min(1.0)
@@ -189,14 +201,61 @@ def _leaves(value: Any) -> list[torch.Tensor]:
     return [v for v in _flat(value) if isinstance(v, torch.Tensor) and v.requires_grad]
 
 
-def _grads(outputs: Any, inputs: list[torch.Tensor], seed: int) -> list[Any]:
-    """d(sum of outputs * fixed random weights)/d inputs."""
+def _grads(
+    outputs: Any, inputs: list[torch.Tensor], seed: int, like: list[torch.dtype] | None = None
+) -> list[Any]:
+    """d(sum of outputs * fixed random weights)/d inputs. The weights are drawn in float32
+    and rounded to each output's dtype, or to the dtype in `like` (the float64 reference
+    rounds them as the float16 run it stands in for, so both weigh the same numbers)."""
     gen = torch.Generator().manual_seed(seed)
     outs = [o for o in _flat(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs or not inputs:
         return []
-    loss = sum((o * torch.rand(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outs)
+    dtypes = like or [o.dtype for o in outs]
+    loss = sum(
+        (o * torch.rand(o.shape, generator=gen).to(d).to(o.dtype)).sum()
+        for o, d in zip(outs, dtypes, strict=True)
+    )
     return list(torch.autograd.grad(loss, inputs, allow_unused=True))
+
+
+def _program(target: Any, mode: str, kwargs: dict[str, Any]) -> Any:
+    """The function the sweep compiles: `target(inp, *rest, **kwargs)`, or `inp.op(...)` for
+    the method mode (the frontend's method path)."""
+    name = getattr(target, "__name__", "")
+    if mode == "method" and name:
+
+        def method(inp: Any, *rest: Any) -> Any:
+            return getattr(inp, name)(*rest, **kwargs)
+
+        return method
+
+    def program(inp: Any, *rest: Any) -> Any:
+        return target(inp, *rest, **kwargs)
+
+    return program
+
+
+def float64_reference(
+    target: Any, mode: str, inputs: tuple[Any, ...], kwargs: dict[str, Any], expected: Any
+) -> Any:
+    """The op run in float64 on the float16/bfloat16 `inputs` and tensor `kwargs` (both
+    converted), shaped like `expected`: in grad mode (`expected` is (outputs, gradients))
+    with the gradients too, weighted as the low-precision run was. None when the op has no
+    float64 kernel or raises."""
+    grad = mode == "grad"
+    wide = _to64(inputs)
+    context = torch.enable_grad if grad else torch.no_grad
+    try:
+        with context():
+            reference = _program(target, mode, _to64(kwargs))(*wide)
+            if grad:
+                outs = [o for o in _flat(expected[0]) if isinstance(o, torch.Tensor)]
+                like = [o.dtype for o in outs if o.requires_grad]
+                reference = (reference, _grads(reference, _leaves(wide), 0, like))
+    except Exception:  # noqa: BLE001 - no float64 kernel for this op
+        return None
+    return reference
 
 
 def run_one(
@@ -212,18 +271,7 @@ def run_one(
     if target is None:
         return "skip", ""
     grad = mode == "grad"
-    name = getattr(target, "__name__", "")
-
-    if mode == "method" and name:
-
-        def program(inp: Any, *rest: Any) -> Any:
-            return getattr(inp, name)(*rest, **kwargs)  # x.op(...): the frontend's method path
-
-    else:
-
-        def program(inp: Any, *rest: Any) -> Any:
-            return target(inp, *rest, **kwargs)
-
+    program = _program(target, mode, kwargs)
     framejit.reset()
     loads = _loads()
     eager_inputs = _clone((sample.input, *args), grad)
@@ -261,11 +309,7 @@ def run_one(
     if why is not None and "not close" in why and _low_precision(expected):
         # fused kernels compute in float32 and round once; eager rounds after every op.
         # Judge both against a float64 run: framejit may not be much further from it.
-        try:
-            with torch.no_grad():
-                reference = program(*_to64((sample.input, *args)))
-        except Exception:  # noqa: BLE001 - no float64 kernel for this op
-            reference = None
+        reference = float64_reference(target, mode, (sample.input, *args), kwargs, expected)
         if reference is not None and _no_worse(expected, got, reference):
             why = None
     if why is None:
@@ -393,6 +437,8 @@ def main() -> int:
                     bad_lines.append(line)
                     print(line, flush=True)
         print(f"-- {name} done ({time.perf_counter() - t0:.0f}s)", flush=True)
+        if a.report:
+            write_report(a.report, bad_lines, counts, f"(running: {name} done)")
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(f"== {summary} in {time.perf_counter() - t0:.0f}s")
     if ptx is not None:
@@ -401,9 +447,19 @@ def main() -> int:
         print(ptx.summary())
         bad_lines.append(ptx.summary())
     if a.report:
-        with open(a.report, "w") as f:
-            f.write("\n".join(bad_lines + [summary]) + "\n")
+        write_report(a.report, bad_lines, counts)
     return 1 if counts["MISMATCH"] or counts["ERROR"] else 0
+
+
+def write_report(path: str, bad_lines: list[str], counts: Counter[str], note: str = "") -> None:
+    """The non-ok lines so far and the counts, rewritten after every op (a run that is killed
+    or times out still leaves what it found); `note` marks a run still going. Written to a
+    temporary file and renamed, so a reader never sees half a report."""
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join([*bad_lines, " ".join(filter(None, [summary, note]))]) + "\n")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

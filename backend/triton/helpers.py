@@ -16,10 +16,14 @@ HELPERS = {
         """\
 @triton.jit
 def fj_expm1(x):
-    # exp(x) - 1 without cancellation near 0 (Kahan)
+    # exp(x) - 1 without cancellation near 0 (Kahan): (u - 1) * (x / log(u)), the quotient
+    # taken first (it is near 1), so that no product overflows below exp's own overflow. In
+    # x's dtype: 2-3 ulps in float32 (float64 would be exact to float32's ulp, but expm1 feeds
+    # hot activations, ELU and tanh, whose kernels must stay memory-bound on a GPU).
     u = tl.exp(x)
     d = u - 1.0
-    return tl.where(u == 1.0, x, tl.where((d == -1.0) | (u == float("inf")), d, d * x / tl.log(u)))
+    r = tl.where((d == -1.0) | (u == float("inf")), d, d * (x / tl.log(u)))
+    return tl.where(u == 1.0, x, r)
 """,
     ),
     "fj_tanh": (
@@ -27,6 +31,9 @@ def fj_expm1(x):
         """\
 @triton.jit
 def fj_tanh(x):
+    # -expm1(-2|x|) / (expm1(-2|x|) + 2): within 4 ulps in float32 (three roundings, one in a
+    # division a GPU does to 2 ulps); not in float64, as tanh (GELU's tanh form) is a hot
+    # activation whose kernels must stay memory-bound
     e = fj_expm1(-2.0 * tl.abs(x))
     t = -e / (e + 2.0)
     # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
@@ -39,10 +46,12 @@ def fj_tanh(x):
         """\
 @triton.jit
 def fj_log1p(x):
-    # log(1 + x) without cancellation near 0 (Kahan)
+    # log(1 + x) without cancellation near 0 (Kahan): log(u) * (x / (u - 1)), the quotient
+    # taken first (it is near 1), so that log(u) * x does not overflow for a large x. In x's
+    # dtype, as fj_expm1 (softplus, a hot activation, uses it).
     u = 1.0 + x
     exact = (u == 1.0) | (u == float("inf"))
-    return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * x / (u - 1.0))
+    return tl.where(exact, tl.where(u == 1.0, x, u), tl.log(u) * (x / (u - 1.0)))
 """,
     ),
     "fj_mul": (
@@ -104,11 +113,23 @@ def fj_atan2(y, x):
         """\
 @triton.jit
 def fj_bfloat16_rne(x):
-    # float32 -> bfloat16, rounded to nearest even (written out for the CPU interpreter)
+    # float32 -> bfloat16, rounded to nearest even (written out for the CPU interpreter), and
+    # made from the bits: the interpreter's own conversion turns subnormals into wrong values.
+    # A NaN keeps its sign and high payload, made quiet (rounding could carry it into inf).
     bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    rounded = bits.to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    high = tl.where(x != x, (bits >> 16) | 0x40, rounded)
+    return high.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+""",
+    ),
+    "fj_bfloat16_to_float32": (
+        (),
+        """\
+@triton.jit
+def fj_bfloat16_to_float32(x):
+    # bfloat16 -> float32 exactly: its bits are float32's upper half (written out for the CPU
+    # interpreter, whose conversion normalizes subnormals into wrong values)
+    return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
 """,
     ),
     "fj_max_nan": (

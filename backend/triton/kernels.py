@@ -375,7 +375,8 @@ class KernelCode:
         """`value.to(target)`. Integers and float64 reach half precision through float32 (as
         eager converts: c10's Half and BFloat16 are made from a float), and bfloat16 is
         rounded to nearest-even explicitly under the CPU interpreter: its own conversions
-        there truncate (and mishandle integers and float64)."""
+        there truncate (and mishandle integers and float64); its bfloat16 -> float32 also
+        loses subnormals (1e-39 became 5.9e-39), so there that widening is done on the bits."""
         number = _literal_number(value)
         if number is not None:  # a Python number has no .to(): convert it here
             return literal(_converted(_converted(number, source), target))
@@ -387,6 +388,9 @@ class KernelCode:
         if target == torch.bfloat16 and self.interpreter and source == torch.float32:
             self._use_helper("fj_bfloat16_rne")
             return f"fj_bfloat16_rne({value})"
+        if source == torch.bfloat16 and self.interpreter and target == torch.float32:
+            self._use_helper("fj_bfloat16_to_float32")
+            return f"fj_bfloat16_to_float32({value})"
         return f"{value}.to({TL_DTYPES[target]})"
 
     def ix_text(self, ix: Ix) -> str:
@@ -437,7 +441,7 @@ class KernelCode:
         else:
             text = f"tl.load({ptr} + {self.address(address)})"
         if dtype in (torch.float16, torch.bfloat16):
-            text += ".to(tl.float32)"
+            return self.emit(self.cast(text, dtype, torch.float32), load)
         return self.emit(text, load)
 
     def mask_for(self, address: Ix) -> str:

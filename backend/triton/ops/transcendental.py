@@ -18,7 +18,7 @@ import torch
 import torch.fx
 from framejit.backend.triton.ir import Expr
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
-from framejit.backend.triton.ops.table import const, elementwise, lowering, meta, op
+from framejit.backend.triton.ops.table import const, convert, elementwise, lowering, meta, op
 
 LN2 = math.log(2.0)
 # Past this, x * x overflows float32: asinh/acosh use log(2|x|) instead.
@@ -63,14 +63,52 @@ def _half_root(x: Expr) -> Expr:
     return op("sqrt", op("mul", op("sub", _c(x, 1.0), x), op("add", _c(x, 1.0), x)))
 
 
+# exp overflows float64 past log(DBL_MAX) = 709.78; sinh and cosh only past 710.48.
+EXP_HALF_FROM = 709.0
+
+
+def _wide(fn: Callable[[Expr], Expr], x: Expr) -> Expr:
+    """`fn` computed in float64 for float32 data (and float16/bfloat16, which compute in
+    float32), rounded once: for the ops whose float32 formula overflows before the result
+    does (exp(x) of 89 is inf, sinh(89) is not), and float64's exp is accurate."""
+    if x.dtype == torch.float64:
+        return fn(x)
+    return convert(fn(convert(x, torch.float64)), x.dtype)
+
+
+def _exp_half_squared(a: Expr) -> Expr:
+    """exp(a) / 2 for a large a >= 0 whose exp(a) overflows though exp(a) / 2 does not:
+    (exp(a/2) / 2) * exp(a/2), halving exact."""
+    h = op("exp", op("mul", a, _c(a, 0.5)))
+    return op("mul", op("mul", h, _c(a, 0.5)), h)
+
+
+def _sinh(x: Expr) -> Expr:
+    """(expm1(x) - expm1(-x)) / 2: no cancellation near 0; past `EXP_HALF_FROM` (float64 data
+    only: float32 values never overflow there) exp(|x|)/2 with x's sign."""
+    small = op("mul", _c(x, 0.5), op("sub", op("expm1", x), op("expm1", op("neg", x))))
+    big = _exp_half_squared(op("abs", x))
+    big = op("where", op("lt", x, _c(x, 0), dtype=torch.bool), op("neg", big), big)
+    return op("where", op("gt", op("abs", x), _c(x, EXP_HALF_FROM), dtype=torch.bool), big, small)
+
+
+def _cosh(x: Expr) -> Expr:
+    """(exp(x) + exp(-x)) / 2, and exp(|x|)/2 past `EXP_HALF_FROM` (see `_sinh`)."""
+    small = op("mul", _c(x, 0.5), op("add", op("exp", x), op("exp", op("neg", x))))
+    a = op("abs", x)
+    return op(
+        "where", op("gt", a, _c(x, EXP_HALF_FROM), dtype=torch.bool), _exp_half_squared(a), small
+    )
+
+
 UNARY: dict[str, Callable[[Expr], Expr]] = {
     "exp2": lambda x: op("exp2", x),
     "log2": lambda x: op("log2", x),
     "log10": lambda x: op("mul", op("log", x), _c(x, 1 / math.log(10.0))),
     "expm1": lambda x: op("expm1", x),
     "tan": lambda x: op("truediv", op("sin", x), op("cos", x)),
-    "sinh": lambda x: op("mul", _c(x, 0.5), op("sub", op("expm1", x), op("expm1", op("neg", x)))),
-    "cosh": lambda x: op("mul", _c(x, 0.5), op("add", op("exp", x), op("exp", op("neg", x)))),
+    "sinh": lambda x: _wide(_sinh, x),
+    "cosh": lambda x: _wide(_cosh, x),
     "asinh": _asinh,
     "acosh": _acosh,
     "atanh": _atanh,

@@ -119,6 +119,9 @@ def test_special_values_match_eager_bit_for_bit(name: str) -> None:
         same = _same_bits(g, w)
         if name == "gelu":  # the sign of gelu(-0.0) differs between eager's own CPU kernels
             same |= (g == 0) & (w == 0)
+        if name == "gelu_tanh":  # eager's 1 + tanh(u) cancels to 0 below x = -5 (the value
+            # is -2e-15 at -7), which the kernel's x * sigmoid(2u) does not
+            same |= (w == 0) & (g.abs() < 1e-12) & (g.signbit() == w.signbit())
         bad = special & ~same
         assert not bad.any(), [
             (SX[k].item(), SY[k].item(), w[k].item(), g[k].item())

@@ -79,3 +79,44 @@ def test_opinfo_samples_match_eager(name: str, mode: str, dtype: torch.dtype) ->
     if not ran:
         pytest.skip(f"{name} has no {mode} samples for {dtype}")
     assert not bad, "\n".join(bad)
+
+
+def test_float64_reference_keeps_gradients() -> None:
+    """The float64 reference of a float16 grad-mode sample has the gradients too, weighted as
+    the float16 run's: a gradient further from it than eager's is a mismatch (the reference
+    once held the outputs only, and a `zip` with it dropped the gradients unjudged)."""
+    x = (torch.linspace(-3, 3, 16) * 1.1).half().requires_grad_()
+    expected_outputs = torch.sin(x)
+    expected = (expected_outputs, sweep._grads(expected_outputs, [x], 0))
+    reference = sweep.float64_reference(torch.sin, "grad", (x,), {}, expected)
+    assert reference is not None and len(sweep._flat(reference)) == 2
+    outputs, (grad,) = reference
+    assert outputs.dtype == grad.dtype == torch.float64
+    weights = torch.rand(16, generator=torch.Generator().manual_seed(0)).half().double()
+    torch.testing.assert_close(grad, torch.cos(x.detach().double()) * weights)
+    wrong = (expected_outputs, [expected[1][0] + 0.5])  # outputs right, gradient off
+    assert sweep._no_worse(expected, expected, reference)
+    assert not sweep._no_worse(expected, wrong, reference)
+
+
+def test_float64_reference_converts_tensor_kwargs() -> None:
+    """Tensor kwargs become float64 too (a float16 `weight=` with a float64 input made
+    layer_norm raise, and the reference was lost)."""
+    x = torch.randn(3, 4).half()
+    w = torch.rand(4).half()
+    expected = torch.nn.functional.layer_norm(x, [4], weight=w)
+    reference = sweep.float64_reference(
+        torch.nn.functional.layer_norm, "forward", (x, [4]), {"weight": w}, expected
+    )
+    assert reference is not None and reference.dtype == torch.float64
+    want = torch.nn.functional.layer_norm(x.double(), [4], weight=w.double())
+    torch.testing.assert_close(reference, want)
+
+
+def test_report_written_as_it_goes(tmp_path: pathlib.Path) -> None:
+    """`--report` is rewritten after every op, so a killed run leaves its findings."""
+    from collections import Counter
+
+    path = tmp_path / "report.txt"
+    sweep.write_report(str(path), ["MISMATCH sin float16 sample 0: x"], Counter(ok=3), "(running)")
+    assert path.read_text().splitlines() == ["MISMATCH sin float16 sample 0: x", "ok 3 (running)"]
