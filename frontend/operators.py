@@ -27,6 +27,7 @@ from framejit.frontend.variables.containers import (
     DictVariable,
     ListVariable,
     SetVariable,
+    SliceVariable,
     TupleVariable,
 )
 from framejit.frontend.variables.functions import (
@@ -256,6 +257,9 @@ class OperatorsMixin:
 
     def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
         if isinstance(obj, TensorVariable):
+            split = _symbolic_positions(obj, index)
+            if split is not None:
+                return self._select_symbolic(obj, *split)
             return self.output.call_op("call_function", operator.getitem, [obj, index], {})
         if isinstance(obj, (BaseSequence, DictVariable)):
             return obj.getitem(self, index)
@@ -271,9 +275,72 @@ class OperatorsMixin:
 
     def setitem(self, obj: VariableTracker, index: VariableTracker, value: VariableTracker) -> None:
         if isinstance(obj, TensorVariable):
+            split = _symbolic_positions(obj, index)
+            if split is not None:
+                # the view the index selects, written through `view[...] = value`: the same
+                # copy (broadcasting, leading ones of the value dropped) as the whole index
+                obj, index = self._select_symbolic(obj, *split), ConstantVariable(Ellipsis)
             self.output.call_op("call_function", operator.setitem, [obj, index, value], {})
             return
         obj.call_method(self, "__setitem__", [index, value], {})
+
+    def _select_symbolic(
+        self, obj: TensorVariable, rest: VariableTracker, picks: list[tuple[int, VariableTracker]]
+    ) -> VariableTracker:
+        """`obj[rest]`, then `select` at each symbolic position, last dim first."""
+        view = self.output.call_op("call_function", operator.getitem, [obj, rest], {})
+        for dim, position in reversed(picks):
+            view = self.output.call_op(
+                "call_function", torch.select, [view, ConstantVariable(dim), position], {}
+            )
+        return view
+
+
+def _symbolic_positions(
+    obj: TensorVariable, index: VariableTracker
+) -> tuple[VariableTracker, list[tuple[int, VariableTracker]]] | None:
+    """For a basic index (ints, slices, None, `...`) with symbolic ints among its positions
+    (`x[t]`, `cache[:, :, pos] = k` with `t`, `pos` automatic-dynamic ints): the index with
+    those positions made full slices, and (result dim, symbolic int) for each, so that
+    `select` can take them. Python's `Tensor.__getitem__` would specialize the ints (one graph
+    per value); `select` keeps them symbolic, with the same results and errors. None for any
+    other index."""
+    items = index.items if isinstance(index, TupleVariable) else [index]
+    if not any(isinstance(i, SymNodeVariable) and i.python_type() is int for i in items):
+        return None
+    # (SymNodeVariables are checked first: their as_constant() would specialize them)
+    kinds = []
+    for item in items:
+        if isinstance(item, SymNodeVariable):
+            if item.python_type() is not int:
+                return None
+            kinds.append("symbolic")
+        elif isinstance(item, SliceVariable):
+            kinds.append("slice")
+        elif item.is_constant() and type(item.as_constant()) in (int, slice, type(None)):
+            kinds.append(type(item.as_constant()).__name__)
+        elif item.is_constant() and item.as_constant() is Ellipsis:
+            kinds.append("...")
+        else:
+            return None  # advanced indexing (tensors, lists, bools): dims move
+    if kinds.count("...") > 1:
+        return None  # eager's error
+    consuming = sum(k in ("symbolic", "slice", "int") for k in kinds)
+    rest: list[VariableTracker] = []
+    picks: list[tuple[int, VariableTracker]] = []
+    dim = 0  # the dim of the result each item's output lands on
+    for item, kind in zip(items, kinds):
+        if kind == "symbolic":
+            picks.append((dim, item))
+            rest.append(ConstantVariable(slice(None)))
+            dim += 1
+            continue
+        rest.append(item)
+        if kind == "...":
+            dim += max(obj.fake.dim() - consuming, 0)
+        elif kind != "int":  # a slice or None keeps or adds a dim
+            dim += 1
+    return TupleVariable(rest), picks
 
 
 _DUNDERS: dict[Any, tuple[str, str, str | None]] = {}

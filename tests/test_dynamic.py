@@ -677,3 +677,52 @@ def test_a_float_inside_a_tuple_across_a_break_stops_recompiling():
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
     assert counter.frame_count <= 8, counter.frame_count
+
+
+_POSITION_READS = {
+    "x[t]": lambda x, t: x[t],
+    "x[:, t]": lambda x, t: x[:, t],
+    "x[t, 1:]": lambda x, t: x[t, 1:],
+    "x[..., t]": lambda x, t: x[..., t],
+    "x[None, t, ..., 0]": lambda x, t: x[None, t, ..., 0],
+    "x[t, :, t]": lambda x, t: x[t, :, t],
+    "x[t - 1]": lambda x, t: x[t - 1],
+}
+
+
+@pytest.mark.parametrize("name", list(_POSITION_READS))
+def test_an_int_position_in_an_index_stays_symbolic(name: str) -> None:
+    # Tensor.__getitem__ would pin the int (a graph per timestep of a scheduler, per position
+    # of a static KV cache): positions become `select`s, which keep it symbolic
+    fn = _POSITION_READS[name]
+    jitted, counter = counted(fn)
+    x = torch.randn(6, 5, 4)
+    for t in range(1, 4):
+        got, want = jitted(x, t), fn(x, t)
+        assert torch.equal(got, want) and got.stride() == want.stride()
+    assert counter.frame_count == 2  # the first value, then one symbolic graph
+
+
+def test_an_int_position_written_stays_symbolic() -> None:
+    def write(cache: torch.Tensor, pos: int, k: torch.Tensor) -> torch.Tensor:
+        cache[:, pos] = k  # a static KV cache
+        cache[pos, ..., 0] = 7.0
+        return cache
+
+    jitted, counter = counted(write)
+    a, b = torch.zeros(6, 5, 4), torch.zeros(6, 5, 4)
+    for pos in range(1, 5):
+        k = torch.randn(1, 6, 4)  # leading ones beyond the view's dims are dropped, as in eager
+        jitted(a, pos, k)
+        write(b, pos, k)
+        assert torch.equal(a, b)
+    assert counter.frame_count == 2  # 1 (0 and 1 are specialized), then one symbolic graph
+
+
+def test_an_int_position_out_of_range_raises_eagers_error() -> None:
+    jitted = framejit.jit(lambda x, t: x[:, t])
+    x = torch.randn(3, 4)
+    jitted(x, 1), jitted(x, 2)
+    for t in (4, -5, 100):
+        with pytest.raises(IndexError):
+            jitted(x, t)
