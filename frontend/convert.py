@@ -45,7 +45,13 @@ from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
 from framejit.frontend.output_graph import OutputGraph
 from framejit.frontend.side_effects import ReplayOutOfOrder, written_tensors
-from framejit.frontend.sources import AttrSource, Source
+from framejit.frontend.sources import (
+    AttrSource,
+    FreeVarSource,
+    GlobalSource,
+    ItemSource,
+    Source,
+)
 from framejit.frontend.translator import decode, root_translator
 from framejit.frontend.variables.base import (
     NULL,
@@ -295,41 +301,61 @@ def _collect_outputs(
     if isinstance(vt, (TensorVariable, SymNodeVariable)):
         if vt.source is None and all(o.node is not vt.node for o in out):
             out.append(vt)
-    elif isinstance(vt, ListVariable) and not vt.contents_read:
-        for item in vt.appended:
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, BaseSequence):
-        for item in vt.items:
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, DictVariable):
-        for item in vt.items.values():
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, DataclassVariable):
-        for item in vt.fields.values():
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, NewObjectVariable):
-        for item in vt.attrs.values():
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, IteratorVariable):
-        for item in vt.items[vt.index :]:
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, LazyIteratorVariable):
-        for item in vt.reachable():
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, (BoundMethodVariable, UserMethodVariable)):
-        _collect_outputs(vt.obj, out, seen)  # `tensor.item` waiting for its call
-    elif isinstance(vt, PartialVariable):
-        for item in [vt.fn, *vt.args, *vt.kwargs.values()]:
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, SliceVariable):
-        for item in vt.parts:
-            _collect_outputs(item, out, seen)
-    elif isinstance(vt, NestedFunctionVariable):
-        for item in [*vt.defaults, *vt.kwdefaults.values()]:
-            _collect_outputs(item, out, seen)
-        for cell in vt.closure:
-            if isinstance(cell, CellVariable) and cell.contents is not None:
-                _collect_outputs(cell.contents, out, seen)
+        return
+    for item in _parts(vt):
+        _collect_outputs(item, out, seen)
+
+
+def _parts(vt: VariableTracker) -> list[VariableTracker]:
+    """The values a rebuild of `vt` rebuilds with it (items, fields, attributes, cells)."""
+    if isinstance(vt, ListVariable) and not vt.contents_read:
+        return list(vt.appended)
+    if isinstance(vt, BaseSequence):
+        return list(vt.items)
+    if isinstance(vt, DictVariable):
+        return list(vt.items.values())
+    if isinstance(vt, DataclassVariable):
+        return list(vt.fields.values())
+    if isinstance(vt, NewObjectVariable):
+        return list(vt.attrs.values())
+    if isinstance(vt, IteratorVariable):
+        return list(vt.items[vt.index :])
+    if isinstance(vt, LazyIteratorVariable):
+        return list(vt.reachable())
+    if isinstance(vt, (BoundMethodVariable, UserMethodVariable)):
+        return [vt.obj]  # `tensor.item` waiting for its call
+    if isinstance(vt, PartialVariable):
+        return [vt.fn, *vt.args, *vt.kwargs.values()]
+    if isinstance(vt, SliceVariable):
+        return list(vt.parts)
+    if isinstance(vt, NestedFunctionVariable):
+        cells = [
+            c.contents for c in vt.closure if isinstance(c, CellVariable) and c.contents is not None
+        ]
+        return [*vt.defaults, *vt.kwdefaults.values(), *cells]
+    return []
+
+
+def _load_before_writes(output: OutputGraph, cg: CodeGen, roots: list[VariableTracker]) -> None:
+    """Values read from outside the frame (`old = self.cache`, `v = lst.pop()`, `a = d["k"]`)
+    that the code after the graph rebuilds, loaded from their sources before the writes are
+    replayed and kept in temporaries: a write to the place they were read from (`self.cache =
+    new`, the popped list replaced) must not change what they are, as in eager."""
+    effects = output.side_effects
+    if not (effects.attrs or effects.containers or effects.globals or effects.cells):
+        return
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        vt = todo.pop()
+        if id(vt) in seen:
+            continue
+        seen.add(id(vt))
+        source = getattr(vt, "source", None)
+        if isinstance(source, (AttrSource, ItemSource, GlobalSource, FreeVarSource)):
+            cg.reconstruct(vt)
+            cg.remember(vt)
+        todo += _parts(vt)
 
 
 def _compile_graph(
@@ -449,6 +475,7 @@ def _finish(
     cg = CodeGen(code, tx.lineno)
     cg.frame_cells = {id(c): name for name, c in _frame_cells(tx.cells).items()}
     graphs = _compile_graph(code, output, outputs, backend, cg)
+    _load_before_writes(output, cg, [result, *output.side_effects.values()])
     _emit_state_after_graph(output, cg)
     cg.return_value(result)
     return _entry(fn, code, output, cg, argnames, graphs), graphs
@@ -488,6 +515,7 @@ def _finish_break(
     cg = CodeGen(code, lineno)
     cg.frame_cells = {id(c): name for name, c in frame_cells.items()}
     graphs = _compile_graph(code, output, outputs, backend, cg)
+    _load_before_writes(output, cg, roots)
     _emit_state_after_graph(output, cg)  # the instruction that runs for real sees it
     for name, cell in frame_cells.items():  # closures and the resume function share the cells
         cg.store_frame_cell(name, cell.contents)
