@@ -791,5 +791,16 @@ def _convert(vt: VariableTracker, fake: bool) -> Any:
     if isinstance(vt, SliceVariable):
         return slice(*(_convert(p, fake) for p in vt.parts))
     if vt.is_constant():
-        return vt.as_constant()
+        value = vt.as_constant()
+        # a Python type given as a dtype (`torch.zeros(3, dtype=float)`, `x.to(int)`): the
+        # dtype torch's argument parser makes of it, which a graph can print (a type cannot)
+        return _PYTHON_DTYPES.get(value, value) if isinstance(value, type) else value
     raise Unsupported("unsupported_call", f"passing a {vt.type_name()} to a tensor op")
+
+
+_PYTHON_DTYPES = {
+    int: torch.int64,
+    float: torch.float64,
+    bool: torch.bool,
+    complex: torch.complex128,
+}

@@ -176,3 +176,27 @@ def test_tensor_new_of_a_size_is_a_shape_not_data(backend) -> None:
         ):
             assert g.shape == w.shape and g.dtype == w.dtype
             torch.testing.assert_close(g, w)
+
+
+def _python_types_as_dtypes(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # transformers' StaticCache: torch.tensor(0, dtype=int)
+    return (
+        x + torch.tensor(0, dtype=int),
+        torch.zeros(3, dtype=float),
+        torch.ones(2, dtype=bool),
+        x.to(complex),
+        x.new_zeros(2, dtype=int),
+    )
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_python_types_as_dtypes_are_captured(backend: str) -> None:
+    counter = CompileCounter()
+    x = torch.ones(2)
+    want = _python_types_as_dtypes(x)
+    got = framejit.jit(_python_types_as_dtypes, backend=counter, fullgraph=True)(x)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+    assert counter.frame_count == 1
+    got = framejit.jit(_python_types_as_dtypes, backend=backend, fullgraph=True)(x)
+    assert [g.dtype for g in got] == [w.dtype for w in want]
