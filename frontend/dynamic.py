@@ -29,6 +29,7 @@ arguments.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,7 +246,6 @@ def _may_be_dynamic(source: Source, value: torch.Tensor) -> bool:
         type(value) is torch.Tensor
         and value.layout == torch.strided
         and not is_module_state(source)
-        and not value.is_inference()
         and not value.is_conj()
         and not value.is_neg()
         and value.is_contiguous()
@@ -253,8 +253,10 @@ def _may_be_dynamic(source: Source, value: torch.Tensor) -> bool:
 
 
 def dynamic_fake(fake_mode: Any, value: torch.Tensor, sizes: list[Any]) -> torch.Tensor:
-    """A FakeTensor like contiguous `value` with (some) symbolic `sizes`."""
-    with fake_mode:
+    """A FakeTensor like contiguous `value` with (some) symbolic `sizes` (an inference tensor,
+    as a KV cache grown under `torch.inference_mode()` is, made as one)."""
+    inference = torch.inference_mode() if value.is_inference() else contextlib.nullcontext()
+    with fake_mode, inference:
         fake = torch.empty(sizes, dtype=value.dtype, device=value.device)
         if value.requires_grad:
             fake.requires_grad_(True)

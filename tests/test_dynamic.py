@@ -726,3 +726,21 @@ def test_an_int_position_out_of_range_raises_eagers_error() -> None:
     for t in (4, -5, 100):
         with pytest.raises(IndexError):
             jitted(x, t)
+
+
+def test_inference_tensors_get_symbolic_sizes() -> None:
+    # a KV cache grown with torch.cat under torch.inference_mode(): its tensors are inference
+    # tensors, which kept static sizes (a compile per decoding step until the limit)
+    def step(x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cache = torch.cat([cache, x], 1)
+        return torch.softmax(x @ cache.transpose(1, 2), -1) @ cache, cache
+
+    jitted, counter = counted(step)
+    x = torch.randn(2, 1, 8)
+    with torch.inference_mode():
+        cache = want_cache = torch.randn(2, 1, 8)
+        for _ in range(6):
+            got, cache = jitted(x, cache)
+            want, want_cache = step(x, want_cache)
+            assert torch.equal(got, want) and got.is_inference()
+    assert counter.frame_count == 2
