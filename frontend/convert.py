@@ -17,7 +17,6 @@ import io
 import threading
 import time
 import types
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +83,7 @@ from framejit.frontend.variables.generators import (
 from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
+from framejit.frontend.warning_filters import ignoring_warnings
 from framejit.guards import CacheEntry, Guard, GuardKind, compile_guards
 from framejit.guards.guard import storage_key
 
@@ -405,10 +405,9 @@ def _quietly(compiled: Callable[..., Any]) -> Callable[..., Any]:
     are replayed after it where eager gives them."""
 
     def run_quietly(*args: Any) -> Any:
-        # catch_warnings swaps the process-wide filter list: two threads interleaving their
-        # enter and exit would leave "ignore" installed for good, so these runs take turns
-        with _QUIET_LOCK, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        # the filter is process-wide: two threads interleaving their enter and exit could
+        # leave "ignore" installed for good, so these runs take turns
+        with _QUIET_LOCK, ignoring_warnings():
             return compiled(*args)
 
     return run_quietly

@@ -59,6 +59,7 @@ from framejit.frontend.variables.symbolic import (
     specialize,
 )
 from framejit.frontend.variables.tensor import TensorVariable
+from framejit.frontend.warning_filters import recording_warnings
 from framejit.guards import GlobalState, Guard, GuardKind
 from framejit.guards.guard import storage_groups
 from torch._dispatch.python import enable_python_dispatcher
@@ -366,8 +367,7 @@ class OutputGraph:
         )
 
         def run() -> Any:
-            with warnings.catch_warnings(record=True) as said:
-                warnings.simplefilter("always")
+            with recording_warnings() as said:
                 try:
                     return run_op()
                 finally:

@@ -355,6 +355,36 @@ def test_warnings_of_torchs_tracing_machinery_are_not_given() -> None:
     assert said[1] == said[0] and len(said[0]) == 1 and "{" not in said[0][0]
 
 
+_SHOWN_ONCE = """
+import sys, warnings, torch, torch.nn.functional as F, framejit
+def f(x, g):
+    return F.grid_sample(x, g) * 2  # torch warns about align_corners, once per location
+def other():
+    warnings.warn("unrelated warning")
+x, g = torch.randn(1, 2, 4, 4), torch.zeros(1, 3, 3, 2)
+run = framejit.jit(f, backend=sys.argv[1]) if sys.argv[1] != "none" else f
+for _ in range(3):
+    run(x, g)
+    other()
+"""
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_warning_shown_once_per_location_is_shown_once(backend: str) -> None:
+    # silencing a graph's own warnings on each call must not reset the registries of what
+    # Python has shown (catch_warnings did: each call showed both warnings again)
+    import subprocess
+    import sys
+
+    def stderr(mode: str) -> str:
+        run = [sys.executable, "-W", "default", "-c", _SHOWN_ONCE, mode]
+        return subprocess.run(run, capture_output=True, text=True, check=True).stderr
+
+    want, got = stderr("none"), stderr(backend)
+    for text in ("UserWarning: Default grid_sample", "UserWarning: unrelated warning"):
+        assert got.count(text) == want.count(text) == 1, got
+
+
 # --- classes, super(), properties ------------------------------------------------------------
 
 

@@ -36,12 +36,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
 import torch.fx
+from framejit.frontend.warning_filters import ignoring_warnings
 from torch._dispatch.python import enable_python_dispatcher
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
@@ -99,8 +99,7 @@ def quiet() -> Iterator[None]:
     disabled = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with ignoring_warnings():
             yield
     finally:
         logging.disable(disabled)
