@@ -444,12 +444,32 @@ class OutputGraph:
             {k: _to_node(v) for k, v in kwargs.items()},
         )
         self.created.append(node)
-        # An in-place op returns its first argument: keep that variable (and its Source).
-        if args and isinstance(args[0], TensorVariable) and result is args[0].fake:
+        # An op that returns a tensor it was given (an in-place op its first argument, an out=
+        # op its `out`, `broadcast_tensors` a tensor already of the shape, `contiguous()` of a
+        # contiguous one) returns that object in eager: keep its variable (and Source), so
+        # `r is buf` holds.
+        from framejit.frontend.variables.containers import BaseSequence
+
+        given = {
+            id(vt.fake): vt
+            for a in [*args, *kwargs.values()]
+            for vt in (a.items if isinstance(a, BaseSequence) else [a])
+            if isinstance(vt, TensorVariable)
+        }
+        if isinstance(result, torch.Tensor) and id(result) in given:
             node.meta["val"] = result
             self.identity_sensitive = True
-            return args[0]
-        return self._wrap_result(node, result)
+            return given[id(result)]
+        wrapped = self._wrap_result(node, result)
+        if isinstance(wrapped, BaseSequence) and any(
+            isinstance(v, TensorVariable) and id(v.fake) in given for v in wrapped.items
+        ):
+            self.identity_sensitive = True
+            wrapped.items = [
+                given.get(id(v.fake), v) if isinstance(v, TensorVariable) else v
+                for v in wrapped.items
+            ]
+        return wrapped
 
     def _wrap_result(self, node: torch.fx.Node, value: Any) -> VariableTracker:
         from framejit.frontend.variables.containers import NamedTupleVariable, TupleVariable

@@ -200,3 +200,22 @@ def test_python_types_as_dtypes_are_captured(backend: str) -> None:
     assert counter.frame_count == 1
     got = framejit.jit(_python_types_as_dtypes, backend=backend, fullgraph=True)(x)
     assert [g.dtype for g in got] == [w.dtype for w in want]
+
+
+def _returns_what_it_was_given(x: torch.Tensor, buf: torch.Tensor) -> tuple[Any, ...]:
+    r = torch.add(x, 1, out=buf)
+    (b,) = torch.broadcast_tensors(x)
+    c = x.contiguous()
+    return r is buf, b is x, c is x, r * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_op_returning_a_tensor_it_was_given_returns_that_object(backend: str) -> None:
+    # eager returns `out` itself from an out= op, and its input from broadcast_tensors of one
+    # tensor or contiguous() of a contiguous one
+    x = torch.randn(3)
+    want = _returns_what_it_was_given(x, torch.empty(3))
+    buf = torch.empty(3)
+    got = framejit.jit(_returns_what_it_was_given, backend=backend, fullgraph=True)(x, buf)
+    assert got[:3] == want[:3] == (True, True, True)
+    assert torch.equal(got[3], want[3]) and torch.equal(buf, x + 1)
