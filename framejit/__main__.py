@@ -67,8 +67,38 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default=None, help="backend for compiled frames (default: auto)")
     run.add_argument("--mode", default=None, help="mode for compiled frames (default: none)")
     run.add_argument("script", help="the Python script to run")
+    # (main() hands everything after the script to it untouched, a first `--` included)
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    run.set_defaults(subparser=run)
     return parser
+
+
+_RUN_OPTIONS_WITH_VALUE = ("--backend", "--mode")
+
+
+def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """For `run`: (framejit's own arguments up to the script, the script's arguments). The
+    script's are passed on exactly as given, as python passes them (argparse would drop a
+    first `--`)."""
+    try:
+        at = next(i for i, a in enumerate(argv) if not a.startswith("-"))
+    except StopIteration:
+        return argv, []
+    if argv[at] != "run":
+        return argv, []
+    i = at + 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg in _RUN_OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not arg.startswith("-") or arg == "-":
+            break
+        i += 1  # --backend=B, -h, or an unknown option argparse will report
+    return argv[: i + 1], argv[i + 1 :]
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -87,10 +117,20 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from framejit.api import MODES
+    from framejit.backend import list_backends
     from framejit.config import config
     from framejit.frontend import hook
-    from framejit.wholescript import run_script
+    from framejit.wholescript import run_script, script_traceback
 
+    parser = args.subparser
+    if args.backend is not None and args.backend not in list_backends():
+        parser.error(
+            f"unknown backend {args.backend!r}; registered backends: {', '.join(list_backends())}"
+        )
+    if args.mode is not None and args.mode not in MODES:
+        modes = ", ".join(m for m in MODES if m is not None)
+        parser.error(f"unknown mode {args.mode!r}; expected one of {modes}")
     if not os.path.isfile(args.script):
         print(f"framejit: no such script: {args.script}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -108,12 +148,22 @@ def _run(args: argparse.Namespace) -> int:
             return code or 0
         print(code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # uncaught in the script: reported as python reports it
+        tb = script_traceback(exc.__traceback__, args.script)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        return 1
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, script_args = _split_script_args(argv)
+    args = parser.parse_args(own)
+    if args.command == "run":
+        args.args = [*args.args, *script_args]
     if args.command == "demo":
         return _demo(args)
     if args.command == "run":

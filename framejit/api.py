@@ -31,6 +31,7 @@ from torch.nn.modules import module as _nn_module
 
 from framejit.backend import lookup_backend
 from framejit.backend.registry import with_cudagraphs
+from framejit.config import MODES as _CONFIG_MODES
 from framejit.config import config
 from framejit.frontend.codegen import argnames_of, rebind, same_cells
 from framejit.frontend.convert import compile_frame, guard_report
@@ -38,7 +39,10 @@ from framejit.frontend.hook import disabled as hook_disabled
 from framejit.frontend.hook import forget_skip_marks, inside_torch_dispatch, user_mode_active
 from framejit.guards import CodeCache, clear_caches
 
-MODES = (None, "default", "reduce-overhead", "max-autotune")
+MODES = _CONFIG_MODES
+# torch.compile's `options` that mean something to framejit, with their types: the Triton
+# backend's wider autotune (the Triton part of mode="max-autotune", without CUDA graphs).
+OPTIONS: dict[str, type] = {"max_autotune": bool}
 
 
 def _check_options(backend: Any, mode: Any, fullgraph: Any, dynamic: Any, options: Any) -> Any:
@@ -51,7 +55,36 @@ def _check_options(backend: Any, mode: Any, fullgraph: Any, dynamic: Any, option
         raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    for key, value in (options or {}).items():
+        if key not in OPTIONS:
+            raise ValueError(
+                f"unknown option {key!r}; known options: {', '.join(map(repr, OPTIONS))}"
+            )
+        if not isinstance(value, OPTIONS[key]):
+            raise TypeError(f"option {key!r} must be a {OPTIONS[key].__name__}, got {value!r}")
     return resolved
+
+
+def _with_options(backend: Any, options: dict[str, Any]) -> Any:
+    """`backend` with `options` read: `max_autotune` reaches the Triton compiler of the graphs
+    `triton` (and `auto`, where it picks Triton) compiles; other backends have no use for it."""
+    from framejit.backend import registry
+
+    if "max_autotune" not in options or backend not in (registry.triton, registry.auto):
+        return backend
+    wide = options["max_autotune"]
+
+    def compile_with_options(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        if backend is registry.auto and not registry._wants_triton(example_inputs):
+            return backend(gm, example_inputs)
+        from framejit.backend.aot import aot_compile
+        from framejit.backend.triton import compile_graph
+
+        inner = functools.partial(compile_graph, options={"max_autotune": wide})
+        return aot_compile(gm, example_inputs, inner)
+
+    compile_with_options.__name__ = getattr(backend, "__name__", "backend")
+    return compile_with_options
 
 
 def jit(
@@ -63,61 +96,109 @@ def jit(
     dynamic: bool | None = None,
     options: dict[str, Any] | None = None,
 ) -> Any:
-    """Compile `fn` (a function, lambda, bound method or nn.Module) with framejit.
+    """Compile `fn` with framejit: a function, lambda, bound method, nn.Module, or any other
+    callable torch.compile takes (a callable object, `functools.partial`, a builtin, a
+    staticmethod); what is not a Python function is compiled as the call of it.
 
-    Usable bare (`@jit`) or with options (`@jit(backend="eager")`).
+    Usable bare (`@jit`) or with options (`@jit(backend="eager")`). `jit` of something already
+    jitted returns it as it is, unless options are given that differ from its own: then its
+    original is compiled again with them (caches of its own).
     """
+    given = dict(backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options)
+    explicit = (
+        backend is not None
+        or mode is not None
+        or fullgraph is not False
+        or dynamic is not None
+        or options is not None
+    )
+    if mode is not None and options is not None:
+        # as torch.compile: a mode is itself a set of options
+        raise ValueError("jit takes either mode= or options=, not both")
     backend = config.backend if backend is None else backend
     mode = mode if mode is not None else config.mode
     resolved = _check_options(backend, mode, fullgraph, dynamic, options)
     if fn is None:
-        return lambda f: jit(
-            f, backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic, options=options
-        )
+        return lambda f: jit(f, **given)
     if mode in ("reduce-overhead", "max-autotune"):
         # compiled graphs run through CUDA graph trees; max-autotune also tunes Triton wider
         resolved = with_cudagraphs(resolved, max_autotune=mode == "max-autotune")
+    if options:
+        resolved = _with_options(resolved, options)
     settings = _Settings(resolved, mode, fullgraph, dynamic, dict(options or {}))
-    if config.disable or getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False):
+    if config.disable or _is_disabled(fn):
         return fn
+    return _compile_callable(fn, settings, explicit)
+
+
+def _is_disabled(fn: Any) -> bool:
+    return bool(getattr(getattr(fn, "__func__", fn), "_framejit_disabled", False))
+
+
+def _compile_callable(fn: Any, settings: _Settings, explicit: bool = True) -> Any:
+    """What `jit(fn)` returns for these settings (`explicit`: the caller gave some)."""
+    if isinstance(fn, JitModule):
+        if not explicit or fn._settings == settings:
+            return fn
+        return JitModule(fn._orig_mod, settings)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, settings)
-    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return types.MethodType(_jit_function(fn.__func__, settings), fn.__self__)
+    if isinstance(fn, JitFunction):
+        if not explicit or fn._settings == settings:
+            return fn
+        return _compile_callable(fn._target, settings)
+    if isinstance(fn, types.MethodType):
+        func = fn.__func__
+        if isinstance(func, types.FunctionType):
+            return types.MethodType(_jit_function(func, settings), fn.__self__)
+        if isinstance(func, JitFunction):  # a method whose function is `@jit` already
+            return types.MethodType(_compile_callable(func, settings, explicit), fn.__self__)
     if isinstance(fn, types.FunctionType):
         return _jit_function(fn, settings)
-    if isinstance(fn, JitFunction):
-        return fn
-    call = type(fn).__dict__.get("__call__") if callable(fn) else None
-    if callable(fn) and isinstance(call, types.FunctionType):
-        return types.MethodType(_jit_function(call, settings), fn)
-    wrapper = _op_function(fn)
-    if wrapper is not None:
-        return _jit_function(wrapper, settings)
-    raise TypeError(
-        f"framejit.jit expects a Python function, lambda, bound method, torch.nn.Module or a "
-        f"torch builtin (torch.sin); "
-        f"got {type(fn).__name__} {fn!r:.60}"
-    )
+    if isinstance(fn, (staticmethod, classmethod)):  # `@jit` above `@staticmethod` in a class
+        return type(fn)(_compile_callable(fn.__func__, settings, explicit))
+    if isinstance(fn, type) or not callable(fn):
+        raise TypeError(
+            f"framejit.jit expects a callable: a function, lambda, bound method, "
+            f"torch.nn.Module or a torch builtin (torch.sin), a callable object or a "
+            f"functools.partial (not a class); got {type(fn).__name__} {fn!r:.60}"
+        )
+    if _has_python_call(fn):
+        cls = _GraphedObjectCall if _graphed(settings) else _ObjectCall
+        return cls(_call_through(fn), settings, fn)
+    return _jit_function(_call_through(fn), settings, target=fn)
 
 
-_BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType)
+def _has_python_call(obj: Any) -> bool:
+    """Does the object's class (or a base) define `__call__` as a Python (or jit) function?"""
+    for klass in type(obj).__mro__:
+        if "__call__" in klass.__dict__:
+            return isinstance(klass.__dict__["__call__"], (types.FunctionType, JitFunction))
+    return False
 
 
-def _op_function(fn: Any) -> types.FunctionType | None:
-    """torch.sin, torch.ops.aten.add...: no bytecode of their own, so they are compiled as the
-    one op of a Python function that calls them (None: `fn` is not such a callable)."""
-    if not isinstance(
-        fn, (*_BUILTIN_CALLABLES, torch._ops.OpOverloadPacket, torch._ops.OpOverload)
-    ):
-        return None
-    target = fn
+def _call_through(target: Any) -> types.FunctionType:
+    """A callable with no bytecode of its own to compile (a callable object, a partial, a
+    builtin such as torch.sin): compiled as the Python function that calls it, so the
+    translator traces the call as in any frame (a class's `__call__` inlined, a partial's
+    function called with its arguments, a builtin captured as its one op). Named as `target`,
+    and `__wrapped__` is `target`, so `inspect.signature` of the jit is the callable's."""
 
-    def call_op(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
         return target(*args, **kwargs)
 
-    call_op.__name__ = call_op.__qualname__ = str(getattr(fn, "__name__", "op"))
-    return call_op
+    name = getattr(target, "__name__", None)
+    if not isinstance(name, str):
+        name = type(target).__name__
+    qualname = getattr(target, "__qualname__", None)
+    call.__name__ = name
+    call.__qualname__ = qualname if isinstance(qualname, str) else name
+    call.__doc__ = getattr(target, "__doc__", None)
+    module = getattr(target, "__module__", None)
+    if isinstance(module, str):
+        call.__module__ = module
+    call.__wrapped__ = target  # type: ignore[attr-defined]  # inspect.signature follows it
+    return call
 
 
 @dataclass(frozen=True)
@@ -201,11 +282,19 @@ def _rebound(entry_fn: Any, live: types.FunctionType) -> Any:
 
 
 class JitFunction:
-    """A compiled function: guards -> transformed code, compiling on a miss."""
+    """A compiled function: guards -> transformed code, compiling on a miss.
 
-    def __init__(self, fn: types.FunctionType, settings: _Settings) -> None:
+    It passes for the function it compiles: `functools.wraps` data, `__code__`/`__defaults__`
+    (so `inspect.iscoroutinefunction`/`isgeneratorfunction` answer as for the function), pickle
+    by reference and copy as itself, as a function does."""
+
+    def __init__(self, fn: types.FunctionType, settings: _Settings, target: Any = None) -> None:
         self._fn = fn
         self._settings = settings
+        # What the user gave `jit`: `fn` itself, or the callable `fn` calls (`_call_through`),
+        # which binds as that callable does (a callable object or partial does not).
+        self._target = fn if target is None else target
+        self._binds = target is None
         self._wrapped: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
         self._follow_code()
 
@@ -223,7 +312,34 @@ class JitFunction:
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self if obj is None else types.MethodType(self, obj)
+        return self if obj is None or not self._binds else types.MethodType(self, obj)
+
+    # read by inspect's function-like test (`iscoroutinefunction`, `isgeneratorfunction`, ...)
+    @property
+    def __code__(self) -> types.CodeType:
+        return self._fn.__code__
+
+    @property
+    def __defaults__(self) -> tuple[Any, ...] | None:
+        return self._fn.__defaults__
+
+    @property
+    def __kwdefaults__(self) -> dict[str, Any] | None:
+        return self._fn.__kwdefaults__
+
+    def __reduce__(self) -> Any:
+        """By reference where the function's module holds this object under its qualified
+        name (`@jit def f` at module level), as pickle does for functions; otherwise the jit of
+        what it compiles (a new JitFunction, caches of its own, when unpickled)."""
+        if _found_by_name(self):
+            return self.__qualname__
+        return (_compile_callable, (self._target, self._settings))
+
+    def __copy__(self) -> JitFunction:
+        return self  # functions are immutable to copy and deepcopy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> JitFunction:
+        return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(self._fn, args, kwargs)
@@ -275,6 +391,8 @@ class JitFunction:
             return fn(*args, **kwargs)
         if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=4):
             return fn(*args, **kwargs)
+        if getattr(self, "_framejit_disabled", False):  # framejit.disable(this) after jit
+            return fn(*args, **kwargs)
         s = self._settings
         with hook_disabled():  # user code the backend runs while compiling is not hooked
             result = compile_frame(
@@ -291,6 +409,12 @@ class JitFunction:
         module a graph break runs for real: a jit of it, so it is compiled on its own."""
         if getattr(fn, "_framejit_disabled", False) or _has_hooks(fn):
             return fn  # hooks must see the module itself: call it as it is
+        if (
+            isinstance(fn, torch.nn.Module)
+            and type(fn).__call__ is not _MODULE_CALL
+            and not isinstance(type(fn).__call__, types.FunctionType)
+        ):
+            return fn  # a class __call__ the translator cannot inline: as it is, not again
         wrapped = self._wrapped.get(fn)
         if wrapped is None:
             if isinstance(fn, torch.nn.Module):
@@ -309,6 +433,16 @@ class JitFunction:
 
 
 _live_caches: weakref.WeakSet[CodeCache] = weakref.WeakSet()
+
+
+def _found_by_name(fn: JitFunction) -> bool:
+    """Does `fn.__module__` hold `fn` itself under `fn.__qualname__`?"""
+    found: Any = sys.modules.get(getattr(fn, "__module__", None) or "")
+    for part in str(getattr(fn, "__qualname__", "")).split("."):
+        if part == "<locals>" or found is None:
+            return False
+        found = getattr(found, part, None)  # as pickle looks it up
+    return found is fn
 
 
 class _GraphedJitFunction(JitFunction):
@@ -337,18 +471,92 @@ class _InvocationDepth(threading.local):
 _invocation = _InvocationDepth()
 
 
-def _jit_function(fn: types.FunctionType, settings: _Settings) -> JitFunction:
-    if settings.mode in ("reduce-overhead", "max-autotune"):
-        return _GraphedJitFunction(fn, settings)
-    return JitFunction(fn, settings)
+class _ObjectCall(JitFunction):
+    """`jit(obj)` of an object whose class defines `__call__` in Python: the call of it,
+    compiled. The trace guards the object's class, not the class's attributes, so a replaced
+    `Cls.__call__` (or `obj.__class__`) drops the entries here, as a replaced forward rebinds a
+    JitModule: one identity check per call, and eager's new code runs."""
+
+    _class_call: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = type(self._target).__call__
+        if call is not self._class_call:
+            self._class_call = call
+            self._cache.entries.clear()
+        return super().__call__(*args, **kwargs)
 
 
-def _call_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-    return module(*args, **kwargs)
+class _GraphedObjectCall(_ObjectCall, _GraphedJitFunction):
+    pass
+
+
+def _graphed(settings: _Settings) -> bool:
+    return settings.mode in ("reduce-overhead", "max-autotune")
+
+
+def _jit_function(fn: types.FunctionType, settings: _Settings, target: Any = None) -> JitFunction:
+    if _graphed(settings):
+        return _GraphedJitFunction(fn, settings, target)
+    return JitFunction(fn, settings, target)
+
+
+def _call_module(self: torch.nn.Module, /, *args: Any, **kwargs: Any) -> Any:
+    """`module(*args, **kwargs)` as a frame to compile (the call eager makes: hooks, the
+    class's `__call__`, a forward set on the instance); positional-only, so no keyword of the
+    module's can clash, and guards read `L['self']` as in a method."""
+    return self(*args, **kwargs)
 
 
 # Modules whose call the translator captures as one op (frontend/variables/rnn.py).
 _CALLED_AS_A_WHOLE = (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
+_MODULE_CALL = torch.nn.Module.__call__
+
+
+def _forward_as_call(call: JitFunction, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """`rnn.forward(x)` of a JitModule: the compiled module call (one op) is the forward while no
+    hook would run; with hooks it is not (`rnn.forward(x)` runs none), so the forward runs as
+    it is."""
+    if _has_hooks(module):
+        return type(module).forward(module, *args, **kwargs)
+    return call(module, *args, **kwargs)
+
+
+def _forward_function(mod: torch.nn.Module) -> types.FunctionType:
+    """The function `JitModule.forward` binds (made again when the original's forward
+    changes): it runs the compiled forward, and introspects as the original's bound forward
+    (signature, name, doc), which libraries read to pick the inputs they pass."""
+
+    def forward(self: JitModule, *args: Any, **kwargs: Any) -> Any:
+        return self._forward(*args, **kwargs)
+
+    original = mod.forward
+    try:
+        sig: inspect.Signature | None = inspect.signature(original)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        # one leading parameter for the wrapper, which inspect drops from a bound method
+        first = inspect.Parameter("__framejit_module", inspect.Parameter.POSITIONAL_ONLY)
+        forward.__signature__ = sig.replace(  # type: ignore[attr-defined]
+            parameters=[first, *sig.parameters.values()]
+        )
+    forward.__doc__ = getattr(original, "__doc__", None)
+    qualname = getattr(original, "__qualname__", None)
+    forward.__qualname__ = qualname if isinstance(qualname, str) else "JitModule.forward"
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
+class _ForwardDescriptor:
+    """`JitModule.forward`: read on a wrapper, a bound method of the wrapper's own forward
+    function (`_forward_function`), so `inspect.signature(fast.forward)` is the original's."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return JitModule._forward
+        obj._follow_forward()
+        return types.MethodType(obj.__dict__["_forward_function"], obj)
 
 
 def _global_module_hooks() -> bool:
@@ -396,7 +604,17 @@ class JitModule(torch.nn.Module):
       own hooks run once each and see the original, never the wrapper.
     """
 
-    _OWN = frozenset({"_orig_mod", "_jit_forward", "_jit_call", "_settings", "_bound_to"})
+    _OWN = frozenset(
+        {
+            "_orig_mod",
+            "_jit_forward",
+            "_jit_call",
+            "_settings",
+            "_bound_to",
+            "_forward_function",
+            "_jit_override",
+        }
+    )
 
     def __new__(cls, mod: torch.nn.Module, settings: _Settings) -> JitModule:
         # Python finds `fast[0]`, `len(fast)`, `for m in fast` on the class, not through
@@ -420,22 +638,27 @@ class JitModule(torch.nn.Module):
         """Compile the original's forward as it is now; `forward` binds it again when the
         original's class or forward changed (`m.forward = ...`, `m.__class__ = Other`)."""
         mod, settings = self.__dict__["_orig_mod"], self.__dict__["_settings"]
-        forward = type(mod).forward
-        if type(mod) in _CALLED_AS_A_WHOLE:
+        cls = type(mod)
+        forward = cls.forward
+        own_forward = mod.__dict__.get("forward")
+        jitted: Any
+        if own_forward is None and cls in _CALLED_AS_A_WHOLE:
             # captured through the module call itself (an aten op), not its Python forward
-            jitted = types.MethodType(_jit_function(_call_module, settings), mod)
-        elif "forward" in mod.__dict__ or not isinstance(forward, types.FunctionType):
-            jitted = jit(
-                mod.forward,
-                backend=settings.backend,
-                mode=settings.mode,
-                fullgraph=settings.fullgraph,
-                dynamic=settings.dynamic,
-            )
-        else:
+            jitted = functools.partial(_forward_as_call, _jit_function(_call_module, settings), mod)
+        elif own_forward is None and isinstance(forward, types.FunctionType):
             jitted = types.MethodType(_jit_function(forward, settings), mod)
+        elif _is_disabled(mod.forward):
+            jitted = mod.forward
+        else:
+            # a forward set on the instance (accelerate and PEFT put a functools.partial there)
+            # or a class forward that is not a plain function (`@framejit.jit` on it): any
+            # callable compiles, as the call of it where it is not a Python function
+            jitted = _compile_callable(mod.forward, settings)
         object.__setattr__(self, "_jit_forward", jitted)
-        object.__setattr__(self, "_bound_to", (type(mod), mod.__dict__.get("forward", forward)))
+        object.__setattr__(
+            self, "_bound_to", (cls, forward if own_forward is None else own_forward)
+        )
+        object.__setattr__(self, "_forward_function", _forward_function(mod))
 
     @property  # type: ignore[override]
     def training(self) -> bool:
@@ -451,6 +674,10 @@ class JitModule(torch.nn.Module):
             # global hooks are not captured (every module call would break the graph), nor is
             # `mod.compile()`: the call is the original's own
             return mod(*args, **kwargs)
+        call = type(mod).__call__
+        if call is not _MODULE_CALL:
+            # the class's own `__call__` is what eager runs (work around `super().__call__`)
+            return self._call_override(mod, call, args, kwargs)
         if (
             mod._forward_hooks
             or mod._forward_pre_hooks
@@ -459,17 +686,38 @@ class JitModule(torch.nn.Module):
         ):
             # the original's hooks must run: compile the call itself, hooks included
             return self._jit_call(mod, *args, **kwargs)
-        return self.forward(*args, **kwargs)
+        return self._forward(*args, **kwargs)
 
     _call_impl = _wrapped_call_impl = __call__
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def _call_override(
+        self, mod: torch.nn.Module, call: Any, args: tuple, kwargs: dict[str, Any]
+    ) -> Any:
+        """`mod(*args)` through its class's `__call__`, compiled as a function of its own (its
+        `super().__call__` is traced through nn.Module's call, hooks included); a `__call__`
+        that is not a Python function runs as it is. Followed when the class's changes."""
+        cached = self.__dict__.get("_jit_override")
+        if cached is None or cached[0] is not call:
+            settings = self.__dict__["_settings"]
+            jitted = _jit_function(call, settings) if isinstance(call, types.FunctionType) else None
+            cached = (call, jitted)
+            object.__setattr__(self, "_jit_override", cached)
+        if cached[1] is None:
+            return mod(*args, **kwargs)
+        return cached[1](mod, *args, **kwargs)
+
+    def _forward(self, *args: Any, **kwargs: Any) -> Any:
         """The original's forward, compiled (no hooks, as `mod.forward(x)` runs none)."""
+        self._follow_forward()
+        return self._jit_forward(*args, **kwargs)
+
+    def _follow_forward(self) -> None:
         mod = self._orig_mod
         cls, forward = self._bound_to
         if type(mod) is not cls or mod.__dict__.get("forward", cls.forward) is not forward:
             self._bind_forward()
-        return self._jit_forward(*args, **kwargs)
+
+    forward = _ForwardDescriptor()
 
     def __getattr__(self, name: str) -> Any:
         mod = self.__dict__.get("_orig_mod")
@@ -557,17 +805,47 @@ del _name, _value
 
 
 def disable(fn: Any = None) -> Any:
-    """Never compile `fn`: the translator will not inline it, and `jit(fn)` runs it as is."""
+    """Never compile `fn`: the translator will not inline it, and `jit(fn)` runs it as is.
+
+    A Python function (a module, a class, a callable object) is marked itself, so every use of
+    it is left alone. A bound method, a builtin or another callable that cannot be marked alone
+    gives a marked wrapper to use instead (the class's function stays compilable for other
+    instances), as torch's `disable` does. A `jit` function stops compiling: its entries are
+    dropped and it runs its function as it is."""
     if fn is None:
         return disable
     if not callable(fn):
         raise TypeError(f"framejit.disable expects a callable, got {type(fn).__name__}")
-    target = getattr(fn, "__func__", fn)
-    try:
-        target._framejit_disabled = True
-    except (AttributeError, TypeError):
-        pass
-    return fn
+    if isinstance(fn, JitFunction):
+        # its own calls run the function as it is, and so do compiled callers (a break)
+        fn._framejit_disabled = True  # type: ignore[attr-defined]
+        fn._fn._framejit_disabled = True  # type: ignore[attr-defined]
+        fn._cache.entries.clear()
+        return fn
+    if not isinstance(fn, types.MethodType):
+        try:
+            fn._framejit_disabled = True
+            return fn
+        except (AttributeError, TypeError):  # a builtin such as torch.sin
+            pass
+    return _disabled_wrapper(fn)
+
+
+def _disabled_wrapper(fn: Any) -> Any:
+    """A marked function that calls `fn`, named as it. Not `functools.wraps`: through the
+    module, qualified name or `__wrapped__` it copies, the translator would know a torch
+    builtin again and capture it."""
+
+    def run_as_it_is(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    name = getattr(fn, "__name__", None)
+    run_as_it_is.__name__ = run_as_it_is.__qualname__ = (
+        name if isinstance(name, str) else type(fn).__name__
+    )
+    run_as_it_is.__doc__ = getattr(fn, "__doc__", None)
+    run_as_it_is._framejit_disabled = True  # type: ignore[attr-defined]
+    return run_as_it_is
 
 
 def reset() -> None:
@@ -628,6 +906,23 @@ class ExplainOutput:
         return "\n".join(lines)
 
 
+def _module_target(mod: torch.nn.Module) -> tuple[Any, Any]:
+    """What explain compiles for `mod(*args)`: its forward as it is now (set on the instance
+    too) when the call is just that, so breaks inside it are found as `jit(mod)` finds them;
+    otherwise the call itself (hooks, the class's own `__call__`, the RNN op)."""
+    if type(mod).__call__ is _MODULE_CALL and not _has_hooks(mod):
+        forward = mod.forward
+        if type(mod) in _CALLED_AS_A_WHOLE and "forward" not in mod.__dict__:
+            return _call_module, mod
+        if isinstance(forward, types.MethodType) and isinstance(
+            forward.__func__, types.FunctionType
+        ):
+            return forward.__func__, forward.__self__
+        if isinstance(forward, types.FunctionType):
+            return forward, None
+    return _call_module, mod
+
+
 def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
     """Run `fn(*args, **kwargs)` once under a fresh, private jit and report what framejit
     captured: graphs (including those of resume functions after graph breaks), ops, graph
@@ -635,23 +930,24 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainOutput:
     if isinstance(fn, JitModule):
         fn = fn._orig_mod
     if isinstance(fn, JitFunction):
-        fn = fn._fn
+        fn = fn._target
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, JitFunction):
+        fn = types.MethodType(fn.__func__._target, fn.__self__)
     if isinstance(fn, torch.nn.Module):
-        target, self_obj = type(fn).forward, fn
-        if type(fn) in _CALLED_AS_A_WHOLE:
-            target = _call_module
-    elif isinstance(fn, types.MethodType):
+        target, self_obj = _module_target(fn)
+    elif isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         target, self_obj = fn.__func__, fn.__self__
     elif isinstance(fn, types.FunctionType):
         target, self_obj = fn, None
-    elif _op_function(fn) is not None:
-        target, self_obj = _op_function(fn), None
+    elif isinstance(fn, staticmethod) and isinstance(fn.__func__, types.FunctionType):
+        target, self_obj = fn.__func__, None
+    elif callable(fn) and not isinstance(fn, type):
+        target, self_obj = _call_through(fn), None
     else:
         raise TypeError(
-            f"framejit.explain expects a function, method or nn.Module, got {type(fn).__name__}"
+            f"framejit.explain expects a function, method, nn.Module or another callable, got "
+            f"{type(fn).__name__}"
         )
-    if isinstance(target, JitFunction):
-        target = target._fn
     results: list[Any] = []
     settings = _Settings(lookup_backend("eager"), None, False, None, {}, results.append)
     jitted = JitFunction(target, settings)

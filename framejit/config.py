@@ -8,20 +8,51 @@ only give the starting values. Changing an attribute takes effect on the next co
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MODES = (None, "default", "reduce-overhead", "max-autotune")
+INDEX_CHECKS = ("sync", "deferred", "auto")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def _env_warning(name: str, value: str, expected: str, using: Any) -> None:
+    """A value framejit cannot read: said once at import, as a typo in FRAMEJIT_LOGS is; the
+    program runs with the default."""
+    warnings.warn(
+        f"framejit: {name}={value!r} is not one of {expected}; using {using!r}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _tristate(name: str) -> bool | None:
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    """1/true/yes/on, 0/false/no/off (any case), or None when unset or empty."""
+    value = os.environ.get(name, "").strip()
+    if value.lower() in _TRUE:
         return True
-    if value in ("0", "false", "no", "off"):
+    if value.lower() in _FALSE:
         return False
+    if value:
+        _env_warning(name, value, "/".join(_TRUE + _FALSE), None)
     return None
+
+
+def _flag(name: str, default: bool = False) -> bool:
+    value = _tristate(name)
+    return default if value is None else value
+
+
+def _choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if value.lower() in choices:
+        return value.lower()
+    _env_warning(name, value, ", ".join(choices), default)
+    return default
 
 
 def _default_cache_dir() -> str:
@@ -50,7 +81,7 @@ class Config:
     # "deferred" (a later call raises, or framejit.check_index_errors(); the host never waits),
     # "auto" (deferred on CUDA, sync on the CPU). FRAMEJIT_INDEX_CHECKS sets it.
     index_checks: str = field(
-        default_factory=lambda: os.environ.get("FRAMEJIT_INDEX_CHECKS", "auto").strip() or "auto"
+        default_factory=lambda: _choice("FRAMEJIT_INDEX_CHECKS", INDEX_CHECKS, "auto")
     )
     # Entries kept per code object before framejit stops compiling it and runs it eagerly.
     recompile_limit: int = 8
@@ -63,9 +94,7 @@ class Config:
     debug_stack_check: bool = field(default_factory=lambda: _flag("FRAMEJIT_DEBUG"))
     # Compile TENSOR_MATCH and GLOBAL_STATE guards to the C++ checks when they were built
     # (FRAMEJIT_CPP_GUARDS=0: no).
-    cpp_guards: bool = field(
-        default_factory=lambda: os.environ.get("FRAMEJIT_CPP_GUARDS", "1").strip() != "0"
-    )
+    cpp_guards: bool = field(default_factory=lambda: _flag("FRAMEJIT_CPP_GUARDS", True))
     # CUDA graph trees (mode="reduce-overhead"): distinct input shapes recorded per compiled
     # graph, and recordings beyond one per shape (a parameter moved, a new place in the tree),
     # before that graph runs without CUDA graphs (said in the `cudagraphs` log).
@@ -74,6 +103,71 @@ class Config:
     # Raise instead of falling back to eager when compilation fails for a reason other
     # than unsupported code (an internal error); tests turn this on.
     raise_internal_errors: bool = field(default_factory=lambda: _flag("FRAMEJIT_RAISE"))
+
+    def __post_init__(self) -> None:
+        # From here on every assignment is checked (the environment's backend and mode are
+        # kept as given: `jit` says what is wrong with them, or whole-script mode does not
+        # start, naming them).
+        object.__setattr__(self, "_checking", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A setting that does not exist, or a value of the wrong kind, is refused here, where
+        the mistake is made, not later inside a compile (`recompile_limit = "16"` from a
+        command-line flag)."""
+        if self.__dict__.get("_checking"):
+            value = _checked(name, value)
+        object.__setattr__(self, name, value)
+
+
+_BOOLS = ("disable", "max_autotune", "debug_stack_check", "cpp_guards", "raise_internal_errors")
+_COUNTS = (
+    "recompile_limit",
+    "max_resume_depth",
+    "inline_depth_limit",
+    "cudagraph_max_shapes",
+    "cudagraph_rerecord_limit",
+)
+
+
+def _checked(name: str, value: Any) -> Any:
+    """`value` as `config.<name>` stores it; TypeError/ValueError saying what was expected."""
+    names = [f.name for f in fields(Config)]
+    if name not in names:
+        raise AttributeError(
+            f"framejit.config has no setting {name!r}; the settings are: {', '.join(names)}"
+        )
+    if name in _BOOLS:
+        if not isinstance(value, bool):
+            raise TypeError(f"config.{name} must be True or False, got {value!r}")
+    elif name in _COUNTS:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"config.{name} must be an int, got {value!r}")
+        if value < 0:
+            raise ValueError(f"config.{name} must be >= 0, got {value}")
+    elif name == "backend":
+        if not (isinstance(value, str) and value) and not callable(value):
+            raise TypeError(
+                f"config.backend must be a backend name (framejit.list_backends()) or a "
+                f"callable (gm, example_inputs) -> callable, got {value!r}"
+            )
+    elif name == "mode":
+        if value not in MODES:
+            kind = ValueError if isinstance(value, str) else TypeError
+            raise kind(f"config.mode must be one of {', '.join(map(repr, MODES))}, got {value!r}")
+    elif name == "dynamic":
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"config.dynamic must be None, True or False, got {value!r}")
+    elif name == "cache_dir":
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"config.cache_dir must be a path (str), got {value!r}")
+        value = os.fspath(value)
+    elif name == "index_checks" and value not in INDEX_CHECKS:
+        kind = ValueError if isinstance(value, str) else TypeError
+        raise kind(
+            f"config.index_checks must be one of {', '.join(map(repr, INDEX_CHECKS))}, "
+            f"got {value!r}"
+        )
+    return value
 
 
 config = Config()

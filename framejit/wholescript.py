@@ -16,10 +16,13 @@ and `FRAMEJIT=1` stops the interpreter with that message instead of silently run
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
+import importlib.machinery
+import io
 import os
-import runpy
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,8 +100,47 @@ def start_from_pth() -> None:
 
 
 def run_script(path: str, args: list[str], backend: Any = None, mode: str | None = None) -> None:
-    """Run the script at `path` as `__main__` with `sys.argv = [path, *args]`, hook on."""
+    """Run the script at `path` as `__main__`, hook on, as `python path args...` runs it:
+    `sys.argv == [path, *args]`, the script's folder (not the current one) as `sys.path[0]`,
+    an absolute `__file__`, `__builtins__` the builtins module, `__package__` and `__spec__`
+    None. `sys.argv`, `sys.path[0]` and `sys.modules["__main__"]` are put back afterwards."""
     start(backend, mode)
+    full = os.path.abspath(path)
+    with io.open_code(full) as f:
+        source = f.read()
+    code = compile(source, full, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=full,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", full),
+        __spec__=None,
+        __package__=None,
+        __builtins__=builtins,
+    )
+    folder = os.path.dirname(full)
+    saved = sys.argv, sys.modules.get("__main__"), sys.path[0] if sys.path else None
     sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    runpy.run_path(path, run_name="__main__")
+    if sys.path:
+        sys.path[0] = folder  # where python puts the script's folder; `-m` put the cwd there
+    else:
+        sys.path.insert(0, folder)
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)  # noqa: S102 - running the user's script is the point
+    finally:
+        sys.argv = saved[0]
+        if saved[1] is not None:
+            sys.modules["__main__"] = saved[1]
+        if saved[2] is not None and folder in sys.path:
+            sys.path[sys.path.index(folder)] = saved[2]
+
+
+def script_traceback(tb: types.TracebackType | None, path: str) -> types.TracebackType | None:
+    """`tb` from the script's own first frame on, as python shows an uncaught exception of a
+    script (framejit's and runpy's frames above it left out); None when the script never ran
+    (a SyntaxError, which names its file and line itself)."""
+    full = os.path.abspath(path)
+    while tb is not None and tb.tb_frame.f_code.co_filename != full:
+        tb = tb.tb_next
+    return tb

@@ -41,10 +41,12 @@ from framejit.frontend.variables.containers import (
 from framejit.frontend.variables.functions import (
     NestedFunctionVariable,
     UserFunctionVariable,
+    UserMethodVariable,
 )
 from framejit.frontend.variables.generators import GeneratorVariable, draws_random_numbers
 from framejit.frontend.variables.objects import (
     NNModuleVariable,
+    _class_attr,
 )
 from framejit.frontend.variables.rnn import RNN_TYPES, call_rnn
 from framejit.frontend.variables.tensor import TensorVariable
@@ -359,6 +361,18 @@ class InliningMixin:
         mod = module.obj
         from torch.nn.modules import module as nn_module
 
+        override = _class_attr(type(mod), "__call__")
+        if override is not None and override[1] is not torch.nn.Module.__call__:
+            # The class's own `__call__` (work around `super().__call__(...)`) is what eager
+            # runs for `module(x)`: inlined as a method call, its super() call then reaches
+            # nn.Module's call like any traced code; not Python code: a break, called for real.
+            owner, fn = override
+            if not isinstance(fn, types.FunctionType):
+                raise Unsupported(
+                    "unsupported_call", f"{type(mod).__name__}.__call__", "not a Python function"
+                )
+            method = module._class_function(self, owner, "__call__", fn)
+            return UserMethodVariable(method, module).call(self, args, kwargs)
         if (
             mod._backward_hooks
             or mod._backward_pre_hooks
