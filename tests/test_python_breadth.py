@@ -1650,3 +1650,28 @@ def test_functions_compare_by_identity_in_the_graph() -> None:
 
     x = torch.zeros(2)
     torch.testing.assert_close(framejit.jit(fn, fullgraph=True)(x), fn(x))
+
+
+class _Scale:
+    def __call__(self, x):
+        return x * 2
+
+
+_SCALE = _Scale()
+
+
+def _calls_a_callable_object(x):
+    return _SCALE(x) + 1
+
+
+def test_a_replaced_class_call_is_followed() -> None:
+    # the class's __call__ is guarded by identity (a user's class can be patched)
+    jitted = framejit.jit(_calls_a_callable_object, backend="eager")
+    x = torch.ones(2)
+    original = _Scale.__call__
+    try:
+        same(jitted(x), _calls_a_callable_object(x))
+        _Scale.__call__ = lambda self, x: x * 100
+        same(jitted(x), _calls_a_callable_object(x))
+    finally:
+        _Scale.__call__ = original

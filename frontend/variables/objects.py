@@ -323,7 +323,9 @@ class UserObjectVariable(VariableTracker):
         call = _class_attr(type(self.obj), "__call__")
         if call is None or not isinstance(call[1], types.FunctionType):
             raise Unsupported("unsupported_call", f"calling a {type(self.obj).__name__}")
-        return UserMethodVariable(UserFunctionVariable(call[1]), self).call(tx, args, kwargs)
+        # guarded by identity for a user's class: `Cls.__call__ = other` between calls
+        fn = self._class_function(tx, call[0], "__call__", call[1])
+        return UserMethodVariable(fn, self).call(tx, args, kwargs)
 
     def _cached_constant(
         self, tx: Translator, args: Args, kwargs: Kwargs
