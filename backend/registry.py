@@ -31,6 +31,10 @@ def register_backend(name: str, fn: Backend | None = None) -> Any:
                 f"register_backend({name!r}): expected a callable (gm, example_inputs) -> "
                 f"callable, got {type(backend).__name__}"
             )
+        if _BACKENDS.get(name, backend) is not backend:
+            # as torch.compile's registry: replacing a backend (a built-in one too) silently
+            # would change what every `jit(backend=name)` compiles with
+            raise ValueError(f"register_backend: a backend named {name!r} is already registered")
         _BACKENDS[name] = backend
         return backend
 

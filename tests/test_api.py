@@ -434,6 +434,9 @@ def test_register_backend_as_decorator_and_errors() -> None:
         framejit.register_backend("", decorated)
     with pytest.raises(TypeError, match="callable"):
         framejit.register_backend("broken", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="already registered"):
+        framejit.register_backend("eager", decorated)  # a built-in is not replaced silently
+    framejit.register_backend("decorated", decorated)  # the same one again: no change
 
 
 def test_backend_returning_a_non_callable() -> None:
