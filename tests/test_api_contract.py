@@ -21,24 +21,13 @@ from typing import Any
 import pytest
 import torch
 from framejit.frontend import hook
+from test_api import assert_same
 from torch import nn
 
 import framejit
 from framejit.testing import CompileCounter
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def assert_same(got: Any, want: Any) -> None:
-    assert type(got) is type(want)
-    if isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got.detach(), want.detach(), rtol=0, atol=0)
-    elif isinstance(want, (tuple, list)):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert_same(g, w)
-    else:
-        assert got == want
 
 
 def python(args: list[str], cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
