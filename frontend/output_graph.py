@@ -356,13 +356,14 @@ class OutputGraph:
         fake_args = [_to_fake(a) for a in args]
         fake_kwargs = {k: _to_fake(v) for k, v in kwargs.items()}
         label = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-        # With symbolic sizes, matmul runs through its Python decomposition, which keeps sizes
-        # symbolic: torch 2.11's C++ matmul specializes them (or calls numel() on them). Only
-        # there: the Python decompositions of other composite ops differ in small ways (eval
-        # dropout returns a new tensor instead of its input).
+        # With symbolic sizes, matmul and F.interpolate run through their Python
+        # decompositions, which keep sizes symbolic: torch 2.11's C++ matmul specializes them
+        # (or calls numel() on them), the C++ upsample kernels pin an output size computed
+        # from a scale factor. Only there: the Python decompositions of other composite ops
+        # differ in small ways (eval dropout returns a new tensor instead of its input).
         python_dispatch = (
             enable_python_dispatcher()
-            if self.dynamic.symbols and _is_matmul(kind, target)
+            if self.dynamic.symbols and _wants_python_dispatch(kind, target)
             else nullcontext()
         )
 
@@ -737,14 +738,31 @@ _IN_PLACE_OPERATORS = {
     operator.ilshift: "bitwise_left_shift_",
     operator.irshift: "bitwise_right_shift_",
 }
-_MATMUL_FUNCTIONS = (torch.matmul, operator.matmul, torch.nn.functional.linear, torch.inner)
-_MATMUL_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
+_PYTHON_DISPATCH_FUNCTIONS = (
+    torch.matmul,
+    operator.matmul,
+    torch.nn.functional.linear,
+    torch.inner,
+    # F.interpolate, which computes its output size from a scale factor: the C++ kernels'
+    # composite path pins a symbolic size to its value, their Python one keeps it symbolic
+    torch.nn.functional.interpolate,
+    torch.nn.functional.upsample,
+    torch.nn.functional.upsample_nearest,
+    torch.nn.functional.upsample_bilinear,
+    torch.nn.functional.unfold,  # im2col's C++ meta pins the image size too
+    *(
+        getattr(torch._C._nn, name)
+        for name in dir(torch._C._nn)
+        if name.startswith(("upsample_", "_upsample_")) and not name.endswith("_backward")
+    ),
+)
+_PYTHON_DISPATCH_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
 
 
-def _is_matmul(kind: str, target: Any) -> bool:
+def _wants_python_dispatch(kind: str, target: Any) -> bool:
     if kind == "call_method":
-        return target in _MATMUL_METHODS
-    return any(target is f for f in _MATMUL_FUNCTIONS)
+        return target in _PYTHON_DISPATCH_METHODS
+    return any(target is f for f in _PYTHON_DISPATCH_FUNCTIONS)
 
 
 def _check_in_place_dtype(args: list[Any], kwargs: dict[str, Any], name: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -743,4 +744,25 @@ def test_inference_tensors_get_symbolic_sizes() -> None:
             got, cache = jitted(x, cache)
             want, want_cache = step(x, want_cache)
             assert torch.equal(got, want) and got.is_inference()
+    assert counter.frame_count == 2
+
+
+_RESIZES = {
+    "nearest": lambda x: F.interpolate(x, scale_factor=2, mode="nearest") + 1,
+    "bilinear": lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+    "size": lambda x: F.interpolate(x, size=(x.shape[2] * 2, 7), mode="nearest"),
+    "unfold": lambda x: F.unfold(x, 2, stride=2).sum(1),
+}
+
+
+@pytest.mark.parametrize("name", list(_RESIZES))
+def test_image_sizes_stay_symbolic_through_resizing(name: str) -> None:
+    # the C++ kernels' composite path pinned a symbolic size to its value (a compile per image
+    # size until the recompile limit); their Python decompositions keep it symbolic
+    fn = _RESIZES[name]
+    jitted, counter = counted(fn)
+    for h in range(8, 20, 2):
+        x = torch.randn(2, 3, h, h)
+        got, want = jitted(x), fn(x)
+        assert torch.equal(got, want) and got.stride() == want.stride()
     assert counter.frame_count == 2
