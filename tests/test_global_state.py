@@ -482,25 +482,41 @@ def _switch_reads(x: torch.Tensor) -> tuple[Any, ...]:
     return y, torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32
 
 
+def _cudnn_flipped(name: str) -> contextlib.AbstractContextManager[Any]:
+    """cudnn's flags with `name` flipped, through `flags()`: torch's own tests forbid setting
+    them directly once they ran `disable_global_flags()` in this process."""
+    cudnn = torch.backends.cudnn
+    now = {n: getattr(cudnn, n) for n in ("enabled", "benchmark", "deterministic", "allow_tf32")}
+    now[name] = not now[name]
+    return cudnn.flags(**now)
+
+
+@contextlib.contextmanager
+def _tf32_flipped() -> Iterator[None]:
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_tf32
+    matmul.allow_tf32 = not saved
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_switches_are_read_again(backend: str) -> None:
     jf = framejit.jit(_switch_reads, backend=backend, fullgraph=True)
     x = torch.ones(2)
-    switches = [
-        (torch.backends.cudnn, "benchmark"),
-        (torch.backends.mkldnn, "enabled"),
-        (torch.backends.cuda.matmul, "allow_tf32"),
-        (torch.backends.cudnn, "deterministic"),
-        (torch.backends.cudnn, "allow_tf32"),
+    mkldnn = torch.backends.mkldnn
+    flips: list[Callable[[], contextlib.AbstractContextManager[Any]]] = [
+        lambda: _cudnn_flipped("benchmark"),
+        lambda: mkldnn.flags(enabled=not mkldnn.enabled, deterministic=mkldnn.deterministic),
+        _tf32_flipped,
+        lambda: _cudnn_flipped("deterministic"),
+        lambda: _cudnn_flipped("allow_tf32"),
     ]
-    saved = [getattr(m, n) for m, n in switches]
-    try:
-        assert jf(x)[1:] == _switch_reads(x)[1:]
-        for module, name in switches:
-            setattr(module, name, not getattr(module, name))
+    assert jf(x)[1:] == _switch_reads(x)[1:]
+    for flip in flips:
+        with flip():
             want, got = _switch_reads(x), jf(x)
-            assert torch.equal(got[0], want[0]) and got[1:] == want[1:], name
-    finally:
-        for (module, name), value in zip(switches, saved):
-            setattr(module, name, value)
-    assert not jf.cache.eager and _compiles(jf) == len(switches) + 1
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:]
+    assert not jf.cache.eager and _compiles(jf) == len(flips) + 1
