@@ -56,7 +56,6 @@ _CORE_OP_NAMES = (
     "erfinv", "exp2", "expm1", "fmax", "fmin", "hypot", "isinf", "log10", "log2", "sinh", "tan",
     "median", "native_group_norm", "var_mean",
     "binary_cross_entropy", "binary_cross_entropy_backward", "linspace", "logspace",
-    "log_sigmoid_forward", "log_sigmoid_backward",
     # attention kernels of CUDA (torch's, run as externs; no decomposition exists for them)
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -121,10 +120,6 @@ _KEPT_WHOLE = frozenset(
         # reference does not (linspace(4.3, -3, 50, dtype=int64) differed)
         "aten.linspace",
         "aten.logspace",
-        # eager's CPU kernel returns a contiguous result for a channels_last input (its meta
-        # function and the decomposition keep channels_last, so `.view(B, -1)` of it failed)
-        "aten.log_sigmoid_forward",
-        "aten.log_sigmoid_backward",
     }
 )
 

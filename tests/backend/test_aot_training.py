@@ -533,20 +533,3 @@ def test_an_input_used_only_detached_gets_no_edge_into_its_history(backend):
         lp.backward()  # frees lp's graph
         fn(lp).backward()
         torch.testing.assert_close(log_alpha.grad, -(lp.detach() - 2.0).reshape(1))
-
-
-@pytest.mark.parametrize("backend", ["aot_eager", "triton"])
-def test_logsigmoid_of_a_channels_last_input_is_laid_out_as_eager(backend):
-    # eager's kernel gives a contiguous result (torch's meta function and decomposition keep
-    # channels_last, and `.view(B, -1)` of the result raised): the op is kept whole
-    def f(x):
-        return F.logsigmoid(x)
-
-    x = torch.randn(2, 4, 3, 5).contiguous(memory_format=torch.channels_last).requires_grad_()
-    x2 = x.detach().clone(memory_format=torch.channels_last).requires_grad_()
-    want, got = f(x), framejit.jit(f, backend=backend)(x2)
-    assert got.stride() == want.stride()
-    torch.testing.assert_close(got.view(2, -1), want.view(2, -1))
-    got.view(2, -1).sum().backward()
-    want.view(2, -1).sum().backward()
-    torch.testing.assert_close(x2.grad, x.grad)

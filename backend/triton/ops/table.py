@@ -105,8 +105,6 @@ EXTERN_OPS = frozenset(
         "erfc",  # likewise: 1 - erf(x) cancels to 0 from x = 4 (float32)
         "linspace",  # eager's casts of the ends to integer/bfloat16 dtypes (kept whole)
         "logspace",
-        "log_sigmoid_forward",  # eager's layout for channels_last inputs (kept whole)
-        "log_sigmoid_backward",
     ]
 )
 
