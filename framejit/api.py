@@ -488,7 +488,7 @@ class _ObjectCall(JitFunction):
 
 
 class _GraphedObjectCall(_ObjectCall, _GraphedJitFunction):
-    pass
+    """`_ObjectCall` under mode="reduce-overhead": each outer call begins an invocation."""
 
 
 def _graphed(settings: _Settings) -> bool:

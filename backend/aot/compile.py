@@ -362,7 +362,7 @@ def _compile(
     # statistics in train mode) runs again on copies of those inputs, so they are written
     # once, as in eager.
     recompute = None
-    rng_devices = _random_devices(parts.forward) if _draws_random_numbers(parts.forward) else []
+    rng_devices = _random_devices(parts.forward)
     if rng_devices is not None and (not rng_devices or _draws_as_eager(inner)):
         if not mutated:
             recompute = fn
@@ -379,7 +379,7 @@ def _compile(
         recompute=recompute,
         on_error=on_error,
         gradless=gradless,
-        rng_devices=rng_devices if recompute is not None and rng_devices else (),
+        rng_devices=rng_devices if recompute is not None else (),
     )
 
 
@@ -432,9 +432,10 @@ def _on_copies(fn: Callable[..., Any], inputs: list[int]) -> Callable[..., Any]:
 
 
 def _random_devices(graph: torch.fx.GraphModule) -> list[torch.device] | None:
-    """The devices of the random ops' results in an aten graph (their default generators),
-    or None where one is given a generator of the program's, or a device other than cpu and
-    cuda: a replay of those draws would advance the program's generator."""
+    """The devices of the random ops' results in an aten graph (their default generators; none
+    for a graph that draws no random numbers), or None where one is given a generator of the
+    program's, or a device other than cpu and cuda: a replay of those draws would advance the
+    program's generator."""
     devices: list[torch.device] = []
     for n in graph.graph.nodes:
         if not (
@@ -460,14 +461,6 @@ def _draws_as_eager(inner: Inner) -> bool:
     `eager` says so with `_framejit_eager_random`; a generator of the program's is a graph
     break in the frontend)."""
     return bool(getattr(inner, "_framejit_eager_random", False))
-
-
-def _draws_random_numbers(graph: torch.fx.GraphModule) -> bool:
-    return any(
-        isinstance(n.target, torch._ops.OpOverload)
-        and torch.Tag.nondeterministic_seeded in n.target.tags
-        for n in graph.graph.nodes
-    )
 
 
 def _mark_static_inputs(graph: torch.fx.GraphModule, static: list[bool], kind: str) -> None:

@@ -293,7 +293,7 @@ class UserObjectVariable(VariableTracker):
                 )
                 return UserMethodVariable(fn, self)
             return tx.wrap_source(self._attr_source(name))
-        switch = read_switch(tx, self.obj, name) if _switch_attribute(self.obj, name) else None
+        switch = read_switch(tx, self.obj, name)
         if switch is not None:
             return switch
         if hasattr(cls, "__getattr__"):
@@ -1313,7 +1313,7 @@ class PythonModuleVariable(VariableTracker):
         return self.mod
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
-        switch = read_switch(tx, self.mod, name) if _switch_attribute(self.mod, name) else None
+        switch = read_switch(tx, self.mod, name)
         if switch is not None:
             return switch
         try:
@@ -1365,7 +1365,9 @@ def _switch_attribute(obj: Any, name: str) -> bool:
 
 def read_switch(tx: Translator, obj: Any, name: str) -> VariableTracker | None:
     """The value of a `_switch_attribute` now, pinned by a guard that reads it again; None
-    for what is not a scalar (read as any other attribute)."""
+    for any other attribute, and for a switch that is not a scalar (read as any other)."""
+    if not _switch_attribute(obj, name):
+        return None
     try:
         value = getattr(obj, name)
     except AttributeError:
