@@ -136,7 +136,10 @@ class _Recorder(torch.fx.Interpreter):
             self.producer.setdefault(id(value), n)
             self._alive.append(value)
             new = n.op != "get_attr" and id(value) not in self._inputs  # not `w.float()` of w
-            if new and value.requires_grad and value.is_leaf:
+            # a view made under no_grad of a tensor that requires grad (`w.t()` of a parameter
+            # at inference) is a leaf that requires grad too, but it is the input's alias, not
+            # a new tensor: the output is rebuilt as that view
+            if new and value.requires_grad and value.is_leaf and not value._is_view():
                 # `torch.zeros(3, requires_grad=True)`: the traced graph would make it a
                 # constant, and nothing downstream would require grad
                 self._unsupported(f"{n.name} makes a leaf tensor that requires grad")

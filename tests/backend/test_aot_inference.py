@@ -11,6 +11,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 from framejit.backend import lookup_backend
+from framejit.backend.aot import aot_compile
 from framejit.backend.aot.analysis import analyze
 from framejit.backend.aot.runtime import InferenceRunner
 from helpers import aot, clone_inputs
@@ -458,3 +459,50 @@ def test_tracing_failure_prints_nothing(capfd):
     assert got.tolist() == f(torch.zeros(4))[0].tolist()
     out, err = capfd.readouterr()
     assert err == ""
+
+
+@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
+def test_views_of_parameters_at_inference_are_compiled(grad_mode):
+    """Under no_grad a view of a parameter (`w.t()`, GPT-2's tied logits `h @ wte.weight.t()`)
+    is a leaf that requires grad, like a new `requires_grad=True` tensor: it is the parameter's
+    alias, so the graph is still compiled, and the view output is eager's view."""
+    w = nn.Parameter(torch.randn(6, 4))  # the frontend passes parameters as graph inputs
+
+    def f(h, w):
+        return h @ w.t(), w.T, w[1:3], w.t() * 2
+
+    h = torch.randn(2, 4)
+    with grad_mode():
+        compiled = aot(f, h, w)
+        assert isinstance(compiled, InferenceRunner)
+        got, expected = compiled(h, w), f(h, w)
+    for a, e in zip(got, expected):
+        torch.testing.assert_close(a, e)
+        assert (a.requires_grad, a.is_leaf, a._is_view()) == (
+            e.requires_grad,
+            e.is_leaf,
+            e._is_view(),
+        )
+    assert got[1]._base is w and got[2]._base is w
+
+
+def test_tied_logits_at_inference_run_compiled():
+    """Through the frontend: `ln(x) @ emb.weight.t()` under no_grad reaches the inner backend."""
+    emb, ln = nn.Embedding(50, 8), nn.LayerNorm(8)
+    seen = []
+
+    def inner(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    def backend(gm, example_inputs):
+        return aot_compile(gm, example_inputs, inner)
+
+    def logits(ids):
+        return ln(emb(ids)) @ emb.weight.t()
+
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        got = framejit.jit(logits, backend=backend)(ids)
+    torch.testing.assert_close(got, logits(ids))
+    assert len(seen) == 1
