@@ -49,8 +49,12 @@ from framejit.backend.triton.ir import (
 )
 from framejit.backend.triton.lower import Lowering
 
-# A pointwise node read by several consumers is recomputed in each while its body is this small.
+# A pointwise node read by several consumers is recomputed in each while its body is this small
+# and reads at most this many buffers: each recomputation reads them all again, so a chain of
+# residual adds (`x = x + f(x)` per layer, every `x` read by a layer norm and the next add) would
+# otherwise make the n-th layer norm read n buffers.
 INLINE_LIMIT = 64
+INLINE_READS_LIMIT = 3
 # Reductions over at most this many elements keep a whole row in registers (one pass).
 PERSISTENT_LIMIT = 4096
 
@@ -250,13 +254,15 @@ def _inline(
         users = consumers.get(node.name, set())
         if not isinstance(node, Pointwise) or node.name in must_realize:
             continue
-        if len(users) <= 1 or expr_size(body) <= INLINE_LIMIT:
+        reads = len({load.buffer for load in expr_loads(body)})
+        if len(users) <= 1 or (expr_size(body) <= INLINE_LIMIT and reads <= INLINE_READS_LIMIT):
             inlinable[node.name] = node
             inlined_bodies[node.name] = bodies.pop(node.name)
         else:
             hints.append(
                 f"{node.name} ({node.origin}) is materialized: {len(users)} readers and a "
-                f"{expr_size(body)}-op body (recomputing is allowed up to {INLINE_LIMIT})"
+                f"{expr_size(body)}-op body reading {reads} buffers (recomputing is allowed up "
+                f"to {INLINE_LIMIT} ops and {INLINE_READS_LIMIT} buffers)"
             )
     return bodies, inlined_into
 

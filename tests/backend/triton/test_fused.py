@@ -122,6 +122,25 @@ def test_layer_norm_is_one_kernel() -> None:
     ]
 
 
+def test_residual_stream_is_stored_not_recomputed_per_layer() -> None:
+    """A pre-norm stack: each residual sum feeds a layer norm and the next add. Recomputing
+    every sum in its readers would make the n-th layer norm read n buffers; a sum reading more
+    than a few buffers is stored once, and each kernel reads a bounded number of inputs."""
+
+    def stack(x, *ws):
+        for w in ws:
+            x = x + F.layer_norm(x, (16,)) @ w  # the matmul (an extern) splits the kernels
+        return F.layer_norm(x, (16,))
+
+    args = [torch.randn(4, 16), *(torch.randn(16, 16) * 0.3 for _ in range(12))]
+    found = aten_stages(stack, *args)
+    kernels = [line for line in found.source.splitlines() if line.startswith("def fj_")]
+    assert len(kernels) == 13
+    assert max(line.count("in_ptr") for line in kernels) <= 4, kernels  # was 13
+    assert any("materialized" in h and "reading 4 buffers" in h for h in found.hints)
+    check(stack, *args)
+
+
 def test_declined_fusion_is_a_hint() -> None:
     def fn(x):
         y = x.exp()
