@@ -148,7 +148,6 @@ def with_cudagraphs(backend: Backend, max_autotune: bool = False) -> Backend:
             def graphed_inner(aten: torch.fx.GraphModule, aten_inputs: list[Any]) -> Any:
                 return _cudagraphify(inner(aten, aten_inputs), aten, aten_inputs, _describe(gm))
 
-
             return aot_compile(gm, example_inputs, graphed_inner)
         return _cudagraphify(backend(gm, example_inputs), gm, example_inputs, _describe(gm))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks in one call, for a session that is lent a device machine (one H100/H200,
-# Python 3.12, torch 2.11, Triton 3.6; no network there). About 8 minutes with 16 cores.
+# The GPU checks, for a session that is lent a device machine (one H100/H200, 16 cores,
+# Python 3.12, torch 2.11, Triton 3.6, pytest-xdist and pytest-timeout; no network there).
 #
 # Before the call, on the development machine, from the repository root (the machine has every
 # package framejit needs except `bytecode`, which travels as a wheel):
@@ -9,41 +9,65 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 -d .whl bytecode==0.19.1
 #
-# Then two device runs on the same warm machine, carry [".whl"], timeout_s 590 each:
-#   bash tools/gpu_check.sh tests     the whole suite on 3.12, then the `cuda`-marked tests
-#   bash tools/gpu_check.sh bench     kernels.py, models.py, cudagraphs.py
+# Then one device run, carry [".whl"], timeout_s 590:
+#   bash tools/gpu_check.sh all      tests, then benchmarks (about 9 minutes)
+# or two on the same warm machine (the second within its idle time):
+#   bash tools/gpu_check.sh tests    the suite on 3.12 (CPU paths, 7 workers) beside the GPU
+#                                    battery (FRAMEJIT_TEST_DEVICE=cuda, 8 workers)
+#   bash tools/gpu_check.sh bench    kernels.py, cudagraphs.py, models.py
+# The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
+# CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back): build.log, suite.log,
-# cuda.log, kernels.log, models.log, cudagraphs.log.
+# suite_failures.log, cuda.log, cuda_failures.log, kernels.log, cudagraphs.log, models.log. Seconds per step: SUITE_S, GPU_S, and the
+# bench steps' below.
 set -u
-WHAT=${1:-tests}
+WHAT=${1:-all}
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    .whl/*.whl || exit 1
+if [ ! -d /tmp/site/bytecode ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl || exit 1
+fi
 export PYTHONPATH=/tmp/site:$PWD
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/build.log" 2>&1
-python3 -c "import sys, torch, triton; print(sys.version, torch.__version__, triton.__version__)" \
-    >> "$OUT/build.log" 2>&1
-# the C extensions (frame hook, C++ guards) against this machine's Python and torch
-timeout 120 python3 setup.py -q build_ext --inplace >> "$OUT/build.log" 2>&1 \
-    || echo "build_ext failed (see build.log)"
+{
+    date
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    python3 -c "import sys, torch, triton, numpy; print(sys.version, torch.__version__, \
+triton.__version__, numpy.__version__, torch.cuda.get_device_name())"
+    nproc
+} >> "$OUT/build.log" 2>&1
+# the C extensions (frame hook, C++ guards) against this machine's Python and torch; a warm
+# machine keeps them
+if ! ls guards/_tensor_check.cpython-312*.so frontend/_eval_frame.cpython-312*.so >/dev/null 2>&1
+then
+    timeout 150 python3 setup.py -q build_ext --inplace >> "$OUT/build.log" 2>&1 \
+        || echo "build_ext failed (see build.log)"
+fi
 
 step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its last lines
     local name=$1 seconds=$2
     shift 2
-    timeout "$seconds" "$@" > "$OUT/$name.log" 2>&1
+    timeout -s INT -k 15 "$seconds" "$@" > "$OUT/$name.log" 2>&1
     echo "== $name (exit $?)"
-    tail -n 12 "$OUT/$name.log"
+    tail -n 14 "$OUT/$name.log"
 }
 
-if [ "$WHAT" = tests ]; then
-    # the whole suite on Python 3.12 (the Triton tests run in the CPU interpreter here too)
-    step suite 330 python3 -m pytest -q -p no:cacheprovider tests
-    # the CUDA-marked tests: real Triton kernels on the GPU, real CUDA graph capture
-    step cuda 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests
-else
-    step kernels 120 python3 tools/bench/kernels.py
-    step models 240 python3 tools/bench/models.py
-    step cudagraphs 150 python3 tools/bench/cudagraphs.py
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
+    # the whole suite (the Triton tests in the CPU interpreter) beside the GPU battery; SIGINT at
+    # the limit makes pytest print what failed so far
+    # (the `cuda`-marked tests run in the battery, outside the interpreter); each failure's
+    # traceback is written to *_failures.log as it happens
+    FRAMEJIT_TEST_FAILURES="$OUT/suite_failures.log" step suite "${SUITE_S:-240}" \
+        python3 -m pytest -q -p no:cacheprovider -n 7 --timeout 150 -rfE --tb=short \
+        -m "not cuda" tests &
+    FRAMEJIT_TEST_DEVICE=cuda FRAMEJIT_TEST_FAILURES="$OUT/cuda_failures.log" step cuda \
+        "${GPU_S:-240}" python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 -rfE \
+        --tb=short tests/backend/triton tests/cudagraphs
+    wait
+fi
+if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+    step kernels "${KERNELS_S:-80}" python3 tools/bench/kernels.py --repeats 10
+    step cudagraphs "${CUDAGRAPHS_S:-90}" python3 tools/bench/cudagraphs.py --repeats 10
+    step models "${MODELS_S:-170}" python3 tools/bench/models.py --repeats 10
 fi

@@ -1,9 +1,14 @@
 """CUDA graph tree tests: on the CPU through the stand-in recorder (CUDA graph semantics: fixed
 output memory, a replay overwrites it in place); tests marked `cuda` use real CUDA graphs and
-skip without a CUDA device. Limits are restored after each test."""
+skip without a CUDA device. Limits are restored after each test.
+
+`FRAMEJIT_TEST_DEVICE=cuda` runs the stand-in tests on real CUDA graphs instead: the `stand_in`
+fixture then makes the test's tensors on the GPU (`torch.set_default_device("cuda")`), and tests
+marked `stand_in_only` (they test the stand-in itself) skip."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -25,10 +30,24 @@ def cudagraph_limits() -> Iterator[None]:
     cudagraphs.reset()
 
 
+TEST_DEVICE = os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu")
+
+
 @pytest.fixture
-def stand_in() -> Iterator[None]:
-    with cudagraphs.stand_in():
+def stand_in(request: pytest.FixtureRequest) -> Iterator[None]:
+    if TEST_DEVICE != "cuda":
+        with cudagraphs.stand_in():
+            yield
+        return
+    if not torch.cuda.is_available():
+        pytest.skip("FRAMEJIT_TEST_DEVICE=cuda needs a CUDA device")
+    if request.node.get_closest_marker("stand_in_only"):
+        pytest.skip("tests the CPU stand-in recorder")
+    torch.set_default_device("cuda")
+    try:
         yield
+    finally:
+        torch.set_default_device(None)
 
 
 @pytest.fixture(autouse=True)

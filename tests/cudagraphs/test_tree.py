@@ -1,9 +1,11 @@
-"""The graph-tree logic on the CPU stand-in recorder, compared with eager on real tensors:
-warm-up, recording, replay, paths, steps, overwritten outputs, limits and refusals."""
+"""The graph-tree logic on the CPU stand-in recorder (or on real CUDA graphs under
+`FRAMEJIT_TEST_DEVICE=cuda`), compared with eager on real tensors: warm-up, recording, replay,
+paths, steps, overwritten outputs, limits and refusals."""
 
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -17,7 +19,10 @@ from framejit.testing import CompileCounter
 pytestmark = pytest.mark.usefixtures("stand_in")
 
 
-def cpu_manager() -> cudagraphs.CUDAGraphTreeManager:
+def tree_manager() -> cudagraphs.CUDAGraphTreeManager:
+    """The tree of the device the tests run on (the stand-in's CPU, or the GPU; conftest.py)."""
+    if os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu") == "cuda":
+        return cudagraphs.managers()[torch.device("cuda", torch.cuda.current_device())]
     return cudagraphs.managers()[torch.device("cpu")]
 
 
@@ -34,7 +39,7 @@ def test_inference_replays_one_recording(backend: str) -> None:
         for _ in range(5):
             x = torch.randn(3, 8)
             torch.testing.assert_close(fast(x), model(x))
-    manager = cpu_manager()
+    manager = tree_manager()
     assert manager.nodes == 1  # warm-up, one recording, then replays
     (node,) = next(iter(manager.roots.values()))
     assert len(node.static_ptrs) == 4 and len(node.copies) == 1
@@ -59,7 +64,7 @@ def test_overwritten_output_raises_naming_function_and_remedy() -> None:
 
 
 def _last_input(fast: torch.nn.Module) -> torch.Tensor:
-    (node,) = next(iter(cpu_manager().roots.values()))
+    (node,) = next(iter(tree_manager().roots.values()))
     return node.copies[0][1]
 
 
@@ -109,7 +114,7 @@ def test_graph_break_pieces_form_a_path_and_share_outputs_in_place() -> None:
         for _ in range(4):
             x = torch.randn(2, 8)
             torch.testing.assert_close(fast(x), lin2(torch.relu(lin1(x))) + 1)
-    manager = cpu_manager()
+    manager = tree_manager()
     assert manager.nodes == 2
     (root,) = [n for nodes in manager.roots.values() for n in nodes]
     (child,) = [n for nodes in root.children.values() for n in nodes]
@@ -132,7 +137,7 @@ def test_training_forward_and_backward_on_one_path() -> None:
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
             p.grad = q.grad = None
-    manager = cpu_manager()
+    manager = tree_manager()
     assert manager.nodes == 2
     (forward,) = next(iter(manager.roots.values()))
     (backward,) = next(iter(forward.children.values()))
@@ -175,7 +180,7 @@ def test_moved_parameter_rerecords_then_gives_up(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "static input" in err and "moved" in err
     assert "cudagraph_rerecord_limit=1" in err and "runs as it is" in err
-    assert cpu_manager().nodes == 2
+    assert tree_manager().nodes == 2
 
 
 def test_more_shapes_than_the_limit_run_without_graphs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,7 +191,7 @@ def test_more_shapes_than_the_limit_run_without_graphs(capsys: pytest.CaptureFix
         x = torch.randn(n)
         torch.testing.assert_close(fn(x), x.sin())
     assert "cudagraph_max_shapes=2" in capsys.readouterr().err
-    assert fn.refused is not None and cpu_manager().nodes == 2
+    assert fn.refused is not None and tree_manager().nodes == 2
 
 
 def test_refusals_run_normally_and_say_why(capsys: pytest.CaptureFixture[str]) -> None:
@@ -210,6 +215,7 @@ def test_refusals_run_normally_and_say_why(capsys: pytest.CaptureFixture[str]) -
     assert "not graphing nz()" in err and "aten::nonzero" in err
 
 
+@pytest.mark.stand_in_only
 def test_cpu_tensors_are_refused_without_the_stand_in(capsys: pytest.CaptureFixture[str]) -> None:
     framejit.set_logs(cudagraphs=True)
     with cudagraphs.stand_in():
@@ -260,7 +266,7 @@ def test_dynamic_shapes_record_one_graph_per_size(backend: str) -> None:
             x = torch.randn(b, 8)
             torch.testing.assert_close(fast(x), model(x))
     assert counter.frame_count == 1  # one compiled graph serves every batch size
-    assert cpu_manager().nodes == 3  # one recording per distinct size
+    assert tree_manager().nodes == 3  # one recording per distinct size
 
 
 def test_max_autotune_reaches_the_triton_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,7 +297,7 @@ def _chain() -> tuple:
 
 
 def _path_nodes() -> list[cudagraphs.Node]:
-    (root,) = [n for nodes in cpu_manager().roots.values() for n in nodes]
+    (root,) = [n for nodes in tree_manager().roots.values() for n in nodes]
     path = [root]
     while path[-1].children:
         (child,) = [n for nodes in path[-1].children.values() for n in nodes]
@@ -313,7 +319,7 @@ def test_dead_outputs_memory_is_reused_by_later_recordings() -> None:
     assert f_node.blocks[0].storage is None and f_node.blocks[0].released == g_node.serial + 1
     assert f_node.blocks[1].released == g_node.serial  # dead when g was recorded
     assert g_node.blocks[0].storage is not None  # read by k: never released while live
-    assert cpu_manager().released_bytes >= 64 * 4
+    assert tree_manager().released_bytes >= 64 * 4
 
 
 def test_outputs_kept_alive_in_reused_memory_keep_their_values(
@@ -349,7 +355,7 @@ def test_a_new_recording_does_not_write_over_live_outputs_in_released_memory() -
         (y,) = m(h)
         torch.testing.assert_close(small, x[:4].cos())
         torch.testing.assert_close(y, ((x * 2).sin() - 1).abs())
-    assert cpu_manager().nodes == 3
+    assert tree_manager().nodes == 3
 
 
 def test_recordings_for_other_shapes_reuse_dead_outputs() -> None:
@@ -359,7 +365,7 @@ def test_recordings_for_other_shapes_reuse_dead_outputs() -> None:
         x = torch.randn(n)
         (y,) = fn(x)
         torch.testing.assert_close(y, x.sin() * 2)
-        manager = cpu_manager()
+        manager = tree_manager()
         del y
     assert manager is not None and manager.nodes == 3
     owned = [b for node in manager.all_nodes for b in node.blocks if b.storage is not None]
@@ -390,7 +396,7 @@ def test_graph_break_pieces_reuse_memory_and_match_eager() -> None:
             torch.testing.assert_close(y, step(x))
             torch.testing.assert_close(seen[-2], seen[-1])
             kept.append((x, y.clone()))
-    assert cpu_manager().nodes == 2
+    assert tree_manager().nodes == 2
     first, second = _path_nodes()
     # the second piece's output went where `h * 2` was: dead once `observe` returned
     assert second.blocks[0].ptr in {b.ptr for b in first.blocks if b.released is not None}
@@ -422,7 +428,7 @@ def test_without_a_storage_swap_held_outputs_keep_their_values(
     with torch.no_grad():
         x = torch.randn(2, 4)
         torch.testing.assert_close(fast(x), model(x))  # graphs again
-    assert cpu_manager().released_bytes == 0
+    assert tree_manager().released_bytes == 0
     assert "calls run without graphs until it dies" in capsys.readouterr().err
 
 

@@ -1,9 +1,14 @@
-"""Triton backend tests run the generated kernels in Triton's CPU interpreter.
+"""Triton backend tests run the generated kernels in Triton's CPU interpreter, or on a GPU.
 
 `TRITON_INTERPRET=1` is set here, before anything imports triton (only where numpy is
 installed: the interpreter needs it, and without it `import triton` itself fails under the
 variable; the tests that run kernels then skip); generated modules go to a per-session cache
 folder; tests marked `cuda` skip without a CUDA device.
+
+`FRAMEJIT_TEST_DEVICE=cuda` runs the same tests on the GPU with Triton's real compiler instead:
+the interpreter stays off and each test runs under `torch.set_default_device("cuda")`, so the
+tensors it makes (and `check`'s inputs) live on the GPU and eager's CUDA kernels are the
+reference. Tests marked `interpreter_only` (they test the interpreter itself) skip then.
 
 `FRAMEJIT_PTX_CHECK=1` (or `cuda:80`, ...) also compiles every kernel the tests launch for a GPU
 (default sm_90) with Triton's real compiler, no GPU needed (tools/ptx_check.py); a kernel that
@@ -15,7 +20,10 @@ from __future__ import annotations
 import importlib.util
 import os
 
-if importlib.util.find_spec("numpy") is not None:
+TEST_DEVICE = os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu")
+if TEST_DEVICE not in ("cpu", "cuda"):
+    raise ValueError(f"FRAMEJIT_TEST_DEVICE must be 'cpu' or 'cuda', not {TEST_DEVICE!r}")
+if TEST_DEVICE == "cpu" and importlib.util.find_spec("numpy") is not None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 from collections.abc import Iterator  # noqa: E402
@@ -38,6 +46,23 @@ def triton_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def skip_without_cuda(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("cuda") and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def kernel_device(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The device the test's tensors are made on (`FRAMEJIT_TEST_DEVICE`)."""
+    if TEST_DEVICE == "cpu":
+        yield "cpu"
+        return
+    if not torch.cuda.is_available():
+        pytest.skip("FRAMEJIT_TEST_DEVICE=cuda needs a CUDA device")
+    if request.node.get_closest_marker("interpreter_only"):
+        pytest.skip("tests Triton's CPU interpreter")
+    torch.set_default_device("cuda")
+    try:
+        yield "cuda"
+    finally:
+        torch.set_default_device(None)
 
 
 _PTX = os.environ.get("FRAMEJIT_PTX_CHECK", "")

@@ -100,6 +100,7 @@ def test_launcher_skips_a_config_that_fails(monkeypatch) -> None:
     assert launcher.config == candidates[1]
 
 
+@pytest.mark.interpreter_only
 def test_interpreter_takes_the_first_config_without_timing() -> None:
     x = torch.randn(300, 300)  # large enough for several candidates
     found = aten_stages(lambda x: torch.relu(x) * 2, x)

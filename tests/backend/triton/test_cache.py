@@ -61,6 +61,7 @@ def test_output_code_and_perf_hints_logs(caplog: pytest.LogCaptureFixture) -> No
     assert "aten.cumsum runs as torch's kernel" in text
 
 
+@pytest.mark.interpreter_only
 def test_cpu_without_interpreter_runs_the_aten_graph(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -117,6 +117,7 @@ def test_empty_after_turning_deterministic_mode_on(deterministic: None) -> None:
     torch.testing.assert_close(got[0], expected[0], equal_nan=True)
 
 
+@pytest.mark.interpreter_only
 def test_old_interpreter_falls_back_only_for_looping_kernels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

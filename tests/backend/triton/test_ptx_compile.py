@@ -23,6 +23,7 @@ _PATH = pathlib.Path(__file__).resolve().parents[3] / "tools" / "ptx_check.py"
 _spec = importlib.util.spec_from_file_location("framejit_ptx_check_test", _PATH)
 assert _spec is not None and _spec.loader is not None
 ptx_check = importlib.util.module_from_spec(_spec)
+pytestmark = pytest.mark.interpreter_only
 _spec.loader.exec_module(ptx_check)
 
 

@@ -3,6 +3,7 @@ compare with eager; get each pipeline stage's text for an aten graph."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,10 @@ import framejit
 def require_interpreter(loops: bool = True) -> None:
     """Skip unless Triton's CPU interpreter can run here (it needs numpy; see
     `interpreter_problem` for a version pair that cannot run kernels that loop).
-    `loops=False`: for a test whose kernels do not loop, which runs on that pair too."""
+    `loops=False`: for a test whose kernels do not loop, which runs on that pair too.
+    Nothing to check when the tests run on a GPU."""
+    if kernel_device() == "cuda":
+        return
     from framejit.backend.triton import interpreter_loop_problem, interpreter_problem
 
     problem = interpreter_problem()
@@ -38,11 +42,21 @@ def tolerance(dtype: torch.dtype) -> dict[str, float]:
     return {"atol": 1e-5, "rtol": 1e-5}
 
 
-def check(fn: Callable[..., Any], *args: Any, device: str = "cpu", frontend: bool = True) -> Any:
-    """`fn` through the triton backend equals eager (values, dtypes, shapes, strides).
+def kernel_device() -> str:
+    """Where the Triton tests run their kernels: "cpu" (the interpreter) or "cuda"
+    (`FRAMEJIT_TEST_DEVICE`, see conftest.py)."""
+    return os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu")
+
+
+def check(
+    fn: Callable[..., Any], *args: Any, device: str | None = None, frontend: bool = True
+) -> Any:
+    """`fn` through the triton backend equals eager (values, dtypes, shapes, strides), on
+    `device` (default: the tests' device).
 
     `frontend=False` skips the bytecode frontend (fx.symbolic_trace, then the backend), for
     functions the frontend does not capture yet."""
+    device = device or kernel_device()
     if device == "cpu":
         require_interpreter()
     args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
