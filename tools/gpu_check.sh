@@ -37,9 +37,11 @@ export PYTHONPATH=/tmp/site:$PWD
 triton.__version__, numpy.__version__, torch.cuda.get_device_name())"
     nproc
 } >> "$OUT/build.log" 2>&1
-# the C extensions (frame hook, C++ guards) against this machine's Python and torch; a warm
-# machine keeps them
-if ! ls guards/_tensor_check.cpython-312*.so frontend/_eval_frame.cpython-312*.so >/dev/null 2>&1
+# the C extensions (frame hook, C++ guards) against this machine's Python and torch, unless
+# the ones there load (a warm machine keeps them; cp312 builds made against torch 2.11 elsewhere
+# can be carried: `carry` their paths)
+if ! python3 -c "import framejit.frontend._eval_frame, framejit.guards._tensor_check" \
+    >> "$OUT/build.log" 2>&1
 then
     timeout 150 python3 setup.py -q build_ext --inplace >> "$OUT/build.log" 2>&1 \
         || echo "build_ext failed (see build.log)"

@@ -135,7 +135,8 @@ def test_residual_stream_is_stored_not_recomputed_per_layer() -> None:
     args = [torch.randn(4, 16), *(torch.randn(16, 16) * 0.3 for _ in range(12))]
     found = aten_stages(stack, *args)
     kernels = [line for line in found.source.splitlines() if line.startswith("def fj_")]
-    assert len(kernels) == 13
+    launches = [line for line in found.source.splitlines() if line.lstrip().startswith("fj_")]
+    assert len(launches) == 13
     assert max(line.count("in_ptr") for line in kernels) <= 4, kernels  # was 13
     assert any("materialized" in h and "reading 4 buffers" in h for h in found.hints)
     check(stack, *args)
@@ -238,3 +239,24 @@ def test_rms_norm_swiglu_mlp() -> None:
         torch.randn(d, hidden) * 0.3,
         torch.randn(hidden, d) * 0.3,
     )
+
+
+def test_repeated_layers_share_kernels_and_views_are_one_call() -> None:
+    """The same block three times: each distinct kernel is compiled once and launched per
+    layer; a matmul operand seen through several views is one `as_strided` (guarded by the
+    buffer's strides, the view ops as they were otherwise)."""
+
+    def blocks(x, w1, w2, w3):
+        for w in (w1, w2, w3):
+            h = F.layer_norm(x, (16,))
+            q = (h @ w).view(4, 2, 8).transpose(0, 1)  # (2, 4, 8)
+            x = x + torch.softmax(q @ q.transpose(1, 2), -1).sum(0) @ x
+        return x
+
+    args = [torch.randn(4, 16), *(torch.randn(16, 16) * 0.3 for _ in range(3))]
+    found = aten_stages(blocks, *args)
+    defs = [line for line in found.source.splitlines() if line.startswith("def fj_")]
+    launches = [line for line in found.source.splitlines() if line.lstrip().startswith("fj_")]
+    assert len(launches) > len(defs) and len({d.split("(")[0] for d in defs}) == len(defs)
+    assert ".as_strided((2, 4, 8), (8, 16, 1)" in found.source
+    check(blocks, *args)
