@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def python(args: list[str], cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    # the repository first, then what the tests run with (a dependency may come from there)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    environ = {**os.environ, "PYTHONPATH": path, **env}
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=600
     )

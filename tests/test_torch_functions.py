@@ -9,6 +9,7 @@ plain tensors; an argument that is not a tensor (it may define `__torch_function
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -144,6 +145,37 @@ def test_torch_ops_and_custom_ops_are_graph_ops(backend: str, fn: Any) -> None:
         torch.testing.assert_close(jitted(x, y), fn(x, y))
     explained = framejit.explain(fn, x, y)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+@torch.library.custom_op("framejit_test::scaled", mutates_args=())
+def scaled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@scaled.register_fake
+def _scaled_fake(x: torch.Tensor) -> torch.Tensor:
+    x.data_ptr()  # as the cuDNN RNN kernels' weight-layout check reads it
+    return torch.empty_like(x)
+
+
+def test_a_fake_tensors_own_warning_is_not_replayed() -> None:
+    """A fake implementation that reads a FakeTensor's data pointer warns that this is
+    deprecated while tracing (nn.LSTM on CUDA did); eager's real tensors never give it."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return scaled(x) + 1
+
+    x = torch.randn(3)
+    jitted = framejit.jit(fn, backend="eager")
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = jitted(x)
+        torch.testing.assert_close(got, fn(x))
+        with warnings.catch_warnings(record=True) as eager_caught:
+            warnings.simplefilter("always")
+            fn(x)
+        assert [str(w.message) for w in caught] == [str(w.message) for w in eager_caught] == []
 
 
 def alternating(t: torch.Tensor) -> torch.Tensor:

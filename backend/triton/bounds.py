@@ -30,6 +30,8 @@ Invariants:
   raises one or the other for the same mistake depending on the op, the dim and the device
   (IndexError from `x[idx]` and embedding on CPU, RuntimeError from gather and from a CUDA
   device assert), and an `except` written for either catches it.
+- An error about a CUDA call is never followed by the frontend's eager rerun of the frame
+  (`framejit_rerun = False`): eager would read the bad index and end in a device assert.
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ def check_indices(errors: torch.Tensor, checks: tuple[Check, ...]) -> None:
         return
     for (flag, value), check in zip(errors.tolist(), checks):
         if flag:
-            raise out_of_bounds(check, value)
+            error = out_of_bounds(check, value)
+            if errors.is_cuda:
+                # the frontend reruns a failed frame eagerly; eager's CUDA kernels would read
+                # the same index and end in a device-side assert, which leaves the process's
+                # CUDA context unusable
+                error.framejit_rerun = False  # type: ignore[attr-defined]
+            raise error
 
 
 def out_of_bounds(check: Check, value: int, later: bool = False) -> IndexOutOfBounds:
@@ -100,9 +108,13 @@ class IndexChecks:
             # query, no pinned allocation: a capture forbids both)
             return torch.zeros((self.rows, 2), dtype=torch.int64, device=self.device)
         if self.errors is None:
-            self.errors = torch.zeros((self.rows, 2), dtype=torch.int64, device=self.device)
+            # the host copy names its device: under `torch.set_default_device("cuda")` a bare
+            # factory call would make it on the GPU (where pinning fails)
             pinned = self.device.type == "cuda"
-            self.host = torch.zeros((self.rows, 2), dtype=torch.int64, pin_memory=pinned)
+            self.host = torch.zeros(
+                (self.rows, 2), dtype=torch.int64, device="cpu", pin_memory=pinned
+            )
+            self.errors = torch.zeros((self.rows, 2), dtype=torch.int64, device=self.device)
             _deferred.add(self)
         self.poll(wait=False)
         return self.errors

@@ -294,7 +294,8 @@ def test_deep_recursion_as_eager_does() -> None:
     """Every frame nests a C call while an evaluator is installed: past a depth the hook steps
     aside, so recursion that eager Python runs (with a raised recursion limit) neither overflows
     the C stack nor hits 3.12's C recursion limit; it comes back when the recursion unwinds."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
     result = subprocess.run(
         [sys.executable, "-c", _DEEP], capture_output=True, text=True, env=env, timeout=120
     )

@@ -229,14 +229,27 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
         remainder = _int_remainder if floor else _binary("mod")
         return elementwise(ctx, out.shape, out.dtype, [a, b], remainder)
     body = _float_remainder if floor else _float_fmod
+    nan_on_overflow = _eager_fmod_nan_on_overflow(str(out.device), out.dtype)
     values = [_eager_cast(a, out.dtype), _eager_cast(b, out.dtype)]
     return elementwise(
         ctx,
         out.shape,
         out.dtype,
         values,
-        lambda x, y: body(_rounded(x, out.dtype), _rounded(y, out.dtype)),
+        lambda x, y: body(_rounded(x, out.dtype), _rounded(y, out.dtype), nan_on_overflow),
     )
+
+
+@functools.cache
+def _eager_fmod_nan_on_overflow(device: str, dtype: torch.dtype) -> bool:
+    """Whether eager's fmod gives NaN where x / y overflows (a denormal y): its vectorized CPU
+    loop (Sleef) does; C's fmod (CUDA's kernels, the CPU's scalar loop) gives the exact
+    remainder. Asked once per device and dtype, on a vector long enough for the vectorized
+    path."""
+    info = torch.finfo(dtype)
+    x = torch.full((64,), info.max / 2, dtype=dtype, device=device)
+    y = torch.full((64,), info.smallest_normal / 2, dtype=dtype, device=device)
+    return bool(torch.fmod(x, y).isnan().any())
 
 
 def _eager_cast(value: Any, dtype: torch.dtype) -> Any:
@@ -268,19 +281,22 @@ def _is(name: str, x: Expr, y: Expr) -> Expr:
     return op(name, x, y, dtype=torch.bool)
 
 
-def _float_fmod(x: Expr, y: Expr) -> Expr:
-    """torch.fmod as eager's vectorized CPU loop computes it: C's fmod, exactly (the kernels'
-    `fj_fmod`: long division, not x - trunc(x / y) * y, which rounds once the quotient passes
-    2**24: fmod(1.0, 0.1) is 0.09999999, not 0), and NaN where x / y overflows (a denormal y;
-    eager's Sleef fmod gives NaN there, its scalar loop C's fmod)."""
+def _float_fmod(x: Expr, y: Expr, nan_on_overflow: bool = True) -> Expr:
+    """torch.fmod as eager computes it: C's fmod, exactly (the kernels' `fj_fmod`: long
+    division, not x - trunc(x / y) * y, which rounds once the quotient passes 2**24:
+    fmod(1.0, 0.1) is 0.09999999, not 0), and, with `nan_on_overflow`, NaN where x / y
+    overflows (a denormal y; eager's vectorized CPU loop, Sleef's fmod, gives NaN there, its
+    scalar loop and CUDA's kernels C's fmod; see `_eager_fmod_nan_on_overflow`)."""
+    if not nan_on_overflow:
+        return op("fmod", x, y)
     overflow = _is("eq", op("abs", op("truediv", x, y)), const(math.inf, x.dtype))
     return op("where", overflow, const(math.nan, x.dtype), op("fmod", x, y))
 
 
-def _float_remainder(x: Expr, y: Expr) -> Expr:
+def _float_remainder(x: Expr, y: Expr, nan_on_overflow: bool = True) -> Expr:
     """torch.remainder as eager computes it: fmod, moved by y when the signs differ (exact:
     the sum has the magnitude of y at most, on y's grid)."""
-    r = _float_fmod(x, y)
+    r = _float_fmod(x, y, nan_on_overflow)
     zero = const(0, x.dtype)
     moved = op("and", _is("ne", r, zero), _is("ne", _is("lt", y, zero), _is("lt", r, zero)))
     return op("where", moved, op("add", r, y), r)

@@ -44,7 +44,7 @@ def test_registered_and_auto_stays_aot_eager_on_cpu() -> None:
     assert "triton" in list_backends()
     from framejit.backend.registry import _wants_triton
 
-    assert not _wants_triton([torch.randn(2)])
+    assert not _wants_triton([torch.randn(2, device="cpu")])
 
 
 def test_output_code_and_perf_hints_logs(caplog: pytest.LogCaptureFixture) -> None:

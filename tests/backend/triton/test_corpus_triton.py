@@ -31,7 +31,20 @@ class TritonCounter(framejit.testing.CompileCounter):
 sys.path.insert(0, str(CORPUS))  # the corpus files import `harness` as a top-level module
 import harness  # noqa: E402
 
-CASES = harness.all_cases()
+# Cases whose programs read tensors made at import time, on the CPU: under
+# FRAMEJIT_TEST_DEVICE=cuda their inputs are on the GPU and eager itself fails on the mix.
+CPU_GLOBALS = {
+    "functions-reads_global_tensor",
+    "realistic-tokenize_then_embed",
+    "side_effects-global_tensor_updated_in_place",
+}
+CASES = [
+    pytest.param(*p.values, id=p.id, marks=(*p.marks, pytest.mark.interpreter_only))
+    if p.id in CPU_GLOBALS
+    else p
+    for p in harness.all_cases()
+]
+assert {p.id for p in CASES} >= CPU_GLOBALS
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -22,6 +22,8 @@ class Broken:
     """A loaded module whose `call` raises as a kernel that fails to compile would, the first
     `failures` times."""
 
+    error: Exception = RuntimeError("PassManager::run failed (a kernel Triton could not compile)")
+
     def __init__(self, module: types.ModuleType, failures: int) -> None:
         self.module = module
         self.failures = failures
@@ -30,7 +32,7 @@ class Broken:
     def call(self, *args: Any) -> Any:
         self.calls += 1
         if self.calls <= self.failures:
-            raise RuntimeError("PassManager::run failed (a kernel Triton could not compile)")
+            raise self.error
         return self.module.call(*args)
 
 
@@ -85,17 +87,30 @@ def test_kernels_that_run_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_programs_own_error_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
     """Straight through the backend (no frontend rerun): the aten graph raises too, so the
-    error is the program's, and the kernels are tried again at the next call."""
+    error is the program's, and the kernels are tried again at the next call. (A shape error,
+    which eager raises on every device; a bad gather index would end eager's CUDA kernel in a
+    device-side assert.)"""
     require_interpreter()
     fn, made = _compile_with(monkeypatch, failures=1)
 
-    def gathered(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
-        return torch.gather(x, 1, i) * 2
+    def viewed(x: torch.Tensor) -> torch.Tensor:
+        return x.view(4, 3) * 2
 
-    x, i = torch.randn(3, 4), torch.tensor([[0], [1], [3]])
-    gm = torch.fx.symbolic_trace(gathered)
-    run = lookup_backend("triton")(gm, [x, i])
-    with pytest.raises(RuntimeError, match="out of bounds|index"):
-        run(x, torch.tensor([[0], [1], [4]]))  # aten's gather raises for index 4 as well
-    torch.testing.assert_close(run(x, i)[0], gathered(x, i))
+    x = torch.randn(3, 4)
+    gm = torch.fx.symbolic_trace(viewed)
+    run = lookup_backend("triton")(gm, [x])
+    with pytest.raises(RuntimeError, match="invalid for input of size 10"):
+        run(torch.randn(2, 5))  # aten's view raises for 10 elements as well
+    torch.testing.assert_close(run(x)[0], viewed(x))
     assert made[0].calls == 2  # the kernels ran the second call
+
+
+def test_an_error_without_a_message_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel failure whose message is empty (a bare `assert`) is reported all the same."""
+    fn, made = _compile_with(monkeypatch, failures=1)
+    monkeypatch.setattr(Broken, "error", AssertionError())
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    monkeypatch.setattr(framejit.config, "raise_internal_errors", True)
+    jitted = framejit.jit(fn, backend="triton")
+    torch.testing.assert_close(jitted(x, y), fn(x, y))
+    assert made[0].calls == 1

@@ -60,7 +60,8 @@ def call(arg0_1, arg1_1):
 
 
 def test_add_relu() -> None:
-    found = aten_stages(lambda x, b: torch.relu(x + b), torch.randn(4, 128), torch.randn(128))
+    x, b = torch.randn(4, 128, device="cpu"), torch.randn(128, device="cpu")  # DEVICE: cpu
+    found = aten_stages(lambda x, b: torch.relu(x + b), x, b)
     assert found.lowered == ADD_RELU_IR
     assert found.scheduled == ADD_RELU_SCHEDULE
     assert found.source == ADD_RELU_SOURCE

@@ -1,7 +1,11 @@
 """Out-of-range indices read from memory (gather, `x[idx]`, index_select, embedding) raise a
 clear error through the Triton backend, never a wrong answer: the kernel masks the bad lanes
 and records them, the wrapper raises `IndexOutOfBounds` (an IndexError and a RuntimeError, so
-an `except` for eager's type catches it). Indices proven in range get no check."""
+an `except` for eager's type catches it). Indices proven in range get no check.
+
+Under FRAMEJIT_TEST_DEVICE=cuda the kernels run on the GPU, but eager never sees a bad index
+there: its CUDA kernels would end in a device-side assert, which leaves the process's CUDA
+context unusable. Eager's error for a bad index comes from CPU copies of the inputs."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from framejit.backend import lookup_backend
 from framejit.backend.triton.bounds import IndexOutOfBounds
-from triton_helpers import aten_stages, check, require_interpreter
+from triton_helpers import aten_stages, check, kernel_device, require_interpreter
 
 import framejit
 
@@ -27,6 +31,11 @@ def sync_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(framejit.config, "index_checks", "sync")
 
 
+def on_device(t: torch.Tensor) -> torch.Tensor:
+    """A tensor made at import (on the CPU), on the tests' device."""
+    return t.to(kernel_device())
+
+
 def compiled(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
     """`fn` through the triton backend only (no frontend, whose eager rerun of a failing graph
     would hide which error the kernels raised)."""
@@ -37,14 +46,21 @@ def compiled(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
 
 
 def eager_error(fn: Callable[..., Any], *args: Any) -> type[BaseException]:
+    """The type of eager's error for `fn(*args)`, run on CPU copies (see the module doc)."""
     try:
-        fn(*args)
+        fn(*(a.cpu() if isinstance(a, torch.Tensor) else a for a in args))
     except (IndexError, RuntimeError) as e:
         return type(e)
     raise AssertionError("eager did not raise")
 
 
-X = torch.randn(5, 6)
+def settle() -> None:
+    """Let a deferred check's copy of the error buffer land (on a GPU it is asynchronous)."""
+    if kernel_device() == "cuda":
+        torch.cuda.synchronize()
+
+
+_X = torch.randn(5, 6)
 
 # name -> (fn, a good index, bad indices (too large, too negative) with the value each reports,
 #          op, dim, size)
@@ -95,30 +111,33 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_out_of_range_raises(name: str) -> None:
     fn, good, bads, op, dim, size = CASES[name]
-    run = compiled(fn, X, good)
-    torch.testing.assert_close(run(X, good), fn(X, good))
+    x, good = on_device(_X), on_device(good)
+    run = compiled(fn, x, good)
+    torch.testing.assert_close(run(x, good), fn(x, good))
     for bad, value in bads:
-        expected = eager_error(fn, X, bad)
+        bad = on_device(bad)
+        expected = eager_error(fn, x, bad)
         message = f"index {value} is out of bounds for dimension {dim} with size {size} ({op}"
         with pytest.raises(expected) as info:
-            run(X, bad)
+            run(x, bad)
         assert isinstance(info.value, IndexOutOfBounds)
         assert str(info.value).startswith(message), str(info.value)
     # the error buffer is per call: a good call after a bad one is right again
-    torch.testing.assert_close(run(X, good), fn(X, good))
+    torch.testing.assert_close(run(x, good), fn(x, good))
 
 
 def test_multi_dim_advanced_indexing() -> None:
     def fn(x, i, j):
         return x.view(5, 2, 3)[i, :, j.view(1, 3)] * 3
 
+    x = on_device(_X)
     i, j = torch.tensor([[4], [-5]]), torch.tensor([2, -3, 0])
-    run = compiled(fn, X, i, j)
-    torch.testing.assert_close(run(X, i, j), fn(X, i, j))
+    run = compiled(fn, x, i, j)
+    torch.testing.assert_close(run(x, i, j), fn(x, i, j))
     with pytest.raises(IndexError, match=r"index 3 is out of bounds for dimension 2 with size 3"):
-        run(X, i, torch.tensor([2, 3, 0]))
+        run(x, i, torch.tensor([2, 3, 0]))
     with pytest.raises(IndexError, match=r"index -6 is out of bounds for dimension 0 with size 5"):
-        run(X, torch.tensor([[4], [-6]]), j)
+        run(x, torch.tensor([[4], [-6]]), j)
 
 
 def test_indirect_load_in_the_middle_of_fused_graphs() -> None:
@@ -129,25 +148,26 @@ def test_indirect_load_in_the_middle_of_fused_graphs() -> None:
         e = F.embedding(ids, w * 2) + 1
         return F.layer_norm(e, (6,), g) * e.sum(-1, keepdim=True)
 
+    x = on_device(_X)
     i = torch.randint(0, 6, (5, 4))
-    run = compiled(gathered_softmax, X, i)
-    torch.testing.assert_close(run(X, i), gathered_softmax(X, i))
+    run = compiled(gathered_softmax, x, i)
+    torch.testing.assert_close(run(x, i), gathered_softmax(x, i))
     with pytest.raises(RuntimeError, match="aten.gather"):
-        run(X, torch.where(i == i[2, 1], 6, i))
+        run(x, torch.where(i == i[2, 1], 6, i))
 
     ids, g = torch.tensor([[0, 4, 2]]), torch.randn(6)
-    run = compiled(embed_norm, X, ids, g)
-    torch.testing.assert_close(run(X, ids, g), embed_norm(X, ids, g))
+    run = compiled(embed_norm, x, ids, g)
+    torch.testing.assert_close(run(x, ids, g), embed_norm(x, ids, g))
     with pytest.raises(IndexError, match="index 7 .* with size 5 .aten.embedding"):
-        run(X, torch.tensor([[0, 7, 2]]), g)
+        run(x, torch.tensor([[0, 7, 2]]), g)
 
 
 def test_through_jit_raises_as_eager() -> None:
     fn = framejit.jit(lambda x, i: x[i].relu() + x[-1], backend="triton", fullgraph=True)
-    good = torch.tensor([0, -5, 4])
-    check(lambda x, i: x[i].relu() + x[-1], X, good)
+    x, good = on_device(_X), torch.tensor([0, -5, 4])
+    check(lambda x, i: x[i].relu() + x[-1], x, good)
     with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
-        fn(X, torch.tensor([0, 5, 4]))
+        fn(x, torch.tensor([0, 5, 4]))
 
 
 def test_proven_indices_have_no_check() -> None:
@@ -176,6 +196,7 @@ def test_deferred_checks_raise_at_a_later_call(monkeypatch: pytest.MonkeyPatch) 
     torch.testing.assert_close(run(w, good), F.embedding(good, w) * 2)
     out = run(w, bad)  # no error yet: the bad lane read nothing
     assert out.shape == (2, 3) and torch.equal(out[0], w[1] * 2)
+    settle()
     with pytest.raises(IndexOutOfBounds, match="index 7 is out of bounds for dimension 0"):
         run(w, good)
     torch.testing.assert_close(run(w, good), F.embedding(good, w) * 2)  # raised once
@@ -184,6 +205,27 @@ def test_deferred_checks_raise_at_a_later_call(monkeypatch: pytest.MonkeyPatch) 
         framejit.check_index_errors()
     framejit.check_index_errors()  # nothing pending any more
     torch.testing.assert_close(run(w, good), F.embedding(good, w) * 2)
+
+
+def test_deferred_checks_whatever_the_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host copy of the error buffer is made on the CPU even when the program set another
+    default device (`torch.set_default_device("cuda")` made it on the GPU, where pinning
+    failed: every checked graph fell back to aten, and a second graph loading the same module
+    failed a bare assert)."""
+    monkeypatch.setattr(framejit.config, "index_checks", "deferred")
+    w = torch.randn(5, 3)
+    run = compiled(lambda w, i: F.embedding(i, w) * 2, w, torch.tensor([1, 2]))
+    good, bad = torch.tensor([4, 0]), torch.tensor([1, 7])
+    torch.set_default_device("meta")
+    try:
+        got = run(w, good)
+        run(w, bad)
+        settle()
+        with pytest.raises(IndexOutOfBounds, match="index 7 is out of bounds"):
+            run(w, good)
+    finally:
+        torch.set_default_device(kernel_device() if kernel_device() == "cuda" else None)
+    torch.testing.assert_close(got, F.embedding(good, w) * 2)
 
 
 def test_sync_checks_raise_in_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,6 +250,7 @@ def test_deferred_error_is_not_hidden_by_the_eager_rerun(monkeypatch: pytest.Mon
     jitted = framejit.jit(fn, backend="triton")
     torch.testing.assert_close(jitted(w, torch.tensor([0, 1])), fn(w, torch.tensor([0, 1])))
     jitted(w, torch.tensor([9, 1]))
+    settle()
     with pytest.raises(IndexOutOfBounds, match="index 9 .*earlier call"):
         jitted(w, torch.tensor([0, 1]))
 

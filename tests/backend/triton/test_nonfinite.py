@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_helpers import check
+from triton_helpers import check, kernel_device
 
 INF, NAN = float("inf"), float("nan")
 A = torch.tensor([INF, -INF, INF, 5.0, -5.0, NAN, 0.0, 3.0, INF, -0.0, 1e30, -7.5])
@@ -111,8 +111,9 @@ def _same_bits(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("name", list(SPECIAL_CASES))
 def test_special_values_match_eager_bit_for_bit(name: str) -> None:
     fn = SPECIAL_CASES[name]
-    got = check(lambda a, b: fn(a, b), SX, SY)
-    want = fn(SX, SY)
+    sx, sy = SX.to(kernel_device()), SY.to(kernel_device())
+    got = check(lambda a, b: fn(a, b), sx, sy)
+    want = fn(sx, sy)
     got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
     for g, w in zip(got, want):
         special = ~w.isfinite() | (w.abs() < torch.finfo(w.dtype).tiny)
@@ -124,7 +125,7 @@ def test_special_values_match_eager_bit_for_bit(name: str) -> None:
             same |= (w == 0) & (g.abs() < 1e-12) & (g.signbit() == w.signbit())
         bad = special & ~same
         assert not bad.any(), [
-            (SX[k].item(), SY[k].item(), w[k].item(), g[k].item())
+            (sx[k].item(), sy[k].item(), w[k].item(), g[k].item())
             for k in bad.nonzero().flatten()[:8]
         ]
 
@@ -157,7 +158,7 @@ def _fmod_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """192 pairs (eager's vectorized loop): quotients up to 2**60 (2**160 in float64, long
     division's many rounds), both signs, and the awkward ones. No bfloat16 denormals: the
     interpreter's bfloat16 conversion flushes them."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(kernel_device()).manual_seed(0)
     top = 160 if dtype == torch.float64 else 40
 
     def values(lo: float, hi: float) -> torch.Tensor:
@@ -247,7 +248,7 @@ def test_constant_operands_run_in_the_kernels(
     name: str, dtype: torch.dtype, no_fallback: None
 ) -> None:
     fn = CONSTANT_OPERANDS[name]
-    x = SX.to(dtype)
+    x = SX.to(kernel_device(), dtype)
     got, want = check(fn, x), fn(x)
     special = ~want.isfinite() | (want == 0)
     bad = special & ~_bits_equal(got, want)
@@ -274,10 +275,11 @@ SIGNED_ZERO_CASES: dict[str, Any] = {
 @pytest.mark.parametrize("name", list(SIGNED_ZERO_CASES))
 def test_signed_zeros_and_ties_match_eager_bit_for_bit(name: str, no_fallback: None) -> None:
     fn = SIGNED_ZERO_CASES[name]
-    got, want = check(fn, SX, SY), fn(SX, SY)
+    sx, sy = SX.to(kernel_device()), SY.to(kernel_device())
+    got, want = check(fn, sx, sy), fn(sx, sy)
     got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
     for g, w in zip(got, want):
         bad = ~_bits_equal(g, w)
         assert not bad.any(), [
-            (SX[k].item(), SY[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:8, 0]
+            (sx[k].item(), sy[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:8, 0]
         ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from triton_helpers import require_interpreter
+from triton_helpers import kernel_device, require_interpreter
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database imports expecttest")
 
@@ -92,7 +92,8 @@ def test_float64_reference_keeps_gradients() -> None:
     assert reference is not None and len(sweep._flat(reference)) == 2
     outputs, (grad,) = reference
     assert outputs.dtype == grad.dtype == torch.float64
-    weights = torch.rand(16, generator=torch.Generator().manual_seed(0)).half().double()
+    generator = torch.Generator(kernel_device()).manual_seed(0)
+    weights = torch.rand(16, generator=generator).half().double()
     torch.testing.assert_close(grad, torch.cos(x.detach().double()) * weights)
     wrong = (expected_outputs, [expected[1][0] + 0.5])  # outputs right, gradient off
     assert sweep._no_worse(expected, expected, reference)

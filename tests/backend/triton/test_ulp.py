@@ -38,7 +38,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from framejit.backend.triton import cache
-from triton_helpers import require_interpreter
+from triton_helpers import kernel_device, require_interpreter
 
 import framejit
 
@@ -324,7 +324,7 @@ POW_FLOAT64_ULPS = 3
 def _pow_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Every pair of `POW_BASES` and `POW_EXPONENTS`, and random ones (whole exponents and
     fractional, bases around 1 and far from it), as two flat tensors of `dtype`."""
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(kernel_device()).manual_seed(0)
     base = torch.tensor(POW_BASES, dtype=torch.float64)
     exponent = torch.tensor(POW_EXPONENTS, dtype=torch.float64)
     x = [base.repeat_interleave(len(exponent)), torch.randn(600, generator=gen) * 10]
