@@ -18,15 +18,20 @@ this call's results; `replay(graph)` recomputes them in the same memory; `warm_u
 `release(storage)` gives up the caller's hold on output memory of a recording, which later
 recordings may then use (a released storage is still written by its own recording's replays).
 A capture that fails raises `CaptureError` with the reason, and the manager runs that function
-without graphs from then on.
+without graphs from then on. The ops a capture refuses are also watched for during the warm-up
+(`SyncWatch`), so a CUDA capture is not even tried for a function that uses one: a failed CUDA
+capture leaves torch's capture state behind (see `CUDARecorder.record`), which it cleans up as
+far as it can.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Ops that make the host wait for the device (or read device memory on the host), which a CUDA
@@ -128,22 +133,63 @@ def _scribble(storages: Sequence[torch.UntypedStorage]) -> None:
         _bytes(storage, storage.nbytes()).fill_(0xFF)  # NaN in float dtypes, -1 in integers
 
 
+def syncing_reason(name: str) -> str:
+    return f"`{name}` synchronizes with the host, which a capture cannot do"
+
+
 class _RefuseSyncingOps(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func._schema.name
         if name in _SYNCING_OPS:
-            raise CaptureError(f"`{name}` synchronizes with the host, which a capture cannot do")
+            raise CaptureError(syncing_reason(name))
         return func(*args, **(kwargs or {}))
 
 
+class SyncWatch(TorchDispatchMode):
+    """Around a warm-up: notes the first op a capture would refuse (`seen`) on a tensor of the
+    tree's device, changing nothing (the same op on a CPU tensor of a CUDA tree does not touch
+    the capture). The tree then refuses the function before any capture is tried."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device_type = device.type
+        self.seen: str | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.seen is None and func._schema.name in _SYNCING_OPS:
+            tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+            if any(t.device.type == self.device_type for t in tensors):
+                self.seen = func._schema.name
+        return func(*args, **(kwargs or {}))
+
+
+# Graphs whose capture failed half-way: torch may still hold pointers to them (the allocator's
+# capture filter), so they are never freed.
+_abandoned: list[Any] = []
+
+
 class CUDARecorder:
-    """Real capture with `torch.cuda.CUDAGraph`, all recordings in one pool."""
+    """Real capture with `torch.cuda.CUDAGraph`, all recordings in one pool, captured on a
+    stream of the recorder's own (a capture cannot run on the default stream).
+
+    Capture, step by step as `torch.cuda.graph` does it (torch 2.11 torch/cuda/graphs.py,
+    `graph.__enter__`/`__exit__`: synchronize, enter the capture stream, `capture_begin`, run,
+    `capture_end`, leave the stream), but with the failure path handled: `graph.__exit__` calls
+    `capture_end` before it leaves the stream, so when `capture_end` raises (a capture that an
+    op invalidated: `cudaStreamEndCapture` fails) the capture stream stays current. And torch's
+    `CUDAGraph::capture_end` raises before it tells the allocator the capture ended
+    (`endAllocateToPool`) and before the CUDA generator leaves capture mode
+    (`capture_epilogue`), so every later random op fails with "Offset increment outside graph
+    capture encountered unexpectedly" (seen on the GPU). `_clean_up` undoes both.
+    """
 
     kind = "cuda"
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.device(device):
+            self.stream = torch.cuda.Stream()
         self.graphs: list[torch.cuda.CUDAGraph] = []
 
     def warm_up(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
@@ -151,16 +197,69 @@ class CUDARecorder:
 
     def record(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, Any]:
         graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(self.device)
-        try:
-            with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=self.pool):
-                result = fn(*args)
-        except Exception as exc:  # noqa: BLE001 - any capture failure: say why, run eagerly
-            torch.cuda.synchronize(self.device)
-            raise CaptureError(f"the CUDA capture failed: {type(exc).__name__}: {exc}") from exc
+        with torch.cuda.device(self.device):
+            torch.cuda.synchronize()
+            with torch.cuda.stream(self.stream):
+                # thread_local, as torch's own trees capture (torch 2.11
+                # _inductor/cudagraph_trees.py, `_record`): a backward is captured on
+                # autograd's device thread, and other threads' CUDA calls must not break it
+                graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+                try:
+                    result = fn(*args)
+                except BaseException as exc:
+                    self._end_failed(graph)
+                    if not isinstance(exc, Exception):  # KeyboardInterrupt and the like
+                        raise
+                    raise CaptureError(
+                        f"the CUDA capture failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+                try:
+                    graph.capture_end()
+                except Exception as exc:  # noqa: BLE001 - the capture was invalidated
+                    self._clean_up(graph)
+                    raise CaptureError(
+                        f"the CUDA capture failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+            _clear_cublas_workspaces()
         self.graphs.append(graph)
         graph.replay()  # a capture runs nothing: produce this call's results
         return graph, result
+
+    def _end_failed(self, graph: torch.cuda.CUDAGraph) -> None:
+        """`fn` raised during the capture: end it. If the capture is still valid this ends it
+        cleanly (the graph is dropped); if not, `capture_end` raises and `_clean_up` runs."""
+        try:
+            with warnings.catch_warnings():  # a capture that stopped early may be empty
+                warnings.filterwarnings("ignore", "The CUDA Graph is empty")
+                graph.capture_end()
+        except Exception:  # noqa: BLE001 - invalidated: clean up what torch left
+            self._clean_up(graph)
+        else:
+            self.graphs.append(graph)  # a whole capture of part of `fn`: freed by close()
+
+    def _clean_up(self, graph: torch.cuda.CUDAGraph) -> None:
+        """After a `capture_end` that raised: the stream left capture mode
+        (`cudaStreamEndCapture` ends a capture even when it fails) but torch did not finish.
+        1. The allocator still routes allocations to the pool through the failed graph's
+           filter: `_cuda_endAllocateToPool` (torch 2.11 torch/cuda/memory.py, as `use_mem_pool`
+           uses it) removes it; it raises if torch had already done so.
+        2. The CUDA generator is still in capture mode: an empty capture with its own pool
+           runs its prologue and epilogue, which leaves it out of capture mode.
+        The failed graph is kept, never freed: torch may still point at it."""
+        _abandoned.append(graph)
+        torch.cuda.synchronize()
+        try:
+            torch._C._cuda_endAllocateToPool(self.device.index, self.pool)
+        except Exception:  # noqa: BLE001 - torch had ended it already
+            pass
+        repair = torch.cuda.CUDAGraph()
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "The CUDA Graph is empty")
+                repair.capture_begin(capture_error_mode="thread_local")
+                repair.capture_end()
+        except Exception:  # noqa: BLE001 - nothing more to do; the reason is logged anyway
+            _abandoned.append(repair)
 
     def replay(self, graph: Any) -> None:
         graph.replay()
@@ -173,3 +272,17 @@ class CUDARecorder:
         for graph in self.graphs:
             graph.reset()
         self.graphs.clear()
+
+
+def _clear_cublas_workspaces() -> None:
+    """Let cuBLAS's cached workspaces go after a capture, as torch's own trees do around each
+    recording (torch 2.11 _inductor/cudagraph_trees.py, `clear_cublass_cache`). A capture on a
+    new stream makes cuBLAS allocate a workspace (32 MiB on an H100) for that stream, in the
+    pool; held, it stays allocated for good, beside the one eager matmuls use. Freed, it is
+    memory the capture used and let go, like its intermediates: later recordings may take it
+    and this graph's replays still write to it, which the tree's memory rules allow for
+    (tree.py: whatever was free when a node was recorded may be written by its replays). The
+    workspaces of other streams are allocated again at their next matmul."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()

@@ -43,8 +43,9 @@ Invariants:
   live output (outputs.CAN_PRESERVE: torch < 2.13 without framejit's C++ extension) nothing is
   released.
 - Refusals (CPU tensors without the stand-in, several devices, a mutated non-static input, an
-  output that aliases an input, autograd recording through the callable, a failed capture,
-  the limits above) are logged once to `cudagraphs` with the reason; that function then runs
+  output that aliases an input, autograd recording through the callable, an op a capture
+  refuses (seen during the warm-up, so no capture is tried), a failed capture, the limits
+  above) are logged once to `cudagraphs` with the reason; that function then runs
   as it is. The replay path formats no log message and allocates only the output tensors.
 """
 
@@ -56,7 +57,7 @@ from typing import Any
 
 import torch
 from framejit.cudagraphs.outputs import CAN_PRESERVE, OutputSet
-from framejit.cudagraphs.recorder import CaptureError
+from framejit.cudagraphs.recorder import CaptureError, SyncWatch, syncing_reason
 
 from framejit import logs
 from framejit.config import config
@@ -90,11 +91,13 @@ class TreeFunction:
 
     def __call__(self, *args: Any) -> Any:
         if self.refused is not None or self.manager.closed:
+            self.manager.eager_runs += 1
             return self.fn(*args)
         return self.manager.run(self, args)
 
     def refuse(self, reason: str) -> None:
         self.refused = reason
+        self.manager.refusals.append(f"{self.name}: {reason}")
         logs.artifact("cudagraphs", f"not graphing {self.name}: {reason}; it runs as it is")
 
     def __repr__(self) -> str:
@@ -209,6 +212,11 @@ class CUDAGraphTreeManager:
         self.said_unsettled = False
         self.new_invocation = False  # a call from outside compiled code began (jit tells us)
         self.invocations_seen = False
+        # what ran, for tools/bench and tests: `nodes` recordings, and
+        self.replays = 0
+        self.warm_ups = 0
+        self.eager_runs = 0  # calls run without graphs (refused, or an unsettled output)
+        self.refusals: list[str] = []  # "name: reason" of each refused function
 
     # --- steps ----------------------------------------------------------------------------------
     def new_generation(self) -> None:
@@ -264,6 +272,7 @@ class CUDAGraphTreeManager:
                     f"this torch ({torch.__version__}) cannot give it its own copy: calls run "
                     "without graphs until it dies",
                 )
+            self.eager_runs += 1
             return function.fn(*args)
         self.in_path = True
         if not function.warmed_up or self.warming:
@@ -299,13 +308,20 @@ class CUDAGraphTreeManager:
 
     def _warm_up(self, function: TreeFunction, args: Sequence[Any]) -> Any:
         self.warming = True
+        self.warm_ups += 1
         watched = [
             (i, a, a._version)
             for i, a in enumerate(args)
             if isinstance(a, torch.Tensor) and i not in function.static_indices
         ]
-        result = self.recorder.warm_up(function.fn, args)
+        # an op a capture refuses is found here, so no capture is tried: a failed CUDA capture
+        # is costly to undo (recorder.py, CUDARecorder)
+        with SyncWatch(self.device) as watch:
+            result = self.recorder.warm_up(function.fn, args)
         function.warmed_up = True
+        if watch.seen is not None:
+            function.refuse(syncing_reason(watch.seen))
+            return result
         for i, a, version in watched:
             if a._version != version:
                 function.refuse(f"it writes to input {i}, which is not a parameter or buffer")
@@ -366,6 +382,7 @@ class CUDAGraphTreeManager:
         for i, buf in node.copies:
             buf.copy_(args[i])
         self.recorder.replay(node.graph)
+        self.replays += 1
         node.generation = self.generation
         self.tip = node
         result = node.hand_out(args)
@@ -385,6 +402,7 @@ class CUDAGraphTreeManager:
                     f"more than config.cudagraph_max_shapes={config.cudagraph_max_shapes} "
                     "distinct input shapes"
                 )
+                self.eager_runs += 1
                 return function.fn(*args)
             function.shapes.add(key)
         else:
@@ -397,6 +415,7 @@ class CUDAGraphTreeManager:
                     "grad mode on keeps a backward pending: use torch.no_grad() or call "
                     "framejit.mark_step_begin() before each step"
                 )
+                self.eager_runs += 1
                 return function.fn(*args)
             if logs.enabled("cudagraphs"):
                 why = "; ".join(dict.fromkeys(reasons)) or "it ran at a new place in the tree"
@@ -405,6 +424,7 @@ class CUDAGraphTreeManager:
             node, result = self._capture(function, parent, args)
         except CaptureError as exc:
             function.refuse(str(exc))
+            self.eager_runs += 1
             return function.fn(*args)
         (parent.children if parent is not None else self.roots).setdefault(function.id, []).append(
             node

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from framejit.cudagraphs import OverwrittenOutputError
+from framejit.cudagraphs import CaptureError, OverwrittenOutputError
 
 import framejit
 from framejit import cudagraphs
@@ -31,6 +31,7 @@ def test_cuda_inference_replays(backend: str) -> None:
             torch.testing.assert_close(fast(x).clone(), model(x))
     manager = cudagraphs.managers()[torch.device("cuda", torch.cuda.current_device())]
     assert manager.nodes == 1
+    assert (manager.warm_ups, manager.replays, manager.eager_runs) == (1, 3, 0)
     assert isinstance(manager.recorder, cudagraphs.CUDARecorder)
 
 
@@ -57,6 +58,8 @@ def test_cuda_training_matches_eager() -> None:
             p.grad = q.grad = None
     manager = cudagraphs.managers()[torch.device("cuda", torch.cuda.current_device())]
     assert manager.nodes == 2
+    # the backward is captured on autograd's device thread; both replay from the third step
+    assert (manager.replays, manager.eager_runs, manager.refusals) == (4, 0, [])
 
 
 def test_cuda_reset_frees_the_pool() -> None:
@@ -66,3 +69,40 @@ def test_cuda_reset_frees_the_pool() -> None:
             fast(torch.randn(2, 32, device="cuda"))
     framejit.reset()
     assert not cudagraphs.managers()
+
+
+def test_a_failed_capture_leaves_random_ops_and_later_captures_working() -> None:
+    """A capture an op invalidates makes torch's `capture_end` raise before the CUDA generator
+    leaves capture mode: every later random op then failed with "Offset increment outside
+    graph capture" (the first GPU run). The recorder cleans up after it."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    recorder = cudagraphs.CUDARecorder(device)
+    x = torch.ones(4, device="cuda")
+    with pytest.raises(CaptureError, match="capture failed"):
+        recorder.record(lambda x: (x.nonzero(),), [x])  # syncs: invalidates the capture
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    torch.manual_seed(0)
+    first = torch.rand(1000, device="cuda")  # raised "Offset increment ..." before
+    assert float(first.min()) >= 0 and float(first.max()) < 1
+    graph, (y,) = recorder.record(lambda x: (x + torch.rand_like(x),), [x])
+    before = y.clone()
+    recorder.replay(graph)
+    assert not torch.equal(before, y) and bool(((y >= 1) & (y < 2)).all())
+    recorder.close()
+
+
+def test_recording_holds_no_cublas_workspace() -> None:
+    """A capture on the recorder's stream makes cuBLAS allocate a workspace for it (32 MiB on
+    an H100): the recorder lets it go after the capture, as torch's trees do."""
+    model = mlp()
+    fast = framejit.jit(model, mode="reduce-overhead")
+    x = torch.randn(2, 32, device="cuda")
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        for _ in range(5):
+            fast(x)
+    torch.cuda.synchronize()
+    grown = torch.cuda.memory_allocated() - before
+    assert grown < 2**20, f"{grown} bytes more allocated after warm-up, recording and replays"

@@ -41,6 +41,7 @@ def test_inference_replays_one_recording(backend: str) -> None:
             torch.testing.assert_close(fast(x), model(x))
     manager = tree_manager()
     assert manager.nodes == 1  # warm-up, one recording, then replays
+    assert (manager.warm_ups, manager.replays, manager.eager_runs) == (1, 3, 0)
     (node,) = next(iter(manager.roots.values()))
     assert len(node.static_ptrs) == 4 and len(node.copies) == 1
 
@@ -139,6 +140,8 @@ def test_training_forward_and_backward_on_one_path() -> None:
             p.grad = q.grad = None
     manager = tree_manager()
     assert manager.nodes == 2
+    # warm-up and recording of the forward and the backward, then both replay twice
+    assert (manager.warm_ups, manager.replays, manager.eager_runs) == (2, 4, 0)
     (forward,) = next(iter(manager.roots.values()))
     (backward,) = next(iter(forward.children.values()))
     assert forward.function.kind == "forward" and backward.function.kind == "backward"
@@ -213,6 +216,24 @@ def test_refusals_run_normally_and_say_why(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "writes to input 0" in err
     assert "not graphing nz()" in err and "aten::nonzero" in err
+
+
+def test_an_op_a_capture_refuses_is_found_at_the_warm_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No capture is tried for it: on CUDA a failed capture leaves torch's state behind."""
+    framejit.set_logs(cudagraphs=True)
+    fn = cudagraphs.cudagraphify(
+        lambda x: (x * x.sum().item(),), [torch.ones(3)], (), "scaled_by_item()"
+    )
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(fn(x)[0], x * x.sum().item())
+    manager = tree_manager()
+    assert manager.serial == 0  # no recording was begun
+    assert manager.nodes == 0 and manager.warm_ups == 1 and manager.eager_runs == 2
+    err = capsys.readouterr().err
+    assert "not graphing scaled_by_item()" in err and "aten::_local_scalar_dense" in err
 
 
 @pytest.mark.stand_in_only

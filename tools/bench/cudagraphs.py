@@ -9,8 +9,11 @@ For each: the median time per call of eager, framejit (`backend="auto"`, `mode="
 and torch.compile(mode="reduce-overhead"), the ratios eager/framejit and torch.compile/framejit;
 framejit's replay overhead per call (a call of the jitted function minus a bare
 `CUDAGraph.replay()` of the same work, in microseconds); and peak memory during the timed calls,
-as a ratio to eager. Targets: >= 3x eager on mlp_infer, within 10% of torch.compile
-or ahead, peak memory <= torch.compile's.
+as a ratio to eager (and in MiB: the whole process's allocated memory, so every model's
+parameters and whatever cuBLAS workspaces are held at the time count). For framejit it also says
+what its trees did during the case: recordings, replays, warm-ups, calls run without graphs, and
+why a graph was refused, so a slow case shows whether it replayed at all. Targets: >= 3x eager
+on mlp_infer, within 10% of torch.compile or ahead, peak memory <= torch.compile's.
 
     python tools/bench/cudagraphs.py [--repeats N] [--json results.json]
 
@@ -98,6 +101,26 @@ def bare_replay_us(model: torch.nn.Module, x: torch.Tensor, repeats: int) -> flo
     return timed(graph.replay, repeats) * 1e6
 
 
+def tree_report() -> dict[str, Any]:
+    """What framejit's CUDA graph trees did so far (framejit.cudagraphs managers' counters)."""
+    from framejit import cudagraphs
+
+    report: dict[str, Any] = {
+        "recordings": 0,
+        "replays": 0,
+        "warm_ups": 0,
+        "runs_without_graphs": 0,
+        "refused": [],
+    }
+    for manager in cudagraphs.managers().values():
+        report["recordings"] += manager.nodes
+        report["replays"] += manager.replays
+        report["warm_ups"] += manager.warm_ups
+        report["runs_without_graphs"] += manager.eager_runs
+        report["refused"] += manager.refusals
+    return report
+
+
 def run_case(name: str, repeats: int) -> dict[str, Any]:
     import framejit
 
@@ -121,12 +144,16 @@ def run_case(name: str, repeats: int) -> dict[str, Any]:
             framejit.mark_step_begin()
         seconds[label] = timed(step, repeats)
         memory[label] = peak_memory(step)
+        if label == "framejit":
+            trees = tree_report()
     result: dict[str, Any] = {
         "case": name,
         "ms": {k: v * 1e3 for k, v in seconds.items()},
         "speedup_vs_eager": seconds["eager"] / seconds["framejit"],
         "vs_torch_compile": seconds["torch.compile"] / seconds["framejit"],
         "peak_memory_vs_eager": {k: memory[k] / memory["eager"] for k in memory},
+        "peak_memory_mib": {k: v / 2**20 for k, v in memory.items()},
+        "framejit_trees": trees,
     }
     if name == "mlp_infer":
         result["replay_overhead_us"] = seconds["framejit"] * 1e6 - bare_replay_us(model, x, repeats)
@@ -153,6 +180,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{'':<10} eager/framejit {r['speedup_vs_eager']:.2f}x  "
             f"torch.compile/framejit {r['vs_torch_compile']:.2f}x  peak memory vs eager: {mem}"
         )
+        mib = "  ".join(f"{k} {v:.1f}" for k, v in r["peak_memory_mib"].items())
+        print(f"{'':<10} peak memory MiB: {mib}")
+        t = r["framejit_trees"]
+        print(
+            f"{'':<10} framejit trees: {t['recordings']} recordings, {t['replays']} replays, "
+            f"{t['warm_ups']} warm-ups, {t['runs_without_graphs']} runs without graphs"
+        )
+        for reason in t["refused"]:
+            print(f"{'':<10} refused: {reason}")
         if "replay_overhead_us" in r:
             print(f"{'':<10} replay overhead per call: {r['replay_overhead_us']:.1f} us")
         if r["case"] == "mlp_infer":
