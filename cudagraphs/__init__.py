@@ -141,6 +141,10 @@ def cudagraphify(
             f"static_indices must index the {len(example_inputs)} example inputs, got {bad}"
         )
     reason, device = _refusal(example_inputs, static)
+    if reason is None:
+        # a callable whose every call takes fresh values from the host (the Triton kernels'
+        # random seeds): a replay would repeat the recorded call's values
+        reason = getattr(fn, "host_values", None)
     if reason is not None:
         logs.artifact("cudagraphs", f"not graphing {name}: {reason}; it runs as it is")
         return fn

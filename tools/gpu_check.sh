@@ -15,6 +15,8 @@
 #   bash tools/gpu_check.sh tests    the suite on 3.12 (CPU paths, 7 workers) beside the GPU
 #                                    battery (FRAMEJIT_TEST_DEVICE=cuda, 8 workers)
 #   bash tools/gpu_check.sh bench    kernels.py, cudagraphs.py, models.py
+#   bash tools/gpu_check.sh recheck  models (GPT-2 b=1, ResNet), cudagraphs.py, the graph-tree
+#                                    tests on CUDA, GPT-2 b=8: a short second run
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back): build.log, suite.log,
@@ -67,6 +69,18 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
         "${GPU_S:-240}" python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 -rfE \
         --tb=short tests/backend/triton tests/cudagraphs
     wait
+fi
+if [ "$WHAT" = recheck ]; then
+    # a short second look after fixes (about 4 minutes): the end-to-end models, the graph
+    # trees' bench, then the graph-tree tests on real CUDA graphs (one process: a device-side
+    # assert elsewhere cannot poison them)
+    step models "${MODELS_S:-110}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1
+    step cudagraphs "${CUDAGRAPHS_S:-60}" python3 tools/bench/cudagraphs.py --repeats 10
+    FRAMEJIT_TEST_DEVICE=cuda FRAMEJIT_TEST_FAILURES="$OUT/cuda_failures.log" step cuda \
+        "${GPU_S:-50}" python3 -m pytest -q -p no:cacheprovider --timeout 40 -rfE --tb=short \
+        tests/cudagraphs tests/backend/triton/test_ops_random.py
+    step models_b8 "${MODELS_B8_S:-60}" python3 tools/bench/models.py --repeats 10 \
+        --models gpt2 --gpt2-batches 8
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     step kernels "${KERNELS_S:-80}" python3 tools/bench/kernels.py --repeats 10

@@ -219,7 +219,13 @@ def _load(
     logs.artifact("output_code", lambda: source, language="python")
     module = cache.load(source, constants, cache.device_tag(lowering.graph.device))
     call = _quiet(module.call) if lowering.graph.device == "cpu" else module.call
-    return FirstCall(call, gm)
+    first = FirstCall(call, gm)
+    if lowering.graph.seed_positions:
+        first.host_values = (
+            "its kernels take random seeds drawn on the host at each call (a CUDA graph would "
+            "replay the recorded call's seeds: the same dropout mask every step)"
+        )
+    return first
 
 
 class FirstCall:
@@ -231,12 +237,14 @@ class FirstCall:
     it again is safe. An error the aten graph raises too is the program's own: it propagates,
     and the kernels are tried again next call. `IndexOutOfBounds` always propagates."""
 
-    __slots__ = ("run", "call", "gm")
+    __slots__ = ("run", "call", "gm", "host_values")
 
     def __init__(self, call: Callable[..., Any], gm: torch.fx.GraphModule) -> None:
         self.call = call
         self.gm = gm
         self.run = self._first
+        # why the calls cannot be recorded as CUDA graphs (cudagraphs.cudagraphify), or None
+        self.host_values: str | None = None
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args)
@@ -250,7 +258,8 @@ class FirstCall:
             raise
         except Exception as error:  # noqa: BLE001 - any failure of the kernels: try aten
             result = self.gm.forward(*args)  # raises if the error is the program's own
-            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+            first_line = next(iter(str(error).splitlines()), "")  # a bare `assert`: none
+            reason = f"{type(error).__name__}: {first_line[:300]}"
             logs.artifact(
                 "perf_hints",
                 f"triton: the kernels failed at their first run ({reason}); "

@@ -15,7 +15,7 @@ compilers are checked against eager. Printed: medians and the ratios eager/frame
 "within 10% of torch.compile or ahead").
 
     python tools/bench/models.py [--models gpt2,resnet] [--dtype bfloat16] [--repeats 20]
-                                 [--json results.json]
+                                 [--gpt2-batches 1,8] [--json results.json]
     TRITON_INTERPRET=1 python tools/bench/models.py --smoke   # tiny shapes, checks only (CPU)
 
 Without a CUDA device (and without --smoke) it says so and exits 0. torch.compile is used here
@@ -231,7 +231,13 @@ def measure(
 
 
 def cases(
-    names: list[str], device: torch.device, dtype: torch.dtype, seq: int, batch: int, smoke: bool
+    names: list[str],
+    device: torch.device,
+    dtype: torch.dtype,
+    seq: int,
+    batch: int,
+    smoke: bool,
+    gpt2_batches: tuple[int, ...] = (1, 8),
 ) -> list[tuple[str, nn.Module, tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     found = []
@@ -241,7 +247,7 @@ def cases(
         )
         seq = min(seq, shape.max_seq) if not smoke else 8
         model = GPT(shape).eval().to(device, dtype)
-        for b in (1, 8) if not smoke else (1, 2):
+        for b in gpt2_batches if not smoke else (1, 2):
             ids = torch.randint(0, shape.vocab, (b, seq), device=device)
             found.append((f"gpt2 b={b} t={seq}", model, (ids,)))
     if "resnet" in names:
@@ -260,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8, help="ResNet batch")
+    parser.add_argument("--gpt2-batches", default="1,8", help="GPT-2 batches, in this order")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: checks only)")
@@ -276,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     where = torch.cuda.get_device_name() if cuda else "cpu (smoke: Triton's interpreter)"
     print(f"device: {where}; dtype {dtype}; torch {torch.__version__}")
     results = []
-    for case, model, inputs in cases(names, device, dtype, args.seq, args.batch, args.smoke):
+    gpt2_batches = tuple(int(b) for b in args.gpt2_batches.split(","))
+    found = cases(names, device, dtype, args.seq, args.batch, args.smoke, gpt2_batches)
+    for case, model, inputs in found:
         result = measure(case, model, inputs, 3 if args.smoke else args.repeats, with_compile)
         results.append(result)
         tc = "-" if result.compile_ms is None else f"{result.compile_ms:8.2f}ms"

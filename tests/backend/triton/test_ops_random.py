@@ -175,3 +175,26 @@ def test_seeds_are_drawn_in_program_order_between_random_externs(
     torch.testing.assert_close(got[0], expected[0])
     for g, a in zip(got, again):
         assert torch.equal(g, a)
+
+
+def test_dropout_kernels_are_not_recorded_as_cuda_graphs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The kernels' seeds are drawn on the host at each call: a recorded graph would replay
+    the recorded call's seeds (the same mask every step), so such a graph is not recorded."""
+    require_interpreter()
+    from framejit import cudagraphs
+
+    framejit.set_logs(cudagraphs=True)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, 0.5, training=True) * 2
+
+    x = torch.ones(32, 32)
+    with cudagraphs.stand_in():
+        fast = framejit.jit(f, backend="triton", mode="reduce-overhead")
+        outs = [fast(x).clone() for _ in range(4)]  # warm-up, record, replay, replay
+    for a, b in zip(outs, outs[1:]):
+        assert not torch.equal(a, b)
+        assert set(b.unique().tolist()) <= {0.0, 4.0}
+    assert "random seeds drawn on the host" in capsys.readouterr().err
