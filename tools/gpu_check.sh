@@ -74,12 +74,12 @@ if [ "$WHAT" = recheck ]; then
     # a short second look after fixes (about 4 minutes): the end-to-end models, the graph
     # trees' bench, then the graph-tree tests on real CUDA graphs (one process: a device-side
     # assert elsewhere cannot poison them)
-    step models "${MODELS_S:-110}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1
-    step cudagraphs "${CUDAGRAPHS_S:-60}" python3 tools/bench/cudagraphs.py --repeats 10
+    step models "${MODELS_S:-125}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1
+    step cudagraphs "${CUDAGRAPHS_S:-55}" python3 tools/bench/cudagraphs.py --repeats 10
     FRAMEJIT_TEST_DEVICE=cuda FRAMEJIT_TEST_FAILURES="$OUT/cuda_failures.log" step cuda \
-        "${GPU_S:-50}" python3 -m pytest -q -p no:cacheprovider --timeout 40 -rfE --tb=short \
+        "${GPU_S:-45}" python3 -m pytest -q -p no:cacheprovider --timeout 40 -rfE --tb=short \
         tests/cudagraphs tests/backend/triton/test_ops_random.py
-    step models_b8 "${MODELS_B8_S:-60}" python3 tools/bench/models.py --repeats 10 \
+    step models_b8 "${MODELS_B8_S:-45}" python3 tools/bench/models.py --repeats 10 \
         --models gpt2 --gpt2-batches 8
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then

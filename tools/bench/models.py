@@ -25,8 +25,10 @@ only, as the baseline being measured against.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -200,18 +202,26 @@ def measure(
     inputs: tuple[torch.Tensor, ...],
     repeats: int,
     with_compile: bool,
+    profile_first: bool = False,
 ) -> Result:
     import framejit
 
     device = inputs[0].device
     with torch.no_grad():
         expected = model(*inputs)
+        profiler = cProfile.Profile() if profile_first else None
         start = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         fast = framejit.jit(model, backend="triton")
         _close(fast(*inputs), expected, f"{case}: framejit")
         if device.type == "cuda":
             torch.cuda.synchronize()
         compile_s = time.perf_counter() - start
+        if profiler is not None:
+            profiler.disable()
+            print(f"{case}: framejit's first call, by cumulative time", flush=True)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
         eager_ms = _time_ms(lambda: model(*inputs), repeats, device)
         fj_ms = _time_ms(lambda: fast(*inputs), repeats, device)
         tc_ms = None
@@ -267,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8, help="ResNet batch")
     parser.add_argument("--gpt2-batches", default="1,8", help="GPT-2 batches, in this order")
+    parser.add_argument(
+        "--profile-first", action="store_true", help="print a profile of framejit's first call"
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: checks only)")
@@ -286,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     gpt2_batches = tuple(int(b) for b in args.gpt2_batches.split(","))
     found = cases(names, device, dtype, args.seq, args.batch, args.smoke, gpt2_batches)
     for case, model, inputs in found:
-        result = measure(case, model, inputs, 3 if args.smoke else args.repeats, with_compile)
+        repeats = 3 if args.smoke else args.repeats
+        result = measure(case, model, inputs, repeats, with_compile, args.profile_first)
         results.append(result)
         tc = "-" if result.compile_ms is None else f"{result.compile_ms:8.2f}ms"
         ratio = "-" if result.ratio_vs_compile is None else f"{result.ratio_vs_compile:.2f}"
