@@ -87,7 +87,7 @@ class StandInRecorder:
                 placed[storage._cdata] = self._place(storage)
             target = placed[storage._cdata]
             if target is not storage:
-                out = torch.empty(0, dtype=out.dtype).set_(
+                out = torch.empty(0, dtype=out.dtype, device=target.device).set_(
                     target, out.storage_offset(), out.shape, out.stride()
                 )
             moved.append(out)
@@ -125,7 +125,7 @@ class StandInRecorder:
 
 
 def _bytes(storage: torch.UntypedStorage, n: int) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (n,))
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (n,))
 
 
 def _scribble(storages: Sequence[torch.UntypedStorage]) -> None:

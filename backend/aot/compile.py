@@ -336,7 +336,11 @@ def _compile(
 
     with mode:
         tangents = [
-            torch.empty(forward_values[k].shape, dtype=forward_values[k].dtype)
+            torch.empty(
+                forward_values[k].shape,
+                dtype=forward_values[k].dtype,
+                device=forward_values[k].device,  # not the default device: the output's
+            )
             for k in differentiable
         ]
     joint = trace_joint(fn, fakes, mutated, differentiable, tangents, mode)

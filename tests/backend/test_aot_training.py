@@ -533,3 +533,23 @@ def test_an_input_used_only_detached_gets_no_edge_into_its_history(backend):
         lp.backward()  # frees lp's graph
         fn(lp).backward()
         torch.testing.assert_close(log_alpha.grad, -(lp.detach() - 2.0).reshape(1))
+
+
+def test_tangents_are_made_on_the_outputs_device():
+    """The joint graph's tangents follow the outputs' device, not the default device: they
+    were made with the default one, so every training graph on a GPU failed to trace
+    ("invalid gradient ... expected device cuda:0 but got cpu") and ran as eager. A default
+    device other than the tensors' shows it on the CPU."""
+    model = torch.nn.Linear(4, 3)
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 4)
+    fast = framejit.jit(model, backend="aot_eager", fullgraph=True)
+    torch.set_default_device("meta")
+    try:
+        out = fast(x)
+    finally:
+        torch.set_default_device(None)
+    out.square().sum().backward()
+    reference(x).square().sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
