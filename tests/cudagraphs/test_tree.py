@@ -175,8 +175,10 @@ def test_moved_parameter_rerecords_then_gives_up(capsys: pytest.CaptureFixture[s
     framejit.set_logs(cudagraphs=True)
     model = torch.nn.Linear(4, 4)
     fast = framejit.jit(model, mode="reduce-overhead")
+    old = []  # kept alive, so the allocator cannot hand a recorded address back
     with torch.no_grad():
         for _ in range(5):
+            old.append(model.weight.data)
             model.weight.data = model.weight.data.clone()  # same Parameter, new memory
             x = torch.randn(2, 4)
             torch.testing.assert_close(fast(x), model(x))
