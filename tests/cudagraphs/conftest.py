@@ -8,11 +8,11 @@ marked `stand_in_only` (they test the stand-in itself) skip."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 import torch
+from device_mode import TEST_DEVICE, on_cuda
 
 import framejit
 from framejit import cudagraphs
@@ -30,24 +30,13 @@ def cudagraph_limits() -> Iterator[None]:
     cudagraphs.reset()
 
 
-TEST_DEVICE = os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu")
-
-
 @pytest.fixture
 def stand_in(request: pytest.FixtureRequest) -> Iterator[None]:
     if TEST_DEVICE != "cuda":
         with cudagraphs.stand_in():
             yield
         return
-    if not torch.cuda.is_available():
-        pytest.skip("FRAMEJIT_TEST_DEVICE=cuda needs a CUDA device")
-    if request.node.get_closest_marker("stand_in_only"):
-        pytest.skip("tests the CPU stand-in recorder")
-    torch.set_default_device("cuda")
-    try:
-        yield
-    finally:
-        torch.set_default_device(None)
+    yield from on_cuda(request, "stand_in_only", "tests the CPU stand-in recorder")
 
 
 @pytest.fixture(autouse=True)

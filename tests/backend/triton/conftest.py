@@ -20,9 +20,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-TEST_DEVICE = os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu")
-if TEST_DEVICE not in ("cpu", "cuda"):
-    raise ValueError(f"FRAMEJIT_TEST_DEVICE must be 'cpu' or 'cuda', not {TEST_DEVICE!r}")
+from device_mode import TEST_DEVICE, on_cuda  # noqa: E402
+
 if TEST_DEVICE == "cpu" and importlib.util.find_spec("numpy") is not None:
     os.environ["TRITON_INTERPRET"] = "1"
 
@@ -54,15 +53,7 @@ def kernel_device(request: pytest.FixtureRequest) -> Iterator[str]:
     if TEST_DEVICE == "cpu":
         yield "cpu"
         return
-    if not torch.cuda.is_available():
-        pytest.skip("FRAMEJIT_TEST_DEVICE=cuda needs a CUDA device")
-    if request.node.get_closest_marker("interpreter_only"):
-        pytest.skip("tests Triton's CPU interpreter")
-    torch.set_default_device("cuda")
-    try:
-        yield "cuda"
-    finally:
-        torch.set_default_device(None)
+    yield from on_cuda(request, "interpreter_only", "tests Triton's CPU interpreter")
 
 
 _PTX = os.environ.get("FRAMEJIT_PTX_CHECK", "")
