@@ -54,8 +54,10 @@ log = logging.getLogger(__name__)
 Inner = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
 # Graphs with these run as captured: recurrent ops decompose on CPU into mkldnn kernels whose
-# backward needs a workspace the traced graph cannot rebuild (and that are not core aten), and a
-# grad-mode switch inside the graph does not survive tracing under one mode.
+# backward needs a workspace the traced graph cannot rebuild (and that are not core aten), and
+# autocast or inference-mode regions (a block that covers the whole graph is handled apart).
+# Grad-mode switches alone do not stop the stage: in a graph where nothing requires grad they
+# are dropped, otherwise the joint trace runs them (a no_grad region's ops get no gradient).
 _AS_CAPTURED = frozenset(
     {
         torch.lstm,
@@ -105,12 +107,12 @@ def aot_compile(
     special = [
         n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in _AS_CAPTURED
     ]
-    if (
-        special
-        and set(special) == {torch._C._set_grad_enabled}
-        and not _any_requires_grad(gm, example_inputs)
-    ):
-        gm, special = _without_grad_switches(gm), []
+    if special and set(special) == {torch._C._set_grad_enabled}:
+        if not _any_requires_grad(gm, example_inputs):
+            gm = _without_grad_switches(gm)
+        # with tensors that require grad the switches stay: the joint trace runs them, so the
+        # ops of a no_grad region are traced without history and get no gradient, as in eager
+        special = []
     if special:
         log.info("aot: running the captured graph as it is: it calls %s", special[0].__name__)
         return gm.forward

@@ -553,3 +553,37 @@ def test_tangents_are_made_on_the_outputs_device():
     reference(x).square().sum().backward()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_grad_mode_switches_inside_a_training_graph_are_traced():
+    """A no_grad region inside a training graph (Hugging Face's rotary embeddings,
+    `torch.set_grad_enabled(False)` around a statistic): the joint trace runs the switches, so
+    the region's ops have no history and get no gradient, as in eager; the graph is compiled
+    (it ran as captured before)."""
+    from framejit.backend import lookup_backend
+
+    def f(x, w):
+        with torch.no_grad():
+            s = (x * w).sum()
+        y = (x @ w).relu() * s
+        torch.set_grad_enabled(False)
+        z = y * 3
+        torch.set_grad_enabled(True)
+        return y.sum(), z
+
+    runners = []
+
+    def backend(gm, example_inputs):
+        runners.append(lookup_backend("aot_eager")(gm, example_inputs))
+        return runners[-1]
+
+    x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    a, z = framejit.jit(f, backend=backend, fullgraph=True)(x, w)
+    b, z2 = f(x2, w2)
+    assert isinstance(runners[0], TrainingRunner)
+    assert torch.is_grad_enabled() and not z.requires_grad
+    a.backward()
+    b.backward()
+    torch.testing.assert_close((a, z), (b, z2))
+    torch.testing.assert_close((x.grad, w.grad), (x2.grad, w2.grad))
