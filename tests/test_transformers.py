@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from packaging.version import Version
 
 import framejit
 from framejit.testing import CompileCounter
@@ -141,7 +142,10 @@ def test_training_gradients_match_eager(name):
     torch.manual_seed(0)
     model = MODELS[name]().train()
     kwargs = _inputs(name)
-    jitted = framejit.jit(model, backend="aot_eager", fullgraph=True)
+    # BART's layerdrop branches on a random tensor in older transformers (5.17; not in the
+    # pinned 5.24): a graph break there, as eager needs the value
+    old_bart = name == "bart" and Version(T.__version__) < Version("5.24")
+    jitted = framejit.jit(model, backend="aot_eager", fullgraph=not old_bart)
     jitted(**kwargs).loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
