@@ -109,10 +109,14 @@ def aot_compile(
     ]
     if special and set(special) == {torch._C._set_grad_enabled}:
         if not _any_requires_grad(gm, example_inputs):
-            gm = _without_grad_switches(gm)
-        # with tensors that require grad the switches stay: the joint trace runs them, so the
-        # ops of a no_grad region are traced without history and get no gradient, as in eager
-        special = []
+            gm, special = _without_grad_switches(gm), []
+        elif torch.is_grad_enabled() and _restores_grad_mode(gm):
+            # the switches stay: the joint trace runs them, so the ops of a no_grad region are
+            # traced without history and get no gradient, as in eager. (A graph called under
+            # no_grad, or one that ends in another grad mode than it began, as a graph cut by
+            # a break inside a `no_grad` block does, still runs as captured: the switch at its
+            # end must run for real.)
+            special = []
     if special:
         log.info("aot: running the captured graph as it is: it calls %s", special[0].__name__)
         return gm.forward
@@ -239,6 +243,18 @@ def _any_requires_grad(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> b
         if any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
             return True
     return False
+
+
+def _restores_grad_mode(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm`'s grad-mode switches are constants and leave grad mode enabled, as the
+    graph is called (so running it changes no global state)."""
+    enabled = True
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled:
+            if len(n.args) != 1 or not isinstance(n.args[0], bool):
+                return False
+            enabled = n.args[0]
+    return enabled
 
 
 def _without_grad_switches(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -127,7 +127,8 @@ _KEPT_WHOLE = frozenset(
 def outside_core(gm: torch.fx.GraphModule) -> list[str]:
     """Names of the ops in `gm` that are not in the core set (empty when the graph is clean).
     Size arithmetic (nodes whose value is a SymInt/SymFloat/SymBool: `aten.sym_size`,
-    `operator.mul`, `torch.sym_float`, ...) is not a tensor op and always allowed."""
+    `operator.mul`, `torch.sym_float`, ...) is not a tensor op and always allowed, and so are
+    the random ops, which the stage keeps whole by design (`RANDOM_OPS`: `multinomial`)."""
     found = (
         {
             op_name(n.target)
@@ -135,6 +136,7 @@ def outside_core(gm: torch.fx.GraphModule) -> list[str]:
             if n.op == "call_function" and not _is_size_value(n.meta.get("val"))
         }
         - CORE_OPS
+        - RANDOM_OPS
         - {"operator.getitem"}
     )
     return sorted(found)

@@ -47,8 +47,21 @@ CASES = [
 assert {p.id for p in CASES} >= CPU_GLOBALS
 
 
+# Cases with a dropout in training mode: the Triton kernels draw their own masks (README), so
+# the values cannot be eager's (tests/backend/test_corpus_aot.py compares them under aot_eager).
+TRITON_OWN_RANDOM = {
+    "training-train_eval_toggled_inside_forward",
+    "training-evaluate_helper_restores_mode",
+}
+assert {p.id for p in CASES} >= TRITON_OWN_RANDOM
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_corpus_through_triton(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corpus_through_triton(
+    case: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    if request.node.callspec.id in TRITON_OWN_RANDOM:
+        pytest.skip("dropout in training mode: Triton's kernels draw their own masks")
     monkeypatch.setattr(framejit.testing, "CompileCounter", TritonCounter)
     monkeypatch.setattr(framejit.config, "raise_internal_errors", True)
     torch.manual_seed(0)
