@@ -229,7 +229,12 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
         remainder = _int_remainder if floor else _binary("mod")
         return elementwise(ctx, out.shape, out.dtype, [a, b], remainder)
     body = _float_remainder if floor else _float_fmod
-    nan_on_overflow = _eager_fmod_nan_on_overflow(str(out.device), out.dtype)
+    # eager's vectorized CPU loop (Sleef) gives NaN where x / y overflows (a denormal y); C's
+    # fmod (CUDA's kernels, the CPU's scalar loop) gives the exact remainder
+    info = torch.finfo(out.dtype)
+    nan_on_overflow = _eager_gives_nan(
+        torch.fmod, str(out.device), out.dtype, info.max / 2, info.smallest_normal / 2
+    )
     values = [_eager_cast(a, out.dtype), _eager_cast(b, out.dtype)]
     return elementwise(
         ctx,
@@ -241,15 +246,12 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
 
 
 @functools.cache
-def _eager_fmod_nan_on_overflow(device: str, dtype: torch.dtype) -> bool:
-    """Whether eager's fmod gives NaN where x / y overflows (a denormal y): its vectorized CPU
-    loop (Sleef) does; C's fmod (CUDA's kernels, the CPU's scalar loop) gives the exact
-    remainder. Asked once per device and dtype, on a vector long enough for the vectorized
-    path."""
-    info = torch.finfo(dtype)
-    x = torch.full((64,), info.max / 2, dtype=dtype, device=device)
-    y = torch.full((64,), info.smallest_normal / 2, dtype=dtype, device=device)
-    return bool(torch.fmod(x, y).isnan().any())
+def _eager_gives_nan(fn: Any, device: str, dtype: torch.dtype, *values: float) -> bool:
+    """Whether eager's `fn` gives NaN for these operand values on this device and dtype, where
+    that depends on the kernel eager picks (vectorized or scalar CPU loops, CUDA): asked once,
+    on vectors long enough for the vectorized path."""
+    args = [torch.full((64,), v, dtype=dtype, device=device) for v in values]
+    return bool(fn(*args).isnan().any())
 
 
 def _eager_cast(value: Any, dtype: torch.dtype) -> Any:
@@ -286,7 +288,7 @@ def _float_fmod(x: Expr, y: Expr, nan_on_overflow: bool = True) -> Expr:
     division, not x - trunc(x / y) * y, which rounds once the quotient passes 2**24:
     fmod(1.0, 0.1) is 0.09999999, not 0), and, with `nan_on_overflow`, NaN where x / y
     overflows (a denormal y; eager's vectorized CPU loop, Sleef's fmod, gives NaN there, its
-    scalar loop and CUDA's kernels C's fmod; see `_eager_fmod_nan_on_overflow`)."""
+    scalar loop and CUDA's kernels C's fmod; asked of eager in `_fmod`)."""
     if not nan_on_overflow:
         return op("fmod", x, y)
     overflow = _is("eq", op("abs", op("truediv", x, y)), const(math.inf, x.dtype))
@@ -731,19 +733,14 @@ def _batch_norm_inference(
     return (result, *empty)
 
 
-@functools.cache
-def _eager_gelu_nan_at_inf(device: str, dtype: torch.dtype) -> bool:
-    """Whether eager's erf gelu gives NaN at +inf on this device and dtype: it depends on the
-    kernel eager picks (NaN in the AVX-512 CPU kernels for float32 and bfloat16, inf with AVX2
-    and on CUDA), so it is asked once, on a vector long enough for the vectorized path."""
-    x = torch.full((64,), math.inf, dtype=dtype, device=device)
-    return bool(torch.nn.functional.gelu(x).isnan().any())
-
-
 @lowering("gelu", dtype="promote", rejects=INTEGRAL)
 def _gelu_lowering(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *, approximate="none"):
     out = meta(node)
-    nan_at_inf = approximate == "none" and _eager_gelu_nan_at_inf(str(out.device), out.dtype)
+    # eager's erf gelu at +inf: NaN in the AVX-512 CPU kernels for float32 and bfloat16, inf
+    # with AVX2 and on CUDA
+    nan_at_inf = approximate == "none" and _eager_gives_nan(
+        torch.nn.functional.gelu, str(out.device), out.dtype, math.inf
+    )
     return elementwise(ctx, out.shape, out.dtype, [x], lambda v: _gelu(v, approximate, nan_at_inf))
 
 
