@@ -31,6 +31,7 @@ from framejit.frontend.dynamic import (
     shape_guard_checks,
 )
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.layouts import eager_layout, needs_eager_layout
 from framejit.frontend.side_effects import SideEffects
 from framejit.frontend.sources import (
     AttrSource,
@@ -425,6 +426,11 @@ class OutputGraph:
             ) from None
         if caught:
             self.replay_op_warnings(caught, label)
+        relaid = False
+        if needs_eager_layout(kind, target):
+            with self.fake_mode, _QUIET_FAKE_LOG:
+                laid_out = eager_layout(kind, target, fake_args, fake_kwargs, result)
+            relaid, result = laid_out is not result, laid_out
         if result is None:
             # Ops that return None act by mutation (setitem, copy into an out= buffer...):
             # they must stay in the graph even though nothing uses their result.
@@ -451,6 +457,8 @@ class OutputGraph:
             {k: _to_node(v) for k, v in kwargs.items()},
         )
         self.created.append(node)
+        if relaid:  # the AOT stage keeps this layout where its decompositions choose another
+            node.meta["eager_layout"] = True
         # An op that returns a tensor it was given (an in-place op its first argument, an out=
         # op its `out`, `broadcast_tensors` a tensor already of the shape, `contiguous()` of a
         # contiguous one) returns that object in eager: keep its variable (and Source), so

@@ -39,6 +39,8 @@ from framejit.backend.aot.analysis import (
 from framejit.backend.aot.partition import has_checkpoint_regions, partition
 from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
 from framejit.backend.aot.trace import trace_inference, trace_joint
+from framejit.frontend.layouts import long_strides
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -287,6 +289,8 @@ def _compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
 ) -> Callable[..., Any]:
     symbolic = symbolic_inputs(gm, example_inputs)
+    if symbolic is None:
+        gm = _pinning_eager_layouts(gm)
     info = analyze(gm, example_inputs, symbolic)
     if info.fallback is None and symbolic is not None:
         views = [o.kind for o in info.outputs if o.kind in ("input_view", "graph_view")]
@@ -346,6 +350,10 @@ def _compile(
     ]
     if not (torch.is_grad_enabled() and differentiable):
         graph = trace_inference(fn, fakes, mutated, mode)
+        fixes = _layout_fixes(info, graph, symbolic is not None)
+        if fixes:
+            fn = _laid_out(fn, fixes)
+            graph = trace_inference(fn, fakes, mutated, mode)
         if not _view_bases_match(info, graph):
             return gm.forward
         _log(gm, inference=graph)
@@ -362,6 +370,10 @@ def _compile(
             for k in differentiable
         ]
     joint = trace_joint(fn, fakes, mutated, differentiable, tangents, mode)
+    fixes = _layout_fixes(info, joint, symbolic is not None)
+    if fixes:
+        fn = _laid_out(fn, fixes)
+        joint = trace_joint(fn, fakes, mutated, differentiable, tangents, mode)
     parts = partition(joint, len(fakes), len(forward_values))
     if not _view_bases_match(info, parts.forward):
         return gm.forward
@@ -500,6 +512,99 @@ def _mark_static_inputs(graph: torch.fx.GraphModule, static: list[bool], kind: s
 
 def _example(graph: torch.fx.GraphModule) -> list[Any]:
     return [n.meta.get("val") for n in graph.graph.nodes if n.op == "placeholder"]
+
+
+def _layout_fixes(
+    info: GraphInfo, graph: torch.fx.GraphModule, symbolic: bool
+) -> dict[int, list[int]]:
+    """The computed outputs whose traced layout is not the captured graph's, by position, with
+    the dimension order (outermost first) that gives the captured one.
+
+    The decompositions the trace runs lay some results out otherwise than the op eager runs
+    (`F.logsigmoid` of a channels_last input on the CPU: the kernel's result is contiguous, the
+    decomposition's keeps channels_last; `torch.roll` the other way round). The captured
+    graph's values have eager's layout (the frontend corrects the ops whose fake layout is not
+    eager's, `frontend/layouts.py`), and what the program does with an output (`.view`,
+    `is_contiguous()`) depends on it, so an output laid out otherwise is copied into eager's
+    layout at the end of the graph. Only dense outputs of static sizes."""
+    if symbolic:
+        return {}
+    outputs = graph.graph.output_node().args[0]
+    fixes: dict[int, list[int]] = {}
+    for k, node in enumerate(info.computed):
+        expected = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        traced = outputs[k].meta.get("val") if isinstance(outputs[k], torch.fx.Node) else None
+        if not (isinstance(expected, torch.Tensor) and isinstance(traced, torch.Tensor)):
+            continue
+        if expected.shape != traced.shape or expected.layout != torch.strided:
+            continue
+        if long_strides(expected) == long_strides(traced):
+            continue
+        if not is_non_overlapping_and_dense_or_false(expected):
+            continue
+        fixes[k] = _dimension_order(expected)
+    return fixes
+
+
+def _pinning_eager_layouts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm`, or a copy of it where each value whose layout the frontend set to eager's
+    (`meta["eager_layout"]`, see `frontend/layouts.py`) passes through `_in_layout`: a copy
+    into that layout where the FakeTensor run or the trace's decompositions choose another,
+    so the ops after it (a `.view`) and the graph's outputs see what eager gives them. Run
+    for real (the captured graph as it is), the values already have that layout and pass."""
+    flagged = [n for n in gm.graph.nodes if n.meta.get("eager_layout")]
+    if not flagged:
+        return gm
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    for original in gm.graph.nodes:
+        node = env.get(original)
+        if node is None:
+            continue
+        parent = node.args[0] if node.target is operator.getitem and node.args else None
+        if not (
+            node.meta.get("eager_layout")
+            or (isinstance(parent, torch.fx.Node) and parent.meta.get("eager_layout"))
+        ):
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or not is_non_overlapping_and_dense_or_false(value):
+            continue
+        with graph.inserting_after(node):
+            pinned = graph.call_function(
+                _in_layout, (node, list(value.stride()), _dimension_order(value))
+            )
+        node.replace_all_uses_with(pinned, delete_user_cb=lambda user, p=pinned: user is not p)
+        pinned.meta.update(node.meta)
+        pinned.meta.pop("eager_layout", None)  # pinned once
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _dimension_order(t: torch.Tensor) -> list[int]:
+    return sorted(range(t.dim()), key=lambda d: -t.stride(d))
+
+
+def _in_layout(t: torch.Tensor, stride: list[int], order: list[int]) -> torch.Tensor:
+    """`t`, or a copy of it with the dimensions laid out in `order` (outermost first) where its
+    strides are not `stride` (dimensions of size 1 aside)."""
+    if long_strides(t) == tuple(s for s, n in zip(stride, t.shape) if n > 1):
+        return t
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return t.permute(order).contiguous().permute(inverse)
+
+
+def _laid_out(fn: Callable[..., Any], fixes: dict[int, list[int]]) -> Callable[..., Any]:
+    """`fn` with its outputs at `fixes` copied into the dimension order given there."""
+
+    def run(*args: Any) -> Any:
+        outs = list(fn(*args))
+        for k, order in fixes.items():
+            inverse = sorted(range(len(order)), key=order.__getitem__)
+            outs[k] = outs[k].permute(order).contiguous().permute(inverse)
+        return outs
+
+    return run
 
 
 def _view_bases_match(info: GraphInfo, graph: torch.fx.GraphModule) -> bool:

@@ -1,0 +1,153 @@
+"""Eager's memory layout for the ops whose fake kernels give another.
+
+The frontend runs every op on FakeTensors, and the layout (strides) of a fake result decides
+what the traced program does next: whether `.view` succeeds, which branch `x.is_contiguous()`
+takes, and which strides the compiled graph's outputs get. For most ops the fake layout is
+eager's. For a few it is not, given an input that is not contiguous: torch's meta and fake
+kernels lay out a channels_last input's `F.pad` contiguously where the CPU kernel keeps
+channels_last, `torch.roll` the other way round, and `F.logsigmoid` on the CPU makes a
+contiguous result where the fake one keeps channels_last (CUDA's keeps it too). Each such
+disagreement was found by `tools/layout_probe.py` (which runs torch's op database on
+channels_last and transposed inputs and compares eager's strides with the fake ones) or, for
+roll and logsigmoid, whose database samples do not show it, by hand.
+
+For an op of that list given a non-contiguous input, `eager_layout` runs the op once for real
+on zeros laid out as the fake inputs (on their device, without autograd) and gives the fake
+result eager's strides. What must hold:
+
+- Only ops named here are run, and only in that case: they have no side effects and draw no
+  random numbers; their result is a new tensor, never an input or a view of one.
+- A run that fails, or sizes that are symbolic, leave the fake result as it is.
+- The corrected fake keeps the result's autograd history (a copy into a tensor of eager's
+  strides), so a training graph sees it as the op's output.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.utils._pytree import tree_flatten, tree_map
+
+# functions and Tensor methods whose fake layout differs from eager's for some non-contiguous
+# input on torch 2.11 to 2.13 (the CPU probe; the real run covers each device's own kernel)
+_FUNCTIONS: frozenset[Any] = frozenset(
+    {
+        F.pad,
+        torch._C._nn.pad,
+        torch.constant_pad_nd,
+        torch._C._nn.log_sigmoid,
+        torch.roll,
+        torch.channel_shuffle,
+        torch.native_channel_shuffle,
+        F.channel_shuffle,
+        F.max_unpool1d,
+        F.max_unpool2d,
+        F.max_unpool3d,
+        F.batch_norm,
+        torch.batch_norm,
+        torch.native_batch_norm,
+        torch.copysign,
+        torch.div,
+        torch.divide,
+        torch.floor_divide,
+        torch.xlogy,
+        torch.special.xlogy,
+        torch.special.xlog1py,
+    }
+)
+_METHODS = frozenset(
+    {"roll", "copysign", "div", "divide", "floor_divide", "xlogy", "__floordiv__", "__rfloordiv__"}
+)
+
+
+def needs_eager_layout(kind: str, target: Any) -> bool:
+    if kind == "call_method":
+        return target in _METHODS
+    try:
+        return target in _FUNCTIONS
+    except TypeError:  # an unhashable callable
+        return False
+
+
+def eager_layout(
+    kind: str, target: Any, args: list[Any], kwargs: dict[str, Any], result: Any
+) -> Any:
+    """`result` (the op's fake result) with eager's strides, where they differ; called under
+    the frontend's FakeTensorMode, with the fake arguments the op was given."""
+    if not needs_eager_layout(kind, target):
+        return result
+    leaves = tree_flatten((args, kwargs))[0]
+    tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
+    if not tensors or all(_contiguous(t) for t in tensors):
+        return result
+    if any(_symbolic(t) for t in [*tensors, *tree_flatten(result)[0]]):
+        return result
+    real = _real_run(kind, target, args, kwargs)
+    if real is None:
+        return result
+    fakes, spec = tree_flatten(result)
+    reals, real_spec = tree_flatten(real)
+    if real_spec != spec:
+        return result
+    fixed = [_restrided(f, r) for f, r in zip(fakes, reals)]
+    if all(a is b for a, b in zip(fixed, fakes)):
+        return result
+    return spec.unflatten(fixed)
+
+
+def _contiguous(t: torch.Tensor) -> bool:
+    return t.dim() < 2 or t.is_contiguous()
+
+
+def _symbolic(value: Any) -> bool:
+    if not isinstance(value, torch.Tensor):
+        return False
+    return any(not isinstance(s, int) for s in (*value.shape, *value.stride()))
+
+
+def _real_run(kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The op run on zeros laid out as its fake inputs, outside the fake mode; None when that
+    fails."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def zeros(value: Any) -> Any:
+        return _zeros_as(value) if isinstance(value, torch.Tensor) else value
+
+    try:
+        with unset_fake_temporarily(), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real_args = tree_map(zeros, list(args))
+            real_kwargs = tree_map(zeros, dict(kwargs))
+            if kind == "call_method":
+                return getattr(real_args[0], target)(*real_args[1:], **real_kwargs)
+            return target(*real_args, **real_kwargs)
+    except Exception:  # noqa: BLE001 - the fake layout stays; the op itself runs as traced
+        return None
+
+
+def _zeros_as(value: torch.Tensor) -> torch.Tensor:
+    """Zeros with `value`'s sizes, strides, dtype and device (a fresh storage, offset 0)."""
+    out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+    return out.zero_()
+
+
+def _restrided(fake: Any, real: Any) -> Any:
+    if not (isinstance(fake, torch.Tensor) and isinstance(real, torch.Tensor)):
+        return fake
+    if fake.shape != real.shape or long_strides(fake) == long_strides(real):
+        return fake
+    if not is_non_overlapping_and_dense_or_false(real):
+        return fake
+    out = torch.empty_strided(fake.shape, real.stride(), dtype=fake.dtype, device=fake.device)
+    if fake.requires_grad and torch.is_grad_enabled():
+        return out.copy_(fake)  # keeps the history: the copy's gradient is the op's
+    return out
+
+
+def long_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides of the dimensions longer than 1 (a size-1 dimension's stride means nothing)."""
+    return tuple(s for s, n in zip(t.stride(), t.shape) if n > 1)

@@ -1,0 +1,91 @@
+"""Outputs laid out as eager lays them out, on every backend, for the ops whose fake kernels or
+decompositions choose another layout given a channels_last or transposed input
+(frontend/layouts.py, backend/aot/compile.py's `_layout_fixes`). What the program does next
+depends on it: `.view` succeeds or raises, `is_contiguous()` picks a branch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+
+BACKENDS = ["eager", "aot_eager", "triton"]
+
+CASES = {
+    "pad": lambda x, t: F.pad(x, (1, 1, 1, 1)),
+    "roll": lambda x, t: torch.roll(x, 1, 2),
+    "roll_method": lambda x, t: x.roll(1, 3),
+    "channel_shuffle": lambda x, t: F.channel_shuffle(x, 3),
+    "batch_norm": lambda x, t: F.batch_norm(x, None, None, training=True),
+    "copysign_0d": lambda x, t: torch.copysign(x, t),
+    "div_floor_0d": lambda x, t: x.div(t, rounding_mode="floor"),
+    "logsigmoid": lambda x, t: F.logsigmoid(x),
+    "logsigmoid_then_view": lambda x, t: F.logsigmoid(x).view(2, -1),
+    "pad_then_view": lambda x, t: F.pad(x, (1, 1, 1, 1)).view(2, -1),
+    "roll_then_exp": lambda x, t: torch.roll(x, 1, 2).exp(),
+}
+
+
+def _inputs():
+    channels_last = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    transposed = torch.randn(5, 4, 3, 2).permute(3, 2, 1, 0)
+    return {"channels_last": channels_last, "transposed": transposed}
+
+
+def _run(fn, x, t):
+    try:
+        return fn(x, t)
+    except RuntimeError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_outputs_have_eagers_strides(backend, layout, case, grad):
+    fn = CASES[case]
+    base = _inputs()[layout]
+    t = torch.tensor(2.0)
+    x_eager = base.detach().clone().requires_grad_(grad)
+    x_jit = base.detach().clone().requires_grad_(grad)
+    expected = _run(fn, x_eager, t)
+    actual = _run(framejit.jit(fn, backend=backend), x_jit, t)
+    if isinstance(expected, Exception):
+        assert isinstance(actual, type(expected)), actual
+        return
+    assert not isinstance(actual, Exception), actual
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+    if grad and expected.requires_grad:
+        expected.square().sum().backward()
+        actual.square().sum().backward()
+        torch.testing.assert_close(x_jit.grad, x_eager.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_is_contiguous_takes_eagers_branch(backend):
+    def fn(x):
+        y = F.pad(x, (1, 1, 1, 1))
+        if y.is_contiguous():
+            return y.view(-1) + 1
+        return y.reshape(-1) - 1
+
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(framejit.jit(fn, backend=backend)(x), fn(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_break_between_the_op_and_the_view(backend):
+    """The graph ends at the op (a print breaks it): the view outside runs on the compiled
+    graph's output, which must be laid out as eager's is."""
+
+    def fn(x):
+        y = F.logsigmoid(x)
+        print(end="")
+        return y.view(2, -1)
+
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(framejit.jit(fn, backend=backend)(x), fn(x))
