@@ -143,12 +143,16 @@ class DynamicInputs:
         self.dynamic = dynamic
         self.history = history_of(cache) if dynamic is None else ShapeHistory()
         self.recompile = bool(cache is not None and cache.entries)
-        # sympy symbol -> its input dimension (dim None: an int argument)
+        # sympy symbol -> its input dimension (dim None: an int or float argument)
         self.symbols: dict[Any, tuple[Source, int | None]] = {}
+        self.float_symbols: set[Any] = set()  # those of float arguments (no size range)
         self.wanted = dynamic is True or (
             dynamic is None
             and (
-                (self.recompile and bool(self.history.sizes or self.history.ints))
+                (
+                    self.recompile
+                    and bool(self.history.sizes or self.history.ints or self.history.floats)
+                )
                 or any(_has_marks(v) for v in frame_args.values())
             )
         )
@@ -211,6 +215,16 @@ class DynamicInputs:
         if previous is not None and previous != value and previous == previous:
             self.history.lazy_floats.add(source)
         return source in self.history.lazy_floats
+
+    def make_float(self, shape_env: Any, source: Source, value: float) -> Any:
+        """A SymFloat for float argument `value` read from `source` (a graph input)."""
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        src = _source_class()(str(source))
+        symbol = shape_env.create_unspecified_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
+        self.symbols.setdefault(symbol, (source, None))
+        self.float_symbols.add(symbol)
+        return shape_env.create_symfloatnode(symbol, hint=value, source=src)
 
     def make_size(self, shape_env: Any, source: Source, dim: int | None, size: int) -> Any:
         from torch.fx.experimental.symbolic_shapes import DimDynamic
@@ -298,10 +312,13 @@ def _implied_by_ranges(expr: Any, ranges: dict[Any, Any]) -> bool:
 
 
 def shape_guard_checks(
-    shape_env: Any, symbols: dict[Any, tuple[Source, int | None]]
+    shape_env: Any,
+    symbols: dict[Any, tuple[Source, int | None]],
+    float_symbols: frozenset[Any] | set[Any] = frozenset(),
 ) -> list[tuple]:
     """(ShapeCheck, origin) for every fact the trace relied on about symbolic sizes: each
-    symbol's range (>= 2, and any bound found) and every guard the ShapeEnv recorded."""
+    size symbol's range (>= 2, and any bound found; a float argument's symbol has none) and
+    every guard the ShapeEnv recorded."""
     import sympy
     from torch.utils._sympy.printers import PythonPrinter
 
@@ -329,6 +346,8 @@ def shape_guard_checks(
             return None
 
     for symbol in symbols:
+        if symbol in float_symbols:
+            continue
         vr = shape_env.var_to_range.get(symbol)
         low = bound(vr.lower) if vr is not None else None
         high = bound(vr.upper) if vr is not None else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import operator
 import os
 import types
@@ -48,7 +49,12 @@ from framejit.frontend.sources import (
     TypeSource,
     is_module_state,
 )
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker, is_numpy_scalar
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    LazyNumberVariable,
+    VariableTracker,
+    is_numpy_scalar,
+)
 from framejit.frontend.variables.containers import TupleVariable
 from framejit.frontend.variables.symbolic import (
     SYM_TYPES,
@@ -263,6 +269,30 @@ class OutputGraph:
         self._by_source[source] = vt  # type: ignore[assignment]
         return vt
 
+    def _float_operand(self, vt: VariableTracker) -> VariableTracker:
+        """A float argument that changed between calls (a `LazyNumberVariable`, automatic
+        dynamic) given to an op whose result's sizes and dtype do not depend on its value
+        (`x * scale`, `x.clamp(max=m)`): a symbolic graph input, so other values reuse the
+        graph. Anything else as it is."""
+        if not isinstance(vt, LazyNumberVariable) or type(vt.value_unguarded) is not float:
+            return vt
+        if not math.isfinite(vt.value_unguarded):
+            return vt  # inf and nan: a value guard (kernels treat them apart)
+        existing = self._by_source.get(vt.source)
+        if existing is not None:
+            return existing
+        node = self._new_placeholder(vt.source)
+        symfloat = self.dynamic.make_float(self.shape_env, vt.source, vt.value_unguarded)
+        node.meta["val"] = symfloat
+        node.meta["source"] = str(vt.source)
+        node.meta["static_input"] = False
+        logs.artifact("dynamic", lambda: f"{vt.source}: float argument symbolic: {symfloat}")
+        sym = SymNodeVariable(node, symfloat)
+        self.placeholders.append((vt.source, node))
+        self.input_values.append(vt.value_unguarded)
+        self._by_source[vt.source] = sym  # type: ignore[assignment]
+        return sym
+
     def replay_op_warnings(self, caught: list[warnings.WarningMessage], label: str) -> None:
         """The warnings an op gave while it ran on FakeTensors, given on every call where
         eager gives them: replayed after the graph (side_effects), at the user's line when
@@ -360,6 +390,9 @@ class OutputGraph:
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         """Add `target(*args, **kwargs)` to the graph (kind: call_function or call_method)."""
+        if self.shape_env is not None and _takes_float_operands(kind, target):
+            args = [self._float_operand(a) for a in args]
+            kwargs = {k: self._float_operand(v) for k, v in kwargs.items()}
         fake_args = [_to_fake(a) for a in args]
         fake_kwargs = {k: _to_fake(v) for k, v in kwargs.items()}
         label = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
@@ -625,7 +658,7 @@ class OutputGraph:
     def shape_guards(self) -> list[Guard]:
         """SHAPE_EXPR guards: everything the trace relied on about symbolic sizes."""
         checks: list[tuple[ShapeCheck, str]] = shape_guard_checks(
-            self.shape_env, self.dynamic.symbols
+            self.shape_env, self.dynamic.symbols, self.dynamic.float_symbols
         )
         return [Guard(None, GuardKind.SHAPE_EXPR, c, origin) for c, origin in checks]
 
@@ -771,6 +804,55 @@ _PYTHON_DISPATCH_FUNCTIONS = (
     ),
 )
 _PYTHON_DISPATCH_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
+
+
+# Ops that may take a float argument as a symbolic graph input (`_float_operand`): pointwise
+# arithmetic, clamping and filling, whose result's sizes and dtype depend on the float's type
+# only, and whose decompositions do not look at its value (pow does: x ** 2 becomes x * x).
+_FLOAT_OPERAND_FUNCTIONS = (
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.truediv,
+    operator.neg,
+    torch.add,
+    torch.sub,
+    torch.subtract,
+    torch.mul,
+    torch.multiply,
+    torch.div,
+    torch.divide,
+    torch.true_divide,
+    torch.rsub,
+    torch.clamp,
+    torch.clip,
+    torch.clamp_min,
+    torch.clamp_max,
+    torch.where,
+    torch.lerp,
+    torch.addcmul,
+    torch.addcdiv,
+    torch.full_like,
+    torch.masked_fill,
+    torch.nn.functional.leaky_relu,
+    torch.nn.functional.hardtanh,
+)
+_FLOAT_OPERAND_METHODS = frozenset(
+    {
+        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "true_divide",
+        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+        "__rtruediv__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+        "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_",
+        "clamp_max_", "lerp", "lerp_", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
+        "masked_fill", "masked_fill_", "fill_",
+    }
+)  # fmt: skip
+
+
+def _takes_float_operands(kind: str, target: Any) -> bool:
+    if kind == "call_method":
+        return target in _FLOAT_OPERAND_METHODS
+    return any(target is f for f in _FLOAT_OPERAND_FUNCTIONS)
 
 
 def _wants_python_dispatch(kind: str, target: Any) -> bool:

@@ -485,6 +485,70 @@ def test_a_float_the_graph_uses_is_still_guarded_by_value() -> None:
         assert got[1] == want[1]
 
 
+def scaled_and_clamped(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.clamp(x * scale + scale, max=scale).lerp(x, scale) / scale
+
+
+def test_a_float_scaling_a_tensor_becomes_a_graph_input() -> None:
+    """A float argument that changed between calls and is only an operand of pointwise ops is
+    a symbolic graph input: one more compile serves every value (it used to recompile per
+    value until the recompile limit)."""
+    fn, counter = counted(scaled_and_clamped)
+    x = torch.randn(5)
+    for scale in [0.5, 0.75, 1.25, 2.0, 3.5, -0.25, 7.0, 1e-3]:
+        close(fn(x, scale), scaled_and_clamped(x, scale))
+    assert counter.frame_count == 2
+    placeholders = [n for n in counter.graphs[-1].graph.nodes if n.op == "placeholder"]
+    assert [type(n.meta["val"]).__name__ for n in placeholders] == ["FakeTensor", "SymFloat"]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_float_graph_input_trains_as_eager(backend: str) -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+        return ((x @ w) * scale - scale).relu().sum()
+
+    jitted = framejit.jit(fn, backend=backend)
+    x = torch.randn(4, 3)
+    for scale in [0.5, 1.5, 2.5, -1.0]:
+        w1 = torch.randn(3, 2, requires_grad=True)
+        w2 = w1.detach().clone().requires_grad_(True)
+        got, want = jitted(x, w1, scale), fn(x, w2, scale)
+        close(got, want)
+        got.backward()
+        want.backward()
+        close(w1.grad, w2.grad)
+
+
+def test_a_float_graph_input_still_guards_what_python_reads() -> None:
+    """The same float also read by Python (a branch, an int conversion) is pinned by a value
+    guard there, and special values (inf, nan) are guarded by value."""
+
+    def fn(x: torch.Tensor, scale: float) -> torch.Tensor:
+        y = x * scale
+        if scale > 1.0:
+            return y + 1
+        return y - int(scale * 10)
+
+    jitted = framejit.jit(fn, backend="aot_eager")
+    x = torch.randn(4)
+    for scale in [0.5, 0.7, 1.5, 2.5, 0.2, math.inf, 0.3, math.nan, 1.2]:
+        try:
+            want = fn(x, scale)
+        except (OverflowError, ValueError) as exc:  # int(inf), int(nan)
+            with pytest.raises(type(exc)):
+                jitted(x, scale)
+            continue
+        close(jitted(x, scale), want)
+
+
+def test_float_arguments_stay_constants_under_dynamic_false() -> None:
+    fn, counter = counted(scaled_and_clamped, dynamic=False)
+    x = torch.randn(5)
+    for scale in [0.5, 0.75, 1.25]:
+        close(fn(x, scale), scaled_and_clamped(x, scale))
+    assert counter.frame_count == 3
+
+
 def flip_at_random(x: torch.Tensor, p: float) -> torch.Tensor:
     r = random.random()  # a graph break: the float reaches a resume function
     return x.flip(-1) if r < p else x

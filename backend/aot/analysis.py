@@ -339,15 +339,17 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Fake
     if len(vals) != len(example_inputs) or not any(_has_symbols(v) for v in vals):
         return None
     mode = next((v.fake_mode for v in vals if isinstance(v, torch.Tensor)), None)
-    if mode is None:  # only int inputs: a mode over their ShapeEnv
-        shape_env = next(v.node.shape_env for v in vals if isinstance(v, torch.SymInt))
+    if mode is None:  # only int and float inputs: a mode over their ShapeEnv
+        shape_env = next(
+            v.node.shape_env for v in vals if isinstance(v, (torch.SymInt, torch.SymFloat))
+        )
         mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
 
     def make() -> tuple[Any, list[Any]]:
         fakes: list[Any] = []
         first: dict[int, int] = {}
         for i, (real, val) in enumerate(zip(example_inputs, vals)):
-            if isinstance(val, torch.SymInt):  # a symbolic int input
+            if isinstance(val, (torch.SymInt, torch.SymFloat)):  # a symbolic int or float
                 fakes.append(val)
             elif not isinstance(real, torch.Tensor):
                 fakes.append(real)
@@ -381,7 +383,7 @@ def _like_autograd(fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
 
 
 def _has_symbols(value: Any) -> bool:
-    if isinstance(value, torch.SymInt):
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
         return True
     if not isinstance(value, torch.Tensor):
         return False

@@ -301,16 +301,19 @@ def _compile(
         return gm.forward
 
     user = graph_with_outputs(gm, info.computed)
-    # Symbolic int inputs (dynamic shapes) are inputs of the traced graph too, after the tensors.
+    # Symbolic int and float inputs (dynamic shapes, automatic dynamic floats) are inputs of
+    # the traced graph too, after the tensors.
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     info.unique += [
-        i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), torch.SymInt)
+        i
+        for i, n in enumerate(placeholders)
+        if isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat))
     ]
     positions = {i: k for k, i in enumerate(info.unique)}
     first = {id(example_inputs[i]): positions[i] for i in info.unique}
     spread = [
         positions.get(i)
-        if isinstance(v, int)
+        if isinstance(v, (int, float))
         else first.get(id(v))
         if isinstance(v, torch.Tensor)
         else None

@@ -236,6 +236,13 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
                 ctx.graph.size_inputs.append((position, node.name, env[node]))
                 position += 1
                 continue
+            if isinstance(val, torch.SymFloat) and val.node.expr.is_Symbol:
+                # a float argument (automatic dynamic): bound and passed to the kernels like
+                # a size symbol, a float32 argument there (ops.table refuses other dtypes)
+                env[node] = val.node.expr
+                ctx.graph.size_inputs.append((position, node.name, env[node]))
+                position += 1
+                continue
             if not isinstance(val, torch.Tensor):
                 if node.users:
                     raise NotLowered(f"input {node.name} is not a tensor")

@@ -36,6 +36,12 @@ class Unknown(Exception):
     """A comparison of symbolic sizes that sympy cannot decide."""
 
 
+def is_float_symbol(value: Any) -> bool:
+    """The symbol of a float argument the graph takes (automatic dynamic floats): a sympy
+    symbol not known to be an integer. Kernels take it as a float32 argument."""
+    return getattr(value, "is_Symbol", False) and value.is_integer is not True
+
+
 def is_static(*sizes: Any) -> bool:
     return all(isinstance(n, int) for n in sizes)
 

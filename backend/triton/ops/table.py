@@ -48,6 +48,7 @@ from framejit.backend.triton.ir import (
     size_value,
 )
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue, meta_value
+from framejit.backend.triton.sizes import is_float_symbol
 
 aten = torch.ops.aten
 
@@ -161,6 +162,11 @@ def convert(expr: Expr, dtype: torch.dtype) -> Expr:
     return Op("convert", (expr,), dtype)
 
 
+# where a float argument the graph takes may appear: computed in float32 (float16 and
+# bfloat16 ops compute in float32), as eager computes with a Python float scalar there
+_FLOAT_ARGUMENT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def const(value: Any, dtype: torch.dtype) -> Const:
     return Const(_py_value(value, dtype), dtype)
 
@@ -169,6 +175,8 @@ def _py_value(value: Any, dtype: torch.dtype) -> bool | int | float:
     if dtype == torch.bool:
         return bool(value)
     if not isinstance(value, (bool, int, float)):  # a symbolic size: stays an expression
+        if is_float_symbol(value) and dtype not in _FLOAT_ARGUMENT_DTYPES:
+            raise NotLowered(f"a float argument in a {dtype} op (kernels take it as float32)")
         return value
     if dtype.is_floating_point:
         return float(value)

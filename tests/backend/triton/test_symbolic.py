@@ -301,3 +301,26 @@ def test_slice_bound_decided_at_call_time() -> None:
         for name, start in {"any_sign": a - b, "negative": -a, "non_negative": a}.items():
             got = eval(size_text(bounds[name]), {}, env)
             assert got == slice(start, None).indices(n)[0], (name, env)
+
+
+def test_a_float_argument_is_a_kernel_argument() -> None:
+    """A float argument that changed between calls (automatic dynamic) reaches the kernels as
+    an argument: later values compile nothing. A float64 op with it runs as an aten call."""
+    require_interpreter()
+
+    def fn(x, scale):
+        y = torch.clamp(x * scale + 1, max=scale)
+        return y, x.double() * scale, (x > 0).long() * scale - scale
+
+    framejit.reset()
+    jitted = framejit.jit(fn, backend="triton")
+    x = torch.randn(33)
+    for scale in [0.5, 0.75]:  # the second value makes `scale` a graph input
+        for g, e in zip(jitted(x, scale), fn(x, scale)):
+            torch.testing.assert_close(g, e)
+    loads = sum(cache.STATS.values())
+    for scale in [1.5, -2.0, 3.25, 1e-8]:
+        for g, e in zip(jitted(x, scale), fn(x, scale)):
+            assert g.dtype == e.dtype
+            torch.testing.assert_close(g, e)
+    assert sum(cache.STATS.values()) == loads, "a new float value compiled a new module"
