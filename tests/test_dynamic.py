@@ -6,6 +6,7 @@ on symbolic graphs (inference and training)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import types
@@ -517,6 +518,26 @@ def test_a_float_graph_input_trains_as_eager(backend: str) -> None:
         got.backward()
         want.backward()
         close(w1.grad, w2.grad)
+
+
+def test_a_float_graph_input_with_view_outputs_is_compiled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Output views of static sizes are rebuilt as views although the graph takes a
+    symbolic float (only views of symbolic sizes make the AOT stage run the graph as is)."""
+
+    def fn(x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * scale
+        return y.t(), y[1:]
+
+    jitted = framejit.jit(fn, backend="aot_eager")
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.INFO, logger="framejit.backend"):
+        for scale in [0.5, 1.5, 2.5]:
+            got, want = jitted(x, scale), fn(x, scale)
+            close(got, want)
+            assert got[0]._base is got[1]._base is not None
+    assert "running the captured graph as it is" not in caplog.text
 
 
 def test_a_float_graph_input_still_guards_what_python_reads() -> None:

@@ -293,7 +293,12 @@ def _compile(
         gm = _pinning_eager_layouts(gm)
     info = analyze(gm, example_inputs, symbolic)
     if info.fallback is None and symbolic is not None:
-        views = [o.kind for o in info.outputs if o.kind in ("input_view", "graph_view")]
+        views = [
+            o.kind
+            for o in info.outputs
+            if o.kind in ("input_view", "graph_view")
+            and not all(isinstance(n, int) for n in (*o.size, *o.stride, o.offset))
+        ]
         if views:  # rebuilt with as_strided from sizes known at compile time only
             info.fallback = f"an output is a view ({views[0]}) and its sizes are symbolic"
     if info.fallback is not None:
