@@ -20,8 +20,8 @@
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back): build.log, suite.log,
-# suite_failures.log, cuda.log, cuda_failures.log, kernels.log, cudagraphs.log, models.log. Seconds per step: SUITE_S, GPU_S, and the
-# bench steps' below.
+# suite_failures.log, cuda.log, cuda_failures.log, layouts.log, kernels.log, cudagraphs.log,
+# models.log. Seconds per step: SUITE_S, GPU_S, LAYOUTS_S, and the bench steps' below.
 set -u
 WHAT=${1:-all}
 OUT=${OUT:-/tmp/gpu_check}
@@ -65,6 +65,8 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
     FRAMEJIT_TEST_FAILURES="$OUT/suite_failures.log" step suite "${SUITE_S:-240}" \
         python3 -m pytest -q -p no:cacheprovider -n 7 --timeout 150 -rfE --tb=short \
         -m "not cuda" tests &
+    # the ops whose fake layout is not CUDA eager's (frontend/layouts.py covers the CPU's)
+    step layouts "${LAYOUTS_S:-120}" python3 tools/layout_probe.py --device cuda &
     FRAMEJIT_TEST_DEVICE=cuda FRAMEJIT_TEST_FAILURES="$OUT/cuda_failures.log" step cuda \
         "${GPU_S:-240}" python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 -rfE \
         --tb=short tests/backend/triton tests/cudagraphs
