@@ -24,6 +24,7 @@ result eager's strides. What must hold:
 
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Any
 
@@ -57,10 +58,36 @@ _FUNCTIONS: frozenset[Any] = frozenset(
         torch.xlogy,
         torch.special.xlogy,
         torch.special.xlog1py,
+        operator.floordiv,
+        # given operands of different layouts (a channels_last one and a contiguous one)
+        torch.heaviside,
+        torch.logaddexp,
+        torch.logaddexp2,
+        torch.logical_and,
+        torch.logical_or,
+        torch.logical_xor,
+        F.huber_loss,
+        F.binary_cross_entropy,
+        F.nll_loss,
     }
 )
 _METHODS = frozenset(
-    {"roll", "copysign", "div", "divide", "floor_divide", "xlogy", "__floordiv__", "__rfloordiv__"}
+    {
+        "roll",
+        "copysign",
+        "div",
+        "divide",
+        "floor_divide",
+        "xlogy",
+        "__floordiv__",
+        "__rfloordiv__",
+        "heaviside",
+        "logaddexp",
+        "logaddexp2",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+    }
 )
 
 

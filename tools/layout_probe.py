@@ -3,10 +3,10 @@
 For each op of torch's OpInfo database, the sample inputs are given a non-contiguous layout
 (channels_last for 4-d, channels_last_3d for 5-d, the first and last dimensions swapped for
 any tensor of 2 or more dimensions; the other tensor arguments of the input's shape get the
-same layout); the op runs eagerly and under a FakeTensorMode, and the strides of the results
-are compared (dimensions of size 1 aside). An op listed here and not covered by
-`frontend/layouts.py` (marked "not covered") lets the frontend trace the program with another
-layout than eager's.
+same layout, then keep their own); the op runs eagerly and under a FakeTensorMode, and the
+strides of the results are compared (dimensions of size 1 aside). An op listed here and not
+covered by `frontend/layouts.py` (marked "not covered") lets the frontend trace the program
+with another layout than eager's.
 
     python tools/layout_probe.py [--device cuda] [--dtype float32] [--samples 24]
 
@@ -17,6 +17,7 @@ private functions (`torch._native_batch_norm_legit`) are listed but not counted.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import warnings
 from functools import partial
@@ -64,9 +65,11 @@ def _first_disagreement(op, device: str, dtype: torch.dtype, samples: int):
         inputs = list(op.sample_inputs(device, dtype, requires_grad=False))[:samples]
     except Exception:  # noqa: BLE001 - an op without samples for this dtype or device
         return None
-    for sample in inputs:
+    for sample, alike in itertools.product(inputs, (True, False)):
         for kind, x in _layouts(sample.input):
-            args = tree_map(partial(_like, kind, sample.input.shape), sample.args)
+            args = sample.args
+            if alike:  # the other arguments of the input's shape in the same layout
+                args = tree_map(partial(_like, kind, sample.input.shape), sample.args)
             try:
                 torch.manual_seed(0)
                 eager = op.op(x, *args, **sample.kwargs)

@@ -128,7 +128,10 @@ def aot_compile(
         value_dependent = isinstance(
             exc, (DynamicOutputShapeException, DataDependentOutputException)
         )
-        if config.raise_internal_errors and not value_dependent:
+        # an op without a derivative (heaviside, floor_divide) in a graph that requires grad:
+        # eager raises only if the backward reaches it, so the graph runs as captured
+        underivable = "derivative for" in str(exc) and "is not implemented" in str(exc)
+        if config.raise_internal_errors and not (value_dependent or underivable):
             raise  # a bug of the stage: the tests want to see it
         log.info(
             "aot: running the captured graph as it is: tracing failed: %s: %s",
