@@ -961,3 +961,29 @@ def test_breakpoint_runs_the_frame_as_python_with_its_locals(backend, monkeypatc
     assert seen == [("_stops_in_the_debugger", ["x", "y", "z"])] * 4
     with pytest.raises(framejit.FullGraphError, match="debugger"):
         framejit.jit(_stops_in_the_debugger, backend=backend, fullgraph=True)(x)
+
+
+def _compressed_and_quantized() -> list[tuple[str, Any, Any]]:
+    dense = torch.randn(3, 4)
+    return [
+        ("sparse_csr", lambda s, d: (s @ d) * 2, (dense.to_sparse_csr(), torch.randn(4, 2))),
+        ("sparse_csc", lambda s, d: (s @ d) * 2, (dense.to_sparse_csc(), torch.randn(4, 2))),
+        (
+            "quantized",
+            lambda q, d: q.dequantize() + d,
+            (torch.quantize_per_tensor(dense, 0.1, 0, torch.qint8), torch.randn(3, 4)),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", _compressed_and_quantized(), ids=lambda c: c[0])
+def test_tensors_without_fakes_are_a_break_with_a_reason(case: tuple[str, Any, Any]) -> None:
+    """Compressed sparse and quantized tensors have no FakeTensors: a graph break that names
+    them (and FullGraphError under fullgraph), not an internal error that ignores fullgraph."""
+    name, fn, args = case
+    torch.testing.assert_close(framejit.jit(fn, backend="eager")(*args), fn(*args))
+    with pytest.raises(framejit.FullGraphError, match=name.split("_")[-1]):
+        framejit.jit(fn, backend="eager", fullgraph=True)(*args)
+    explained = framejit.explain(fn, *args)
+    assert explained.graph_break_count >= 1
+    assert any(name.split("_")[-1] in reason for reason in explained.break_reasons)

@@ -157,6 +157,11 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     t = type(value)
     if t in TENSOR_TYPES and value.is_nested:  # no sizes to guard or trace (runs as Python)
         raise Unsupported("unsupported_object", "a nested tensor")
+    if t in TENSOR_TYPES and value.layout not in (torch.strided, torch.sparse_coo):
+        # compressed sparse layouts have no strides to guard, and no FakeTensors
+        raise Unsupported("unsupported_object", f"a tensor of layout {value.layout}")
+    if t in TENSOR_TYPES and value.is_quantized:  # no FakeTensors of quantized tensors
+        raise Unsupported("unsupported_object", "a quantized tensor")
     if t in TENSOR_TYPES or _plain_parameter_class(t):
         dims = tx.output.input_dims(source, value)  # symbolic dimensions (dynamic shapes)
         _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value, tuple(sorted(dims))))
