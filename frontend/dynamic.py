@@ -204,11 +204,9 @@ class DynamicInputs:
         change (`loss.item()` handed to a resume function, a running total). A float the code
         only passes through (returns, stores, prints) then costs no recompile per value. An
         item of an argument counts too (`obs, reward, done = env.step(a)` across a break: the
-        resume function gets the tuple)."""
-        root = source
-        while isinstance(root, ItemSource):
-            root = root.base
-        if self.dynamic is not None or not isinstance(root, LocalSource):
+        resume function gets the tuple), and so does an attribute or item chain from an argument
+        or a global (`_float_source`)."""
+        if self.dynamic is not None or not _float_source(source):
             return False
         previous = self.history.floats.get(source)
         self.history.floats[source] = value
@@ -233,6 +231,27 @@ class DynamicInputs:
         symbol = shape_env.create_symbol(size, src, dynamic_dim=DimDynamic.DYNAMIC)
         self.symbols.setdefault(symbol, (source, dim))
         return shape_env.create_symintnode(symbol, hint=size, source=src)
+
+
+def _float_source(source: Source) -> bool:
+    """An argument, or an item or attribute chain from an argument, a global or a closure
+    variable (`L['opt'].param_groups[0]['lr']` that a scheduler changes every step,
+    `G['TEMPERATURE']`), where floats that change between calls are kept. Not a module's own
+    state (parameters, buffers), nor a generic attribute (a property or `__getattr__`
+    result)."""
+    from framejit.frontend.sources import (
+        AttrSource,
+        FreeVarSource,
+        GenericAttrSource,
+        GlobalSource,
+    )
+
+    root = source
+    while isinstance(root, (ItemSource, AttrSource)) and not isinstance(root, GenericAttrSource):
+        root = root.base
+    if isinstance(root, (GlobalSource, FreeVarSource)):
+        return True
+    return isinstance(root, LocalSource) and not is_module_state(source)
 
 
 def _counter_source(source: Source) -> bool:

@@ -562,6 +562,38 @@ def test_a_float_graph_input_still_guards_what_python_reads() -> None:
         close(jitted(x, scale), want)
 
 
+TEMPERATURE = 1.0
+
+
+def sample_logits(x: torch.Tensor) -> torch.Tensor:
+    return (x / TEMPERATURE).softmax(-1)
+
+
+def test_a_global_float_or_an_optimizers_lr_becomes_a_graph_input() -> None:
+    """Floats read through a global or an attribute and item chain (a scheduler's lr in
+    `param_groups`) follow automatic dynamic like float arguments."""
+    global TEMPERATURE
+    fn, counter = counted(sample_logits)
+    x = torch.randn(2, 5)
+    for t in [1.0, 0.7, 0.5, 1.3, 2.0, 0.9]:
+        TEMPERATURE = t
+        close(fn(x), sample_logits(x))
+    TEMPERATURE = 1.0
+    assert counter.frame_count == 2
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.randn(3))], lr=0.1)
+
+    def scaled_step(g: torch.Tensor) -> torch.Tensor:
+        return g * opt.param_groups[0]["lr"]
+
+    fn, counter = counted(scaled_step)
+    g = torch.randn(3)
+    for lr in [0.1, 0.09, 0.05, 0.01, 0.2]:
+        opt.param_groups[0]["lr"] = lr
+        close(fn(g), scaled_step(g))
+    assert counter.frame_count == 2
+
+
 def test_float_arguments_stay_constants_under_dynamic_false() -> None:
     fn, counter = counted(scaled_and_clamped, dynamic=False)
     x = torch.randn(5)
