@@ -33,6 +33,12 @@ from framejit.frontend.dynamic import (
 )
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.layouts import eager_layout, needs_eager_layout
+from framejit.frontend.scalar_ranges import (
+    checked_numbers,
+    overflows,
+    range_check,
+    result_dtype,
+)
 from framejit.frontend.side_effects import SideEffects
 from framejit.frontend.sources import (
     AttrSource,
@@ -117,6 +123,8 @@ class OutputGraph:
         self.dynamic = dynamic if dynamic is not None else DynamicInputs(False, None, {})
         self.shape_env = new_shape_env() if self.dynamic.wanted else None
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
+        # number graph inputs given to ops that check their range: symbol -> guard texts
+        self.range_checks: dict[Any, set[str]] = {}
         self.placeholders: list[tuple[Source, torch.fx.Node]] = []
         self.input_values: list[Any] = []  # real tensors, for the backend's example inputs
         self._by_source: dict[Source, TensorVariable] = {}
@@ -268,6 +276,18 @@ class OutputGraph:
         self.input_values.append(value)
         self._by_source[source] = vt  # type: ignore[assignment]
         return vt
+
+    def _guard_range(self, number: Any, dtype: torch.dtype) -> None:
+        """Guard that symbolic `number` fits `dtype` (frontend/scalar_ranges.py), so a later
+        value that does not recompiles, and takes the graph break that lets eager raise."""
+        check = range_check(dtype)
+        expr = number.node.expr
+        if check is None:
+            return
+        if expr not in self.dynamic.symbols:  # arithmetic on inputs: pin its value
+            specialize(number)
+            return
+        self.range_checks.setdefault(expr, set()).add(check)
 
     def _float_operand(self, vt: VariableTracker) -> VariableTracker:
         """A float argument that changed between calls (a `LazyNumberVariable`, automatic
@@ -457,6 +477,16 @@ class OutputGraph:
             raise Unsupported(
                 "tensor_op_failed", f"{label}", f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
+        checked = checked_numbers(kind, target, fake_args, fake_kwargs)
+        dtype = result_dtype(result) if checked else None
+        for number in checked if dtype is not None else []:
+            symbolic = isinstance(number, (torch.SymInt, torch.SymFloat))
+            value = number.node.hint if symbolic else number
+            if overflows(value, dtype):  # eager raises converting it: let eager raise
+                why = f"{value!r} does not fit {dtype}"
+                raise Unsupported("tensor_op_failed", f"{label}", why)
+            if symbolic:  # a graph input (or arithmetic on one): a guard on its range
+                self._guard_range(number, dtype)
         if caught:
             self.replay_op_warnings(caught, label)
         relaid = False
@@ -660,6 +690,10 @@ class OutputGraph:
         checks: list[tuple[ShapeCheck, str]] = shape_guard_checks(
             self.shape_env, self.dynamic.symbols, self.dynamic.float_symbols
         )
+        for symbol, texts in self.range_checks.items():  # see frontend/scalar_ranges.py
+            origin = "a number eager converts to a dtype with an overflow check"
+            for text in sorted(texts):
+                checks.append((ShapeCheck(text, (self.dynamic.symbols[symbol],)), origin))
         return [Guard(None, GuardKind.SHAPE_EXPR, c, origin) for c, origin in checks]
 
     def op_count(self) -> int:

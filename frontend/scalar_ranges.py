@@ -1,0 +1,97 @@
+"""Python numbers that eager converts to a tensor's dtype with an overflow check.
+
+Eager converts the Python number given to `clamp`, `where`, `masked_fill`, `fill_`, `lerp`,
+`leaky_relu`, an `alpha=` and the like to the result's dtype and raises "value cannot be
+converted to type ... without overflow" when it does not fit (`x.half().masked_fill(m, -1e9)`,
+`int8.fill_(300)`). The decompositions the AOT stage traces and the Triton kernels do not
+check, so they would compute with an infinity or a wrapped integer instead. The arithmetic
+operators' other operand (`x * 1e39`) is not checked by eager either (it gives inf), and is
+not checked here.
+
+`check_scalars` runs after the op's FakeTensor run: a concrete number that does not fit makes
+the op a graph break (it runs as Python, and raises as eager does); a symbolic number (an int
+or float argument that is a graph input) gets a range guard instead, so a later value that
+does not fit recompiles and takes that break.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# functions and methods that check every number they are given
+_CHECKED_FUNCTIONS: tuple[Any, ...] = (
+    torch.clamp,
+    torch.clip,
+    torch.clamp_min,
+    torch.clamp_max,
+    torch.where,
+    torch.masked_fill,
+    torch.index_fill,
+    torch.lerp,
+    torch.full_like,
+    torch.addcmul,
+    torch.addcdiv,
+    F.leaky_relu,
+    F.hardtanh,
+    F.threshold,
+)
+_CHECKED_METHODS = frozenset(
+    {
+        "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_",
+        "clamp_max_", "masked_fill", "masked_fill_", "index_fill", "index_fill_", "fill_",
+        "lerp", "lerp_", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
+    }
+)  # fmt: skip
+# functions and methods that check only their `alpha=`
+_ALPHA_FUNCTIONS: tuple[Any, ...] = (torch.add, torch.sub, torch.subtract)
+_ALPHA_METHODS = frozenset({"add", "add_", "sub", "sub_", "subtract", "subtract_"})
+
+
+def checked_numbers(kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """The arguments (of `args`/`kwargs`, in any representation) eager converts with a check."""
+    if kind == "call_method":
+        if target in _CHECKED_METHODS:
+            return [*args[1:], *kwargs.values()]
+        return [kwargs["alpha"]] if target in _ALPHA_METHODS and "alpha" in kwargs else []
+    if any(target is f for f in _CHECKED_FUNCTIONS):
+        return [*args, *kwargs.values()]
+    if any(target is f for f in _ALPHA_FUNCTIONS) and "alpha" in kwargs:
+        return [kwargs["alpha"]]
+    return []
+
+
+def result_dtype(result: Any) -> torch.dtype | None:
+    values = result if isinstance(result, (tuple, list)) else [result]
+    return next((v.dtype for v in values if isinstance(v, torch.Tensor)), None)
+
+
+def overflows(value: Any, dtype: torch.dtype) -> bool:
+    """Whether eager's checked conversion of Python number `value` to `dtype` fails."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if dtype == torch.bool or dtype.is_complex:
+        return False
+    if dtype.is_floating_point:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        return abs(float(value)) > torch.finfo(dtype).max
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
+    info = torch.iinfo(dtype)
+    return not info.min <= value <= info.max
+
+
+def range_check(dtype: torch.dtype) -> str | None:
+    """The guard text (over `___fjs0`, the number) that a number fits `dtype` as eager's
+    checked conversion asks; None where every number fits (float64, bool, complex)."""
+    if dtype == torch.bool or dtype.is_complex or dtype == torch.float64:
+        return None
+    if dtype.is_floating_point:
+        bound = float(torch.finfo(dtype).max)
+        return f"(abs(___fjs0) <= {bound!r} or abs(___fjs0) == float('inf'))"
+    info = torch.iinfo(dtype)
+    return f"({info.min} <= ___fjs0 <= {info.max})"
