@@ -32,6 +32,8 @@
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <weakrefobject.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -368,7 +370,295 @@ PyObject* state_check(PyObject* /*module*/, PyObject* const* args, Py_ssize_t na
   Py_RETURN_FALSE;
 }
 
+// --- MODULE_MATCH groups -----------------------------------------------------------------------
+
+PyObject* object_getattribute = nullptr;  // object.__getattribute__ (a slot wrapper; owned)
+PyObject* str_getattribute = nullptr;     // interned names (owned)
+PyObject* str_training = nullptr;
+PyObject* str_dict = nullptr;
+PyObject* str_hooks[4] = {nullptr, nullptr, nullptr, nullptr};
+
+// What a Python read `obj.name` returns (a new reference; nullptr with an exception set).
+// `dict` is obj's instance dict, or nullptr when the fast path does not apply (see
+// instance_dict). Fast path: when nothing on obj's type is named `name`, generic attribute
+// lookup returns the instance dict's entry if there is one, so read it there; else, or when
+// the dict lacks the name, ask Python (and set `*from_dict` to false).
+PyObject* read_attr(PyObject* obj, PyObject* dict, PyObject* name, bool* from_dict) {
+  if (dict != nullptr && _PyType_Lookup(Py_TYPE(obj), name) == nullptr) {
+    PyObject* value = PyDict_GetItemWithError(dict, name);
+    if (value != nullptr) {
+      Py_INCREF(value);
+      return value;
+    }
+    if (PyErr_Occurred()) return nullptr;
+  }
+  *from_dict = false;
+  return PyObject_GetAttr(obj, name);
+}
+
+#if PY_VERSION_HEX < 0x030D0000
+#define FRAMEJIT_DICT_VERSIONS 1
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+// PEP 509: changes on every write to the dict, to a value no dict had before.
+inline uint64_t dict_version(PyObject* dict) {
+  return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
+}
+#pragma GCC diagnostic pop
+#else
+#define FRAMEJIT_DICT_VERSIONS 0
+#endif
+
+// The class's version tag: changes with any change to the class or a base; 0: none.
+inline unsigned int type_tag(PyTypeObject* tp) {
+  return PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+}
+
+// obj's instance dict when attribute reads on obj are generic (its class, as nn.Module, has
+// object's __getattribute__: a `__getattr__` only runs after generic lookup failed), else
+// nullptr (read_attr then asks Python for every read). A new reference.
+PyObject* instance_dict(PyObject* obj) {
+  PyTypeObject* tp = Py_TYPE(obj);
+  if (tp->tp_getattro != PyObject_GenericGetAttr &&
+      _PyType_Lookup(tp, str_getattribute) != object_getattribute) {
+    return nullptr;
+  }
+  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
+  if (dict == nullptr || !PyDict_CheckExact(dict)) {
+    PyErr_Clear();
+    Py_XDECREF(dict);
+    return nullptr;
+  }
+  return dict;
+}
+
+struct ModuleTensor {
+  PyObject* container;  // "_parameters" or "_buffers", interned (owned)
+  PyObject* key;        // owned
+  PyObject* spec;       // a Spec (owned)
+};
+
+struct ModuleSpec {
+  PyObject_HEAD
+  PyObject* module;  // the module, or a weak reference to it (owned)
+  PyObject* training;  // Py_True or Py_False (owned)
+  PyObject* cls;       // the module's exact class, or nullptr: not checked (owned)
+  bool no_hooks;       // the module has no forward/backward (pre-)hooks
+  PyObject* absent;    // a tuple of keys that must not be in the module's __dict__ (owned)
+  std::vector<ModuleTensor> tensors;  // getattr(module, container)[key] matches spec
+  // The fast path's memory of the last full check that passed (valid: `cached`). Borrowed
+  // pointers, used only while the versions show that the objects holding them are unchanged.
+  bool cached;
+  PyObject* cached_dict;  // the module's instance dict...
+  uint64_t cached_dict_version;  // ...and its version
+  PyTypeObject* cached_type;
+  unsigned int cached_type_tag;
+  PyObject* cached_hooks[4];  // the hook dicts
+  std::vector<PyObject*> cached_containers;  // per tensor: its container (an exact dict)...
+  std::vector<uint64_t> cached_container_versions;  // ...with its version
+  std::vector<PyObject*> cached_tensors;  // per tensor: the tensor
+};
+
+void module_spec_dealloc(PyObject* self) {
+  ModuleSpec* s = reinterpret_cast<ModuleSpec*>(self);
+  Py_XDECREF(s->module);
+  Py_XDECREF(s->training);
+  Py_XDECREF(s->cls);
+  Py_XDECREF(s->absent);
+  for (ModuleTensor& t : s->tensors) {
+    Py_XDECREF(t.container);
+    Py_XDECREF(t.key);
+    Py_XDECREF(t.spec);
+  }
+  s->tensors.~vector();
+  s->cached_containers.~vector();
+  s->cached_container_versions.~vector();
+  s->cached_tensors.~vector();
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject ModuleSpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// module_spec(module_or_weakref, training, cls_or_None, no_hooks, absent_keys, tensors)
+// tensors: a tuple of (container name, key, Spec).
+PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6 || !PyBool_Check(args[1]) || !(args[2] == Py_None || PyType_Check(args[2])) ||
+      !PyTuple_Check(args[4]) || !PyTuple_Check(args[5])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "module_spec(module, training, cls, no_hooks, absent_keys, tensors)");
+    return nullptr;
+  }
+  ModuleSpec* s = PyObject_New(ModuleSpec, &ModuleSpecType);
+  if (s == nullptr) return nullptr;
+  new (&s->tensors) std::vector<ModuleTensor>();
+  new (&s->cached_containers) std::vector<PyObject*>();
+  new (&s->cached_container_versions) std::vector<uint64_t>();
+  new (&s->cached_tensors) std::vector<PyObject*>();
+  s->cached = false;
+  PyObject* self = reinterpret_cast<PyObject*>(s);
+  s->module = Py_NewRef(args[0]);
+  s->training = Py_NewRef(args[1]);
+  s->cls = args[2] == Py_None ? nullptr : Py_NewRef(args[2]);
+  s->absent = Py_NewRef(args[4]);
+  s->no_hooks = false;
+  if (!as_bool(args[3], &s->no_hooks)) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[5]); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(args[5], i);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(item, 0)) ||
+        Py_TYPE(PyTuple_GET_ITEM(item, 2)) != &SpecType) {
+      Py_DECREF(self);
+      PyErr_SetString(PyExc_TypeError, "module_spec(): tensors are (container, key, spec)");
+      return nullptr;
+    }
+    PyObject* container = Py_NewRef(PyTuple_GET_ITEM(item, 0));
+    PyUnicode_InternInPlace(&container);
+    s->tensors.push_back(ModuleTensor{container, Py_NewRef(PyTuple_GET_ITEM(item, 1)),
+                                      Py_NewRef(PyTuple_GET_ITEM(item, 2))});
+  }
+  return self;
+}
+
+// The fast path: nothing the last passing full check read has changed (see the top of the
+// file), the hook dicts are still empty and every tensor still matches. False: run the full
+// check.
+bool cached_matches(PyObject* obj, const ModuleSpec* s) {
+#if FRAMEJIT_DICT_VERSIONS
+  PyTypeObject* tp = Py_TYPE(obj);
+  if (tp != s->cached_type || type_tag(tp) != s->cached_type_tag) return false;
+  PyObject** dictptr = _PyObject_GetDictPtr(obj);
+  if (dictptr == nullptr || *dictptr != s->cached_dict ||
+      dict_version(s->cached_dict) != s->cached_dict_version) {
+    return false;
+  }
+  if (s->no_hooks) {
+    for (PyObject* hooks : s->cached_hooks) {
+      const int truth = PyObject_IsTrue(hooks);
+      if (truth != 0) {
+        if (truth < 0) PyErr_Clear();
+        return false;
+      }
+    }
+  }
+  for (size_t i = 0; i < s->tensors.size(); ++i) {
+    if (dict_version(s->cached_containers[i]) != s->cached_container_versions[i]) return false;
+    if (!matches(s->cached_tensors[i], reinterpret_cast<const Spec*>(s->tensors[i].spec))) {
+      return false;
+    }
+  }
+  return true;
+#else
+  (void)obj;
+  (void)s;
+  return false;
+#endif
+}
+
+// Every fact of the spec holds for `obj`; false, with no exception left set, when one does not
+// or cannot be read.
+bool module_matches(PyObject* obj, ModuleSpec* s) {
+  PyObject* expected = s->module;
+  if (PyWeakref_CheckRef(expected)) expected = PyWeakref_GetObject(expected);  // borrowed
+  if (obj != expected || expected == Py_None) return false;
+  if (s->cls != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(obj)) != s->cls) return false;
+  if (s->cached && cached_matches(obj, s)) return true;
+  s->cached = false;
+  PyObject* dict = instance_dict(obj);
+  // Whether every read came from the instance dict (and each container is an exact dict): only
+  // then may the fast path stand in for this check next time.
+  bool from_dict = FRAMEJIT_DICT_VERSIONS && dict != nullptr && type_tag(Py_TYPE(obj)) != 0;
+  PyObject* hooks[4] = {nullptr, nullptr, nullptr, nullptr};  // borrowed, while dict holds them
+  std::vector<PyObject*> containers;
+  std::vector<uint64_t> versions;  // each container's, when it was read
+  std::vector<PyObject*> tensors;
+#if FRAMEJIT_DICT_VERSIONS
+  const unsigned int tag = type_tag(Py_TYPE(obj));
+  const uint64_t version = from_dict ? dict_version(dict) : 0;
+#endif
+  bool ok = false;
+  PyObject* value = read_attr(obj, dict, str_training, &from_dict);
+  if (value == nullptr || value != s->training) goto done;
+  Py_CLEAR(value);
+  if (s->no_hooks) {
+    for (int i = 0; i < 4; ++i) {
+      value = read_attr(obj, dict, str_hooks[i], &from_dict);
+      if (value == nullptr) goto done;
+      const int truth = PyObject_IsTrue(value);
+      hooks[i] = value;
+      Py_CLEAR(value);
+      if (truth != 0) goto done;
+    }
+  }
+  if (PyTuple_GET_SIZE(s->absent) != 0) {
+    value = PyObject_GetAttr(obj, str_dict);
+    if (value == nullptr) goto done;
+    if (value != dict) from_dict = false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(s->absent); ++i) {
+      if (PySequence_Contains(value, PyTuple_GET_ITEM(s->absent, i)) != 0) goto done;
+    }
+    Py_CLEAR(value);
+  }
+  for (const ModuleTensor& t : s->tensors) {
+    value = read_attr(obj, dict, t.container, &from_dict);
+    if (value == nullptr) goto done;
+    if (!PyDict_CheckExact(value)) from_dict = false;
+    containers.push_back(value);
+#if FRAMEJIT_DICT_VERSIONS
+    versions.push_back(from_dict ? dict_version(value) : 0);
+#endif
+    PyObject* tensor = PyObject_GetItem(value, t.key);
+    tensors.push_back(tensor);
+    Py_CLEAR(value);
+    if (tensor == nullptr) goto done;
+    const bool same = THPVariable_Check(tensor) &&
+                      matches(tensor, reinterpret_cast<const Spec*>(t.spec));
+    Py_DECREF(tensor);
+    if (!same) goto done;
+  }
+  ok = true;
+#if FRAMEJIT_DICT_VERSIONS
+  // Remember what this check read, for the fast path, if nothing changed while it read (a
+  // hook dict's __bool__ could run Python code).
+  for (size_t i = 0; from_dict && i < containers.size(); ++i) {
+    from_dict = dict_version(containers[i]) == versions[i];
+  }
+  if (from_dict && dict_version(dict) == version && type_tag(Py_TYPE(obj)) == tag) {
+    s->cached_dict = dict;
+    s->cached_dict_version = version;
+    s->cached_type = Py_TYPE(obj);
+    s->cached_type_tag = tag;
+    for (int i = 0; i < 4; ++i) s->cached_hooks[i] = hooks[i];
+    s->cached_containers = containers;
+    s->cached_container_versions = versions;
+    s->cached_tensors = tensors;
+    s->cached = true;
+  }
+#endif
+done:
+  Py_XDECREF(value);
+  Py_XDECREF(dict);
+  if (!ok) PyErr_Clear();
+  return ok;
+}
+
+// module_check(module, spec) -> bool
+PyObject* module_check(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || Py_TYPE(args[1]) != &ModuleSpecType) {
+    PyErr_SetString(PyExc_TypeError, "module_check(module, spec)");
+    return nullptr;
+  }
+  if (module_matches(args[0], reinterpret_cast<ModuleSpec*>(args[1]))) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+}
+
 PyMethodDef methods[] = {
+    {"module_spec", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_module_spec)),
+     METH_FASTCALL, "module_spec(...) -> the facts about one module module_check() compares"},
+    {"module_check", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(module_check)),
+     METH_FASTCALL, "module_check(module, spec) -> True if every fact of the spec holds"},
     {"state_spec", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_state_spec)),
      METH_FASTCALL, "state_spec(...) -> the global state state_check() compares"},
     {"state_check", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(state_check)),
@@ -402,6 +692,26 @@ PyMODINIT_FUNC PyInit__tensor_check(void) {
   StateSpecType.tp_flags = Py_TPFLAGS_DEFAULT;
   StateSpecType.tp_doc = "expected global state for a GLOBAL_STATE guard";
   if (PyType_Ready(&StateSpecType) < 0) return nullptr;
+  ModuleSpecType.tp_name = "framejit.guards._tensor_check.ModuleSpec";
+  ModuleSpecType.tp_basicsize = sizeof(ModuleSpec);
+  ModuleSpecType.tp_dealloc = module_spec_dealloc;
+  ModuleSpecType.tp_flags = Py_TPFLAGS_DEFAULT;
+  ModuleSpecType.tp_doc = "expected facts about one module for module_check";
+  if (PyType_Ready(&ModuleSpecType) < 0) return nullptr;
+  str_getattribute = PyUnicode_InternFromString("__getattribute__");
+  str_training = PyUnicode_InternFromString("training");
+  str_dict = PyUnicode_InternFromString("__dict__");
+  const char* hooks[4] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                          "_backward_pre_hooks"};
+  for (int i = 0; i < 4; ++i) str_hooks[i] = PyUnicode_InternFromString(hooks[i]);
+  // (not object's tp_dict: since 3.12 a static type's dict lives in the interpreter)
+  object_getattribute = _PyType_Lookup(&PyBaseObject_Type, str_getattribute);
+  if (object_getattribute == nullptr || str_training == nullptr || str_dict == nullptr ||
+      str_hooks[3] == nullptr) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ImportError, "_tensor_check: init failed");
+    return nullptr;
+  }
+  Py_INCREF(object_getattribute);
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
   if (PyModule_AddStringConstant(m, "TORCH_VERSION_STR", FRAMEJIT_TORCH_VERSION) < 0) {

@@ -39,6 +39,8 @@ from framejit.guards.guard import (
     GuardKind,
     _const_or_literal,
     _pretty_const,
+    _tensor_check,
+    cpp_tensor_guards,
     user_mode_active,
 )
 
@@ -177,6 +179,80 @@ def _sources_of(g: Guard) -> list[Source]:
     return out
 
 
+def _module_groups(ordered: Sequence[Guard]) -> list[list[Guard]] | None:
+    """With the C++ accelerator, the check's steps: a module's MODULE_MATCH guard (the first of
+    its step) with the module's own facts (`_module_fact_of`), checked in one `module_check`
+    call in its place, where the module's base has been checked; every other guard alone.
+    None without the accelerator."""
+    if not cpp_tensor_guards() or not hasattr(_tensor_check, "module_spec"):
+        return None
+    units: list[list[Guard]] = []
+    anchors: dict[Source, list[Guard]] = {}
+    for g in ordered:
+        units.append([g])
+        if g.kind is GuardKind.MODULE_MATCH and type(g.expected[1]) is bool:
+            anchors.setdefault(g.source, units[-1])
+    steps: list[list[Guard]] = []
+    for unit in units:
+        module = _module_fact_of(unit[0])
+        if module in anchors:
+            anchors[module].append(unit[0])
+        else:
+            steps.append(unit)
+    return steps
+
+
+def _module_fact_of(g: Guard) -> Source | None:
+    """The module source whose `module_check` can check `g` exactly as its Python line does:
+    `m`'s MODULE_NO_HOOKS, KEYS_ABSENT on `m.__dict__`, and TENSOR_MATCH (with a C++ spec) on
+    `m._parameters[key]` or `m._buffers[key]`. None for any other guard."""
+    src = g.source
+    if g.kind is GuardKind.MODULE_NO_HOOKS:
+        return src
+    if g.kind is GuardKind.KEYS_ABSENT and type(src) is AttrSource and src.attr == "__dict__":
+        return src.base
+    if (
+        g.kind is GuardKind.TENSOR_MATCH
+        and g.expected.spec is not None
+        and type(src) is ItemSource
+        and type(src.base) is AttrSource
+        and src.base.attr in ("_parameters", "_buffers")
+    ):
+        return src.base.base
+    return None
+
+
+def _module_spec(group: list[Guard]) -> Any:
+    """The C++ form of a MODULE_MATCH group: `module_check(m, spec)` holds exactly when each of
+    the group's guards does."""
+    match = group[0]
+    module, training, *cls = match.expected
+    absent: list[Any] = []
+    tensors = []
+    for g in group[1:]:
+        if g.kind is GuardKind.KEYS_ABSENT:
+            absent.extend(g.expected)
+        elif g.kind is GuardKind.TENSOR_MATCH:
+            tensors.append((g.source.base.attr, g.source.key, g.expected.spec))
+    no_hooks = any(g.kind is GuardKind.MODULE_NO_HOOKS for g in group)
+    return _tensor_check.module_spec(
+        module, training, cls[0] if cls else None, no_hooks, tuple(absent), tuple(tensors)
+    )
+
+
+def _describe_group(group: list[Guard]) -> str:
+    """The comment on a group's line: what module_check checks there."""
+    facts = [f"is the module (training={group[0].expected[1]})"]
+    for g in group[1:]:
+        if g.kind is GuardKind.MODULE_NO_HOOKS:
+            facts.append("no hooks")
+        elif g.kind is GuardKind.KEYS_ABSENT:
+            facts.append(f"__dict__ lacks {', '.join(map(repr, g.expected))}")
+        else:
+            facts.append(f"{g.source.base.attr}[{g.source.key!r}]")
+    return f"{group[0].source}: {'; '.join(facts)}"
+
+
 def compile_guards(
     guards: Sequence[Guard], argnames: Sequence[str], name: str = "guard"
 ) -> CompiledGuards:
@@ -199,32 +275,56 @@ def compile_guards(
             consts[id(obj)] = entry
         return entry[0]
 
-    # Count how often each non-trivial source (and its prefixes) is reached.
-    uses: Counter[Source] = Counter()
-    for g in ordered:
-        for src in _sources_of(g):
-            for s in src.chain():
-                uses[s] += 1
-    temps: dict[Source, str] = {}
+    def emit(units: list[list[Guard]], grouped: bool) -> list[tuple[list[str], str]]:
+        """(temporaries to bind first, condition) for each unit: one guard, or (`grouped`) a
+        module's MODULE_MATCH and its facts, checked in one module_check call."""
+        unit_sources = [_sources_of(u[0]) if len(u) == 1 else [u[0].source] for u in units]
+        # Count how often each non-trivial source (and its prefixes) is reached.
+        uses: Counter[Source] = Counter()
+        for sources in unit_sources:
+            for src in sources:
+                for s in src.chain():
+                    uses[s] += 1
+        temps: dict[Source, str] = {}
 
-    def render(src: Source) -> str:
-        if src in temps:
-            return temps[src]
-        if isinstance(src, ConstSource):
-            return const(src.value)
-        if isinstance(src, GenericAttrSource):
-            return f"object.__getattribute__({render(src.base)}, {src.attr!r})"
-        if isinstance(src, AttrSource):
-            return f"{render(src.base)}.{src.attr}"
-        if isinstance(src, DictItemSource):
-            return f"dict.__getitem__({render(src.base)}, {_const_or_literal(src.key, const)})"
-        if isinstance(src, ItemSource):  # an enum or other object key is a named constant
-            return f"{render(src.base)}[{_const_or_literal(src.key, const)}]"
-        if isinstance(src, TypeSource):
-            return f"type({render(src.base)})"
-        if isinstance(src, MethodCallSource):
-            return f"{render(src.base)}.{src.name}()"
-        return src.guard_expr()
+        def render(src: Source) -> str:
+            if src in temps:
+                return temps[src]
+            if isinstance(src, ConstSource):
+                return const(src.value)
+            if isinstance(src, GenericAttrSource):
+                return f"object.__getattribute__({render(src.base)}, {src.attr!r})"
+            if isinstance(src, AttrSource):
+                return f"{render(src.base)}.{src.attr}"
+            if isinstance(src, DictItemSource):
+                return f"dict.__getitem__({render(src.base)}, {_const_or_literal(src.key, const)})"
+            if isinstance(src, ItemSource):  # an enum or other object key is a named constant
+                return f"{render(src.base)}[{_const_or_literal(src.key, const)}]"
+            if isinstance(src, TypeSource):
+                return f"type({render(src.base)})"
+            if isinstance(src, MethodCallSource):
+                return f"{render(src.base)}.{src.name}()"
+            return src.guard_expr()
+
+        steps: list[tuple[list[str], str]] = []
+        for unit, sources in zip(units, unit_sources):
+            pre: list[str] = []
+            for src in sources:
+                for s in src.chain():
+                    if s not in temps and uses[s] > 1 and getattr(s, "base", None) is not None:
+                        temp = f"___s{len(temps)}"
+                        pre.append(f"{temp} = {render(s)}")
+                        temps[s] = temp
+            g = unit[0]
+            x = render(g.source) if g.source is not None else ""
+            if grouped and g.kind is GuardKind.MODULE_MATCH:
+                check = f"{const(_tensor_check.module_check)}({x}, {const(_module_spec(unit))})"
+                comment = f"  # {_describe_group(unit)}"
+            else:
+                check = g.check_expr(x, const, render)
+                comment = f"  # {g.origin}" if g.origin else ""
+            steps.append((pre, f"if not ({check}):{comment}"))
+        return steps
 
     body: list[str] = []
     needs_globals = any(
@@ -232,28 +332,17 @@ def compile_guards(
     )
     if needs_globals:
         body.append("G = F.__globals__")
-    steps: list[tuple[list[str], str]] = []  # (temporaries to bind first, condition)
-    for g in ordered:
-        pre: list[str] = []
-        for src in _sources_of(g):
-            for s in src.chain():
-                if s not in temps and uses[s] > 1 and getattr(s, "base", None) is not None:
-                    temp = f"___s{len(temps)}"
-                    pre.append(f"{temp} = {render(s)}")
-                    temps[s] = temp
-        x = render(g.source) if g.source is not None else ""
-        comment = f"  # {g.origin}" if g.origin else ""
-        steps.append((pre, f"if not ({g.check_expr(x, const, render)}):{comment}"))
-
     params = ", ".join(["F", *(guard_param(n) for n in argnames)])
     head = [f"    {b}" for b in body]
     check_lines = [f"def {name}({params}):", *head, "    try:"]
-    for pre, cond in steps:
+    groups = _module_groups(ordered)
+    for pre, cond in emit(groups, True) if groups else emit([[g] for g in ordered], False):
         check_lines += [f"        {p}" for p in pre]
         check_lines += [f"        {cond}", "            return False"]
     check_lines += ["    except Exception:", "        return False", "    return True"]
+    # why_failed checks one guard at a time, in the same order, to name the first that fails
     why_lines = [f"def {name}_first_failure({params}):", *head]
-    for index, (pre, cond) in enumerate(steps):
+    for index, (pre, cond) in enumerate(emit([[g] for g in ordered], False)):
         why_lines += ["    try:", *(f"        {p}" for p in pre)]
         why_lines += [f"        {cond}", f"            return {index}"]
         why_lines += ["    except Exception:", f"        return {index}"]

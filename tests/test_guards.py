@@ -1133,13 +1133,18 @@ def test_shared_sub_expressions_are_loaded_once() -> None:
     ]
     compiled = compile_guards(guards, ("m",))
     source = compiled.source
-    assert source.count("L_m._parameters") == 1  # loaded once, into a temporary
-    lines = [line.strip() for line in source.splitlines()]
-    temp_line = next(line for line in lines if line.endswith("= L_m._parameters"))
-    temp = temp_line.split(" = ")[0]
-    assert f"{temp}['weight']" in source and f"{temp}['bias']" in source
-    # The temporary is bound only after the guard on its base has passed.
-    assert source.index("L_m is") < source.index(temp_line)
+    if "module_check" in source:  # C++: the module and its tensors are one call (groups below)
+        assert "L_m._parameters" not in source
+        source = compile_guards(guards[1:], ("m",)).source
+        assert source.count("L_m._parameters") == 1  # loaded once, into a temporary
+    else:
+        assert source.count("L_m._parameters") == 1  # loaded once, into a temporary
+        lines = [line.strip() for line in source.splitlines()]
+        temp_line = next(line for line in lines if line.endswith("= L_m._parameters"))
+        temp = temp_line.split(" = ")[0]
+        assert f"{temp}['weight']" in source and f"{temp}['bias']" in source
+        # The temporary is bound only after the guard on its base has passed.
+        assert source.index("L_m is") < source.index(temp_line)
     assert compiled.check(_noop, lin) is True
     lin.eval()
     assert compiled.check(_noop, lin) is False
