@@ -679,25 +679,27 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tensor_check",
 
 }  // namespace
 
+// Fill in and ready one of the module's plain types (no GC, no methods: a spec object).
+static bool ready_type(PyTypeObject* type, const char* name, Py_ssize_t size,
+                       destructor dealloc, const char* doc) {
+  type->tp_name = name;
+  type->tp_basicsize = size;
+  type->tp_dealloc = dealloc;
+  type->tp_flags = Py_TPFLAGS_DEFAULT;
+  type->tp_doc = doc;
+  return PyType_Ready(type) == 0;
+}
+
 PyMODINIT_FUNC PyInit__tensor_check(void) {
-  SpecType.tp_name = "framejit.guards._tensor_check.Spec";
-  SpecType.tp_basicsize = sizeof(Spec);
-  SpecType.tp_dealloc = spec_dealloc;
-  SpecType.tp_flags = Py_TPFLAGS_DEFAULT;
-  SpecType.tp_doc = "expected tensor metadata for a TENSOR_MATCH guard";
-  if (PyType_Ready(&SpecType) < 0) return nullptr;
-  StateSpecType.tp_name = "framejit.guards._tensor_check.StateSpec";
-  StateSpecType.tp_basicsize = sizeof(StateSpec);
-  StateSpecType.tp_dealloc = state_spec_dealloc;
-  StateSpecType.tp_flags = Py_TPFLAGS_DEFAULT;
-  StateSpecType.tp_doc = "expected global state for a GLOBAL_STATE guard";
-  if (PyType_Ready(&StateSpecType) < 0) return nullptr;
-  ModuleSpecType.tp_name = "framejit.guards._tensor_check.ModuleSpec";
-  ModuleSpecType.tp_basicsize = sizeof(ModuleSpec);
-  ModuleSpecType.tp_dealloc = module_spec_dealloc;
-  ModuleSpecType.tp_flags = Py_TPFLAGS_DEFAULT;
-  ModuleSpecType.tp_doc = "expected facts about one module for module_check";
-  if (PyType_Ready(&ModuleSpecType) < 0) return nullptr;
+  if (!ready_type(&SpecType, "framejit.guards._tensor_check.Spec", sizeof(Spec), spec_dealloc,
+                  "expected tensor metadata for a TENSOR_MATCH guard") ||
+      !ready_type(&StateSpecType, "framejit.guards._tensor_check.StateSpec", sizeof(StateSpec),
+                  state_spec_dealloc, "expected global state for a GLOBAL_STATE guard") ||
+      !ready_type(&ModuleSpecType, "framejit.guards._tensor_check.ModuleSpec",
+                  sizeof(ModuleSpec), module_spec_dealloc,
+                  "expected facts about one module for module_check")) {
+    return nullptr;
+  }
   str_getattribute = PyUnicode_InternFromString("__getattribute__");
   str_training = PyUnicode_InternFromString("training");
   str_dict = PyUnicode_InternFromString("__dict__");
