@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +146,6 @@ class DynamicInputs:
         self.recompile = bool(cache is not None and cache.entries)
         # sympy symbol -> its input dimension (dim None: an int or float argument)
         self.symbols: dict[Any, tuple[Source, int | None]] = {}
-        self.float_symbols: set[Any] = set()  # those of float arguments (no size range)
         self.wanted = dynamic is True or (
             dynamic is None
             and (
@@ -221,7 +221,6 @@ class DynamicInputs:
         src = _source_class()(str(source))
         symbol = shape_env.create_unspecified_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
         self.symbols.setdefault(symbol, (source, None))
-        self.float_symbols.add(symbol)
         return shape_env.create_symfloatnode(symbol, hint=value, source=src)
 
     def make_size(self, shape_env: Any, source: Source, dim: int | None, size: int) -> Any:
@@ -331,9 +330,7 @@ def _implied_by_ranges(expr: Any, ranges: dict[Any, Any]) -> bool:
 
 
 def shape_guard_checks(
-    shape_env: Any,
-    symbols: dict[Any, tuple[Source, int | None]],
-    float_symbols: frozenset[Any] | set[Any] = frozenset(),
+    shape_env: Any, symbols: dict[Any, tuple[Source, int | None]]
 ) -> list[tuple]:
     """(ShapeCheck, origin) for every fact the trace relied on about symbolic sizes: each
     size symbol's range (>= 2, and any bound found; a float argument's symbol has none) and
@@ -365,7 +362,7 @@ def shape_guard_checks(
             return None
 
     for symbol in symbols:
-        if symbol in float_symbols:
+        if not symbol.is_integer:  # a float argument's symbol: no size range
             continue
         vr = shape_env.var_to_range.get(symbol)
         low = bound(vr.lower) if vr is not None else None
@@ -394,3 +391,53 @@ def shape_guard_checks(
             ),
         )
     return out
+
+
+# Ops that may take a float argument as a symbolic graph input (`OutputGraph._float_operand`):
+# pointwise arithmetic, clamping and filling, whose result's sizes and dtype depend on the
+# float's type only, and whose decompositions do not look at its value (pow does: x ** 2
+# becomes x * x).
+_FLOAT_OPERAND_FUNCTIONS = (
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.truediv,
+    operator.neg,
+    torch.add,
+    torch.sub,
+    torch.subtract,
+    torch.mul,
+    torch.multiply,
+    torch.div,
+    torch.divide,
+    torch.true_divide,
+    torch.rsub,
+    torch.clamp,
+    torch.clip,
+    torch.clamp_min,
+    torch.clamp_max,
+    torch.where,
+    torch.lerp,
+    torch.addcmul,
+    torch.addcdiv,
+    torch.full_like,
+    torch.masked_fill,
+    torch.nn.functional.leaky_relu,
+    torch.nn.functional.hardtanh,
+)
+_FLOAT_OPERAND_METHODS = frozenset(
+    {
+        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "true_divide",
+        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+        "__rtruediv__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+        "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_",
+        "clamp_max_", "lerp", "lerp_", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
+        "masked_fill", "masked_fill_", "fill_",
+    }
+)  # fmt: skip
+
+
+def takes_float_operands(kind: str, target: Any) -> bool:
+    if kind == "call_method":
+        return target in _FLOAT_OPERAND_METHODS
+    return any(target is f for f in _FLOAT_OPERAND_FUNCTIONS)

@@ -104,9 +104,8 @@ def eager_layout(
     kind: str, target: Any, args: list[Any], kwargs: dict[str, Any], result: Any
 ) -> Any:
     """`result` (the op's fake result) with eager's strides, where they differ; called under
-    the frontend's FakeTensorMode, with the fake arguments the op was given."""
-    if not needs_eager_layout(kind, target):
-        return result
+    the frontend's FakeTensorMode, with the fake arguments the op was given, for an op that
+    `needs_eager_layout`."""
     leaves = tree_flatten((args, kwargs))[0]
     tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
     if not tensors or all(_contiguous(t) for t in tensors):

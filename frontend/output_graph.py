@@ -30,6 +30,7 @@ from framejit.frontend.dynamic import (
     dynamic_fake,
     new_shape_env,
     shape_guard_checks,
+    takes_float_operands,
 )
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.layouts import eager_layout, needs_eager_layout
@@ -260,18 +261,23 @@ class OutputGraph:
     def int_is_dynamic(self, source: Source, value: int) -> bool:
         return self.dynamic.int_is_dynamic(source, value, self.shape_env)
 
-    def add_sym_input(self, source: Source, value: int) -> VariableTracker:
-        """An int argument as a symbolic graph input (dynamic shapes): the graph takes it."""
+    def add_sym_input(self, source: Source, value: int | float) -> VariableTracker:
+        """An int argument (dynamic shapes) or a float one (automatic dynamic floats) as a
+        symbolic graph input: the graph takes it."""
         existing = self._by_source.get(source)
         if existing is not None:
             return existing
         node = self._new_placeholder(source)
-        symint = self.dynamic.make_size(self.shape_env, source, None, value)
-        node.meta["val"] = symint
+        if isinstance(value, float):
+            sym = self.dynamic.make_float(self.shape_env, source, value)
+        else:
+            sym = self.dynamic.make_size(self.shape_env, source, None, value)
+        node.meta["val"] = sym
         node.meta["source"] = str(source)
         node.meta["static_input"] = False
-        logs.artifact("dynamic", lambda: f"{source}: int argument symbolic: {symint}")
-        vt = SymNodeVariable(node, symint)
+        what = type(value).__name__
+        logs.artifact("dynamic", lambda: f"{source}: {what} argument symbolic: {sym}")
+        vt = SymNodeVariable(node, sym)
         self.placeholders.append((source, node))
         self.input_values.append(value)
         self._by_source[source] = vt  # type: ignore[assignment]
@@ -298,20 +304,7 @@ class OutputGraph:
             return vt
         if not math.isfinite(vt.value_unguarded):
             return vt  # inf and nan: a value guard (kernels treat them apart)
-        existing = self._by_source.get(vt.source)
-        if existing is not None:
-            return existing
-        node = self._new_placeholder(vt.source)
-        symfloat = self.dynamic.make_float(self.shape_env, vt.source, vt.value_unguarded)
-        node.meta["val"] = symfloat
-        node.meta["source"] = str(vt.source)
-        node.meta["static_input"] = False
-        logs.artifact("dynamic", lambda: f"{vt.source}: float argument symbolic: {symfloat}")
-        sym = SymNodeVariable(node, symfloat)
-        self.placeholders.append((vt.source, node))
-        self.input_values.append(vt.value_unguarded)
-        self._by_source[vt.source] = sym  # type: ignore[assignment]
-        return sym
+        return self.add_sym_input(vt.source, vt.value_unguarded)
 
     def replay_op_warnings(self, caught: list[warnings.WarningMessage], label: str) -> None:
         """The warnings an op gave while it ran on FakeTensors, given on every call where
@@ -410,7 +403,7 @@ class OutputGraph:
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         """Add `target(*args, **kwargs)` to the graph (kind: call_function or call_method)."""
-        if self.shape_env is not None and _takes_float_operands(kind, target):
+        if self.shape_env is not None and takes_float_operands(kind, target):
             args = [self._float_operand(a) for a in args]
             kwargs = {k: self._float_operand(v) for k, v in kwargs.items()}
         fake_args = [_to_fake(a) for a in args]
@@ -688,7 +681,7 @@ class OutputGraph:
     def shape_guards(self) -> list[Guard]:
         """SHAPE_EXPR guards: everything the trace relied on about symbolic sizes."""
         checks: list[tuple[ShapeCheck, str]] = shape_guard_checks(
-            self.shape_env, self.dynamic.symbols, self.dynamic.float_symbols
+            self.shape_env, self.dynamic.symbols
         )
         for symbol, texts in self.range_checks.items():  # see frontend/scalar_ranges.py
             origin = "a number eager converts to a dtype with an overflow check"
@@ -838,55 +831,6 @@ _PYTHON_DISPATCH_FUNCTIONS = (
     ),
 )
 _PYTHON_DISPATCH_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "inner"})
-
-
-# Ops that may take a float argument as a symbolic graph input (`_float_operand`): pointwise
-# arithmetic, clamping and filling, whose result's sizes and dtype depend on the float's type
-# only, and whose decompositions do not look at its value (pow does: x ** 2 becomes x * x).
-_FLOAT_OPERAND_FUNCTIONS = (
-    operator.add,
-    operator.sub,
-    operator.mul,
-    operator.truediv,
-    operator.neg,
-    torch.add,
-    torch.sub,
-    torch.subtract,
-    torch.mul,
-    torch.multiply,
-    torch.div,
-    torch.divide,
-    torch.true_divide,
-    torch.rsub,
-    torch.clamp,
-    torch.clip,
-    torch.clamp_min,
-    torch.clamp_max,
-    torch.where,
-    torch.lerp,
-    torch.addcmul,
-    torch.addcdiv,
-    torch.full_like,
-    torch.masked_fill,
-    torch.nn.functional.leaky_relu,
-    torch.nn.functional.hardtanh,
-)
-_FLOAT_OPERAND_METHODS = frozenset(
-    {
-        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "true_divide",
-        "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-        "__rtruediv__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
-        "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_",
-        "clamp_max_", "lerp", "lerp_", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
-        "masked_fill", "masked_fill_", "fill_",
-    }
-)  # fmt: skip
-
-
-def _takes_float_operands(kind: str, target: Any) -> bool:
-    if kind == "call_method":
-        return target in _FLOAT_OPERAND_METHODS
-    return any(target is f for f in _FLOAT_OPERAND_FUNCTIONS)
 
 
 def _wants_python_dispatch(kind: str, target: Any) -> bool:

@@ -291,6 +291,7 @@ def _keeping_regions(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 def _compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
 ) -> Callable[..., Any]:
+    captured = gm.forward  # what runs when the stage does not compile the graph
     symbolic = symbolic_inputs(gm, example_inputs)
     if symbolic is None:
         gm = _pinning_eager_layouts(gm)
@@ -306,7 +307,7 @@ def _compile(
             info.fallback = f"an output is a view ({views[0]}) and its sizes are symbolic"
     if info.fallback is not None:
         log.info("aot: running the captured graph as it is: %s", info.fallback)
-        return gm.forward
+        return captured
 
     user = graph_with_outputs(gm, info.computed)
     # Symbolic int and float inputs (dynamic shapes, automatic dynamic floats) are inputs of
@@ -350,7 +351,7 @@ def _compile(
     static = [bool(placeholders[i].meta.get("static_input")) for i in info.unique]
     mutated = [positions[i] for i in info.mutated]
     # a failed run of a graph that writes its inputs runs the captured graph as it is (runtime)
-    on_error = gm.forward if info.mutated else None
+    on_error = captured if info.mutated else None
     forward_values = [*info.computed_values, *info.mutated_values]
     differentiable = [
         k
@@ -366,7 +367,7 @@ def _compile(
             fn = _laid_out(fn, fixes)
             graph = trace_inference(fn, fakes, mutated, mode)
         if not _view_bases_match(info, graph):
-            return gm.forward
+            return captured
         _log(gm, inference=graph)
         _mark_static_inputs(graph, static, "inference")
         return InferenceRunner(info, inner(graph, _example(graph)), on_error)
@@ -387,7 +388,7 @@ def _compile(
         joint = trace_joint(fn, fakes, mutated, differentiable, tangents, mode)
     parts = partition(joint, len(fakes), len(forward_values))
     if not _view_bases_match(info, parts.forward):
-        return gm.forward
+        return captured
     _log(gm, joint=joint, forward=parts.forward, backward=parts.backward, saved=parts.saved)
     _mark_static_inputs(parts.forward, static, "forward")
     primal_names = [n.name for n in joint.graph.nodes if n.op == "placeholder"][: len(fakes)]
@@ -601,6 +602,11 @@ def _in_layout(t: torch.Tensor, stride: list[int], order: list[int]) -> torch.Te
     strides are not `stride` (dimensions of size 1 aside)."""
     if long_strides(t) == tuple(s for s, n in zip(stride, t.shape) if n > 1):
         return t
+    return _ordered_copy(t, order)
+
+
+def _ordered_copy(t: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """A dense copy of `t` whose dimensions are laid out in `order`, outermost first."""
     inverse = sorted(range(len(order)), key=order.__getitem__)
     return t.permute(order).contiguous().permute(inverse)
 
@@ -611,8 +617,7 @@ def _laid_out(fn: Callable[..., Any], fixes: dict[int, list[int]]) -> Callable[.
     def run(*args: Any) -> Any:
         outs = list(fn(*args))
         for k, order in fixes.items():
-            inverse = sorted(range(len(order)), key=order.__getitem__)
-            outs[k] = outs[k].permute(order).contiguous().permute(inverse)
+            outs[k] = _ordered_copy(outs[k], order)
         return outs
 
     return run
