@@ -76,6 +76,11 @@ class Config:
     # The Triton backend times a wider list of launch configs per kernel (FRAMEJIT_MAX_AUTOTUNE=1;
     # mode="max-autotune" turns it on too).
     max_autotune: bool = field(default_factory=lambda: _flag("FRAMEJIT_MAX_AUTOTUNE"))
+    # The Triton backend launches a compiled kernel through its launcher directly, skipping
+    # Triton's per-call work, where the arguments' specialization is one seen before
+    # (FRAMEJIT_DIRECT_LAUNCH=0: every launch through Triton's `kernel[grid](...)`). Read at
+    # each launch.
+    direct_launch: bool = field(default_factory=lambda: _flag("FRAMEJIT_DIRECT_LAUNCH", True))
     # When the Triton backend's run-time index checks report a bad index read from memory:
     # "sync" (the call that read it raises; a device synchronization per call on a GPU),
     # "deferred" (a later call raises, or framejit.check_index_errors(); the host never waits),
@@ -119,7 +124,14 @@ class Config:
         object.__setattr__(self, name, value)
 
 
-_BOOLS = ("disable", "max_autotune", "debug_stack_check", "cpp_guards", "raise_internal_errors")
+_BOOLS = (
+    "disable",
+    "max_autotune",
+    "direct_launch",
+    "debug_stack_check",
+    "cpp_guards",
+    "raise_internal_errors",
+)
 _COUNTS = (
     "recompile_limit",
     "max_resume_depth",

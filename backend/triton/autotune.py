@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from framejit.backend.triton.launch import Launches
+
 Config = dict[str, int]
 
 STATS = {"timed": 0, "remembered": 0, "first": 0}
@@ -107,12 +109,15 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class Launcher:
-    """`launcher(*args)` launches `kernel` over `xnumel` rows/elements with the best config."""
+    """`launcher(*args)` launches `kernel` over `xnumel` rows/elements with the best config;
+    `launcher.launch(grid, *args)` launches a kernel whose size is symbolic (`xnumel` None, one
+    candidate) over `grid`. Launches go through `launch.Launches` (Triton's per-call work
+    skipped where it can be)."""
 
     def __init__(
         self,
         kernel: Any,
-        xnumel: int,
+        xnumel: int | None,
         candidates: list[Config],
         module_file: str | None = None,
         timer: Callable[[Callable[[], Any]], float] | None = None,
@@ -124,11 +129,15 @@ class Launcher:
         self.timer = timer
         self.grid: tuple[int] | None = None
         self.config: Config = candidates[0]
+        self.launches = Launches(kernel, self.config)
 
     def __call__(self, *args: Any) -> None:
         if self.grid is None:
             self._choose(args)
-        self.kernel[self.grid](*args, **self.config)
+        self.launches.launch(self.grid, args)
+
+    def launch(self, grid: tuple[int, ...], *args: Any) -> None:
+        self.launches.launch(grid, args)
 
     def _grid(self, config: Config) -> tuple[int]:
         return (_cdiv(self.xnumel, config["XBLOCK"]),)
@@ -165,6 +174,7 @@ class Launcher:
     def _take(self, k: int) -> None:
         self.config = self.candidates[k]
         self.grid = self._grid(self.config)
+        self.launches = Launches(self.kernel, self.config)
 
     def _read(self) -> dict[str, Any]:
         if self.record is None or not self.record.exists():

@@ -4,8 +4,9 @@
 
 1. the imports and the device;
 2. the helper functions the kernels use (helpers.py's `HELPERS`);
-3. one `@triton.jit` kernel per scheduled kernel (kernels.py's `KernelCode`), and a `Launcher`
-   (autotune.py) for each kernel with several candidate launch configs;
+3. one `@triton.jit` kernel per scheduled kernel (kernels.py's `KernelCode`), and its
+   `Launcher` (autotune.py: the config choice among several candidates; launch.py: the launch
+   that skips Triton's per-call work);
 4. `call(*inputs)`: binds the size symbols of a symbolic graph from the inputs' shapes,
    raises eager's error where a reduction without an identity has no elements (`EmptyCheck`),
    allocates the stored buffers with their strides, launches the kernels (grids computed here,
@@ -68,7 +69,7 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
     constants: list[Any] = []
     kernels: list[tuple[Kernel, KernelCode, str]] = []
     helpers: set[str] = set()
-    tuned: list[tuple[Kernel, KernelCode, list[autotune.Config]]] = []
+    launched: list[tuple[Kernel, KernelCode, list[autotune.Config]]] = []
     checks: list[BoundsCheck] = []
     # A kernel whose code equals an earlier one's (the same layer repeated: a transformer's
     # blocks) is launched under the earlier one's name: Triton compiles (and the autotune
@@ -86,8 +87,8 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
             names[id(step)] = seen.setdefault(key, step.name)
             if names[id(step)] != step.name:
                 source = ""
-            elif len(candidates) > 1:
-                tuned.append((step, code, candidates))
+            elif candidates:
+                launched.append((step, code, candidates))
             kernels.append((step, code, source))
 
     w = Writer()
@@ -95,7 +96,7 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
     w.line("import torch")
     w.line("import triton")
     w.line("import triton.language as tl")
-    if tuned:
+    if launched:
         w.line("from framejit.backend.triton.autotune import Launcher")
     if checks:
         w.line("from framejit.backend.triton.bounds import IndexChecks")
@@ -116,12 +117,17 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
             w.line()
             w.line()
             w.extend(source.rstrip("\n").split("\n"))
-    if tuned:
+    if launched:
         w.line()
         w.line()
-        w.line("# Kernels with several launch configs: the fastest is picked on the first call.")
-        for step, code, candidates in tuned:
+        w.line("# Launchers: of several configs the fastest is picked on the first call;")
+        w.line("# `.launch(grid, ...)` takes a grid computed per call (symbolic sizes).")
+        for step, code, candidates in launched:
             xnumel = code.numels()[0]
+            xnumel = xnumel if is_static(xnumel) else None
+            if len(candidates) == 1:
+                w.line(f"{step.name}_run = Launcher({step.name}, {xnumel}, [{candidates[0]!r}])")
+                continue
             w.line(f"{step.name}_run = Launcher({step.name}, {xnumel}, [")
             with w.indent():
                 for config in candidates:
@@ -288,17 +294,12 @@ def _wrapper(
                 args += ["errors"] if code.checks else []
                 args += [*code.scalars, *code.size_args, *map(size_text, code.numels())]
                 kernel = kernel_names[id(step)]
-                if len(candidates) > 1:
+                xnumel = code.numels()[0]
+                if candidates and is_static(xnumel):
                     w.line(f"{kernel}_run({', '.join(args)})")
                 elif candidates:
-                    config = candidates[0]
-                    xnumel = code.numels()[0]
-                    if is_static(xnumel):
-                        grid = f"({-(-xnumel // config['XBLOCK'])},)"
-                    else:
-                        grid = f"(triton.cdiv({size_text(xnumel)}, {config['XBLOCK']}),)"
-                    args += [f"{k}={v}" for k, v in config.items()]
-                    w.line(f"{kernel}[{grid}]({', '.join(args)})")
+                    grid = f"(triton.cdiv({size_text(xnumel)}, {candidates[0]['XBLOCK']}),)"
+                    w.line(f"{kernel}_run.launch({', '.join([grid, *args])})")
             else:
                 args = [py(a) for a in step.args] + [f"{k}={py(v)}" for k, v in step.kwargs]
                 names = ", ".join(n or "_" for n in step.outputs)

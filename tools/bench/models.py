@@ -166,6 +166,10 @@ class Result:
     framejit_compile_s: float
     speedup_vs_eager: float
     ratio_vs_compile: float | None
+    # framejit with every kernel launched through Triton's `kernel[grid](...)`
+    # (config.direct_launch off), and the launches of one timed call by path
+    framejit_via_triton_ms: float = 0.0
+    launches_per_call: str = ""
 
     @property
     def ok(self) -> bool:
@@ -204,6 +208,8 @@ def measure(
     with_compile: bool,
     profile_first: bool = False,
 ) -> Result:
+    from framejit.backend.triton import launch
+
     import framejit
 
     device = inputs[0].device
@@ -223,7 +229,15 @@ def measure(
             print(f"{case}: framejit's first call, by cumulative time", flush=True)
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
         eager_ms = _time_ms(lambda: model(*inputs), repeats, device)
+        before = dict(launch.STATS)
+        fast(*inputs)
+        per_call = ", ".join(f"{k} {launch.STATS[k] - before[k]}" for k in before)
         fj_ms = _time_ms(lambda: fast(*inputs), repeats, device)
+        framejit.config.direct_launch = False
+        try:
+            via_triton_ms = _time_ms(lambda: fast(*inputs), repeats, device)
+        finally:
+            framejit.config.direct_launch = True
         tc_ms = None
         if with_compile:
             compiled = torch.compile(model)
@@ -237,6 +251,8 @@ def measure(
         compile_s,
         eager_ms / fj_ms,
         None if tc_ms is None else fj_ms / tc_ms,
+        via_triton_ms,
+        per_call,
     )
 
 
@@ -308,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{case:24} eager {result.eager_ms:8.2f}ms  framejit {result.framejit_ms:8.2f}ms  "
             f"torch.compile {tc}  eager/framejit {result.speedup_vs_eager:.2f}  "
             f"framejit/compile {ratio}  (framejit first call {result.framejit_compile_s:.1f}s)",
+            flush=True,
+        )
+        print(
+            f"{'':24} framejit launching through Triton only {result.framejit_via_triton_ms:.2f}ms;"
+            f" launches per call: {result.launches_per_call}",
             flush=True,
         )
     if args.json:

@@ -135,8 +135,8 @@ def test_residual_stream_is_stored_not_recomputed_per_layer() -> None:
     args = [torch.randn(4, 16), *(torch.randn(16, 16) * 0.3 for _ in range(12))]
     found = aten_stages(stack, *args)
     kernels = [line for line in found.source.splitlines() if line.startswith("def fj_")]
-    launches = [line for line in found.source.splitlines() if line.lstrip().startswith("fj_")]
-    assert len(launches) == 13
+    launches = [line for line in found.source.splitlines() if line.startswith("    fj_")]
+    assert len(launches) == 13, launches
     assert max(line.count("in_ptr") for line in kernels) <= 4, kernels  # was 13
     assert any("materialized" in h and "reading 4 buffers" in h for h in found.hints)
     check(stack, *args)

@@ -26,6 +26,7 @@ ADD_RELU_SOURCE = """\
 import torch
 import triton
 import triton.language as tl
+from framejit.backend.triton.autotune import Launcher
 
 aten = torch.ops.aten
 empty_strided = torch.empty_strided
@@ -52,9 +53,14 @@ def fj_pointwise_add_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.const
     tl.store(out_ptr0 + offsets, tmp4, mask)
 
 
+# Launchers: of several configs the fastest is picked on the first call;
+# `.launch(grid, ...)` takes a grid computed per call (symbolic sizes).
+fj_pointwise_add_relu_0_run = Launcher(fj_pointwise_add_relu_0, 512, [{'XBLOCK': 512, 'num_warps': 4}])
+
+
 def call(arg0_1, arg1_1):
     buf1 = empty_strided((4, 128), (128, 1), dtype=torch.float32, device=DEVICE)
-    fj_pointwise_add_relu_0[(1,)](arg0_1, arg1_1, buf1, 512, XBLOCK=512, num_warps=4)
+    fj_pointwise_add_relu_0_run(arg0_1, arg1_1, buf1, 512)
     return (buf1,)
 """
 
