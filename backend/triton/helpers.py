@@ -11,6 +11,16 @@ interpreter of Triton 3.6 rounds its product), no float32 division where exactne
 from __future__ import annotations
 
 HELPERS = {
+    "fj_div_rn": (
+        (),
+        """\
+@triton.jit
+def fj_div_rn(x, y):
+    # float32 division correctly rounded, as eager's (Triton's `/` is div.full.f32 on a GPU,
+    # within 2 ulps: floor_divide's steps then land on the next whole number)
+    return tl.math.div_rn(x, y)
+""",
+    ),
     "fj_expm1": (
         (),
         """\

@@ -25,12 +25,14 @@ from framejit.backend.triton.ops.table import (
     aten,
     const,
     convert,
+    eager_orders_zeros,
     elementwise,
     lowering,
     meta,
     meta_of,
     op,
     operand,
+    ordered_zeros,
 )
 
 
@@ -79,13 +81,20 @@ _UNARY_FLOAT = {
     "reciprocal": lambda x: op("truediv", const(1.0, x.dtype), x),
 }
 
+
+def _relu(x: Expr) -> Expr:
+    """x < 0 ? 0 : x, as eager's CPU loop: -0.0 and NaN pass through."""
+    return op("where", op("lt", x, const(0, x.dtype), dtype=torch.bool), const(0, x.dtype), x)
+
+
+def _relu_ordered(x: Expr) -> Expr:
+    return ordered_zeros("maximum", x, const(0.0, x.dtype))
+
+
 _UNARY_SAME = {
     "neg": _unary("neg"),
     "abs": _unary("abs"),
-    # x < 0 ? 0 : x, as eager: -0.0 and NaN pass through
-    "relu": lambda x: op(
-        "where", op("lt", x, const(0, x.dtype), dtype=torch.bool), const(0, x.dtype), x
-    ),
+    "relu": _relu,
     "sign": lambda x: op(
         "sub",
         convert(op("gt", x, const(0, x.dtype), dtype=torch.bool), x.dtype),
@@ -128,6 +137,9 @@ def _register_unary(table: dict[str, Callable[[Expr], Expr]], rounding: bool = F
             out = meta(node)
             if rounding and not out.dtype.is_floating_point:
                 return elementwise(ctx, out.shape, out.dtype, [x], lambda v: v)
+            floating = out.dtype.is_floating_point
+            if _fn is _relu and floating and eager_orders_zeros(str(out.device)):
+                _fn = _relu_ordered  # CUDA's relu is clamp_min(x, 0)
             return elementwise(ctx, out.shape, out.dtype, [x], _fn)
 
         lowering(name, dtype="promote", rejects=_REJECTS.get(name, frozenset()))(lower)
@@ -175,10 +187,16 @@ def _register_binary() -> None:
                     raise NotLowered("bool addition with alpha 0")
                 k = "or" if _k == "add" else "and"  # bool + bool is or, bool * bool is and
 
+            ordered = (
+                k in ("maximum", "minimum")
+                and out.dtype.is_floating_point
+                and eager_orders_zeros(str(out.device))
+            )
+
             def fn(x: Expr, y: Expr) -> Expr:
                 if alpha != 1 and out.dtype != torch.bool:
                     y = op("mul", y, const(alpha, y.dtype))
-                return op(k, x, y)
+                return ordered_zeros(k, x, y) if ordered else op(k, x, y)
 
             return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
 
@@ -605,10 +623,14 @@ def _clamp(ctx: Lowering, node: torch.fx.Node, x: TensorValue, lo: Any = None, h
     if node.target.overloadpacket is aten.hardtanh:
         lo, hi = (-1.0 if lo is None else lo), (1.0 if hi is None else hi)
     values = [x] + [v for v in (lo, hi) if v is not None]
+    ordered = out.dtype.is_floating_point and eager_orders_zeros(str(out.device))
 
     def bounded(name: str, v: Expr, bound: Expr, scalar: bool) -> Expr:
         # a value equal to the bound (-0.0 and 0.0) stays itself for a number bound, and
-        # becomes a tensor bound, as in eager (maximum/minimum give their second operand)
+        # becomes a tensor bound, as in eager's CPU loops (maximum/minimum give their second
+        # operand); CUDA's order -0.0 below 0.0
+        if ordered:
+            return ordered_zeros(name, v, bound)
         return op(name, bound, v) if scalar else op(name, v, bound)
 
     def fn(v: Expr, *bounds: Expr) -> Expr:

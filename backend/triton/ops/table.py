@@ -26,6 +26,7 @@ exactly one of the two.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -152,6 +153,29 @@ def _rejecting(
 def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Op:
     """Kernel op `name` on `args`; its dtype is the first value operand's unless given."""
     return Op(name, args, dtype or args[1 if name == "where" else 0].dtype)
+
+
+@functools.cache
+def eager_orders_zeros(device: str) -> bool:
+    """Whether eager's maximum and minimum on `device` order -0.0 below 0.0 whichever operand
+    each is (CUDA's kernels: clamp, relu, fmax and fmin too), rather than give the second of
+    two equal operands (the CPU's vectorized loops, which the lowerings follow otherwise).
+    Asked once per device, on vectors long enough for the vectorized path."""
+    neg, pos = (torch.full((64,), v, device=device) for v in (-0.0, 0.0))
+    return not (
+        torch.maximum(neg, pos).signbit().any()
+        or torch.maximum(pos, neg).signbit().any()
+        or not torch.minimum(neg, pos).signbit().all()
+        or not torch.minimum(pos, neg).signbit().all()
+    )
+
+
+def ordered_zeros(name: str, a: Expr, b: Expr) -> Expr:
+    """`maximum`/`minimum` of floats with -0.0 below 0.0 (see `eager_orders_zeros`); NaN
+    wins, as in `op(name, a, b)`."""
+    negative_a = op("signbit", a, dtype=torch.bool)
+    tie = op("where", negative_a, b, a) if name == "maximum" else op("where", negative_a, a, b)
+    return op("where", op("eq", a, b, dtype=torch.bool), tie, op(name, a, b))
 
 
 def convert(expr: Expr, dtype: torch.dtype) -> Expr:

@@ -18,7 +18,16 @@ import torch
 import torch.fx
 from framejit.backend.triton.ir import Expr
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
-from framejit.backend.triton.ops.table import const, convert, elementwise, lowering, meta, op
+from framejit.backend.triton.ops.table import (
+    const,
+    convert,
+    eager_orders_zeros,
+    elementwise,
+    lowering,
+    meta,
+    op,
+    ordered_zeros,
+)
 
 LN2 = math.log(2.0)
 # Past this, x * x overflows float32: asinh/acosh use log(2|x|) instead.
@@ -161,13 +170,28 @@ BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
 }
 
 
+def _fmax_ordered(name: str) -> Callable[[Expr, Expr], Expr]:
+    """fmax/fmin where eager orders -0.0 below 0.0 (CUDA): NaN only where both are NaN."""
+
+    def fn(x: Expr, y: Expr) -> Expr:
+        both = ordered_zeros(name, x, y)
+        return op("where", _isnan(x), y, op("where", _isnan(y), x, both))
+
+    return fn
+
+
+_FMAX = {"fmax": _fmax_ordered("maximum"), "fmin": _fmax_ordered("minimum")}
+
+
 def _register_binary() -> None:
     for name, fn in BINARY.items():
 
-        def lower(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, _fn=fn):
+        def lower(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, _fn=fn, _name=name):
             out = meta(node)
             if not out.dtype.is_floating_point:
                 raise NotLowered("integer operands")
+            if _name in _FMAX and eager_orders_zeros(str(out.device)):
+                _fn = _FMAX[_name]
             return elementwise(ctx, out.shape, out.dtype, [a, b], _fn)
 
         lowering(name, dtype="promote")(lower)

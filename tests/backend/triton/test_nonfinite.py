@@ -63,6 +63,7 @@ def test_max_reduction_over_a_long_row_sees_a_late_nan() -> None:
     check(lambda x: (x.amax(1), x.amin(1)), x)
 
 
+@pytest.mark.interpreter_only  # on a GPU eager's kernel (which framejit runs) device-asserts
 def test_binary_cross_entropy_checks_its_input() -> None:
     """Kept whole by the AOT stage: its decomposition dropped eager's range check."""
     import framejit
@@ -283,3 +284,57 @@ def test_signed_zeros_and_ties_match_eager_bit_for_bit(name: str, no_fallback: N
         assert not bad.any(), [
             (sx[k].item(), sy[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:8, 0]
         ]
+
+
+def _ordered(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """maximum/minimum with -0.0 below 0.0 whichever operand it is (CUDA's fmaxf/fminf)."""
+    a, b = torch.broadcast_tensors(a, torch.as_tensor(b, dtype=a.dtype))
+    tie = torch.where(a.signbit(), b, a) if name == "max" else torch.where(a.signbit(), a, b)
+    return torch.where(a == b, tie, torch.maximum(a, b) if name == "max" else torch.minimum(a, b))
+
+
+def _ignoring_nan(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.where(a.isnan(), b, torch.where(b.isnan(), a, _ordered(name, a, b)))
+
+
+# op -> its result where eager orders -0.0 below 0.0 (CUDA)
+ORDERED_ZERO_CASES: dict[str, tuple[Any, Any]] = {
+    "relu": (lambda a, b: torch.relu(a), lambda a, b: _ordered("max", a, 0.0)),
+    "clamp_min": (lambda a, b: a.clamp(min=0.0), lambda a, b: _ordered("max", a, 0.0)),
+    "clamp_max": (lambda a, b: a.clamp(max=-0.0), lambda a, b: _ordered("min", a, -0.0)),
+    "clamp_tensor": (lambda a, b: a.clamp(min=b), lambda a, b: _ordered("max", a, b)),
+    "maximum": (torch.maximum, lambda a, b: _ordered("max", a, b)),
+    "minimum": (torch.minimum, lambda a, b: _ordered("min", a, b)),
+    "fmax": (torch.fmax, lambda a, b: _ignoring_nan("max", a, b)),
+    "fmin": (torch.fmin, lambda a, b: _ignoring_nan("min", a, b)),
+}
+
+
+@pytest.mark.interpreter_only
+@pytest.mark.parametrize("name", list(ORDERED_ZERO_CASES))
+def test_where_eager_orders_zeros_the_kernels_do(name: str, monkeypatch, no_fallback) -> None:
+    """On a device whose eager orders -0.0 below 0.0 (CUDA; probed by eager_orders_zeros),
+    maximum, minimum, clamp, relu, fmax and fmin give that order's zero (here the probe is
+    made to say so, and the result compared with that order, bit for bit)."""
+    from framejit.backend.triton.ops import pointwise, transcendental
+
+    import framejit
+
+    for module in (pointwise, transcendental):
+        monkeypatch.setattr(module, "eager_orders_zeros", lambda device: True)
+    fn, ordered = ORDERED_ZERO_CASES[name]
+    sx, sy = SX.clone(), SY.clone()
+    with torch.no_grad():
+        got = framejit.jit(lambda a, b: fn(a, b), backend="triton", fullgraph=True)(sx, sy)
+    want = ordered(sx, sy)
+    bad = ~_bits_equal(got, want)
+    assert not bad.any(), [
+        (sx[k].item(), sy[k].item(), want[k].item(), got[k].item()) for k in bad.nonzero()[:8, 0]
+    ]
+
+
+def test_eager_orders_zeros_on_the_cpu_as_its_vectorized_loops_do() -> None:
+    from framejit.backend.triton.ops.table import eager_orders_zeros
+
+    assert not eager_orders_zeros("cpu")  # maximum(0.0, -0.0) is the second operand here
+    assert torch.maximum(torch.zeros(64), torch.full((64,), -0.0)).signbit().all()
