@@ -17,7 +17,9 @@ result eager's strides. What must hold:
 
 - Only ops named here are run, and only in that case: they have no side effects and draw no
   random numbers; their result is a new tensor, never an input or a view of one.
-- A run that fails, or sizes that are symbolic, leave the fake result as it is.
+- A run that fails, or sizes that are symbolic, leave the fake result as it is; a run that
+  fails for the layout itself (a view or stride error, whatever the values) raises
+  `LayoutError`, which the frontend makes a graph break, so eager raises its error.
 - The corrected fake keeps the result's autograd history (a copy into a tensor of eager's
   strides), so a training graph sees it as the op's output.
 """
@@ -91,6 +93,11 @@ _METHODS = frozenset(
 )
 
 
+class LayoutError(Exception):
+    """Eager's kernel fails on inputs of this layout, whatever their values (CUDA's
+    `channel_shuffle` views a transposed input): the op must run eagerly, to raise it."""
+
+
 def needs_eager_layout(kind: str, target: Any) -> bool:
     if kind == "call_method":
         return target in _METHODS
@@ -113,6 +120,8 @@ def eager_layout(
     if any(_symbolic(t) for t in [*tensors, *tree_flatten(result)[0]]):
         return result
     real = _real_run(kind, target, args, kwargs)
+    if isinstance(real, LayoutError):
+        raise real
     if real is None:
         return result
     fakes, spec = tree_flatten(result)
@@ -151,7 +160,9 @@ def _real_run(kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -
             if kind == "call_method":
                 return getattr(real_args[0], target)(*real_args[1:], **real_kwargs)
             return target(*real_args, **real_kwargs)
-    except Exception:  # noqa: BLE001 - the fake layout stays; the op itself runs as traced
+    except Exception as exc:  # noqa: BLE001 - the fake layout stays; the op runs as traced
+        if isinstance(exc, RuntimeError) and any(w in str(exc) for w in ("stride", "view")):
+            return LayoutError(f"{type(exc).__name__}: {str(exc)[:200]}")
         return None
 
 

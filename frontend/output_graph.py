@@ -33,7 +33,7 @@ from framejit.frontend.dynamic import (
     takes_float_operands,
 )
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.layouts import eager_layout, needs_eager_layout
+from framejit.frontend.layouts import LayoutError, eager_layout, needs_eager_layout
 from framejit.frontend.scalar_ranges import (
     checked_numbers,
     overflows,
@@ -484,8 +484,11 @@ class OutputGraph:
             self.replay_op_warnings(caught, label)
         relaid = False
         if needs_eager_layout(kind, target):
-            with self.fake_mode, _QUIET_FAKE_LOG:
-                laid_out = eager_layout(kind, target, fake_args, fake_kwargs, result)
+            try:
+                with self.fake_mode, _QUIET_FAKE_LOG:
+                    laid_out = eager_layout(kind, target, fake_args, fake_kwargs, result)
+            except LayoutError as exc:
+                raise Unsupported("tensor_op_failed", f"{label}", str(exc)) from None
             relaid, result = laid_out is not result, laid_out
         if result is None:
             # Ops that return None act by mutation (setitem, copy into an out= buffer...):

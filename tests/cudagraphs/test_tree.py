@@ -421,8 +421,12 @@ def test_graph_break_pieces_reuse_memory_and_match_eager() -> None:
             kept.append((x, y.clone()))
     assert tree_manager().nodes == 2
     first, second = _path_nodes()
-    # the second piece's output went where `h * 2` was: dead once `observe` returned
-    assert second.blocks[0].ptr in {b.ptr for b in first.blocks if b.released is not None}
+    released = [b for b in first.blocks if b.released is not None]
+    assert released  # `h * 2` was given back to the pool once `observe` returned
+    # the second piece's output went where `h * 2` was: the stand-in's pool hands the first
+    # free block out (CUDA's allocator picks its own)
+    if os.environ.get("FRAMEJIT_TEST_DEVICE", "cpu") != "cuda":
+        assert second.blocks[0].ptr in {b.ptr for b in released}
     with torch.no_grad():
         for x, y in kept:
             torch.testing.assert_close(y, step(x))

@@ -102,4 +102,31 @@ def test_a_break_between_the_op_and_the_view(backend):
         return y.view(2, -1)
 
     x = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    expected = _run(lambda x, t: fn(x), x, None)
+    actual = _run(lambda x, t: framejit.jit(fn, backend=backend)(x), x, None)
+    if isinstance(expected, Exception):  # CUDA's logsigmoid keeps channels_last: no view
+        assert isinstance(actual, type(expected)), actual
+    else:
+        torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_op_eager_fails_on_for_its_layout_runs_eagerly(backend, monkeypatch):
+    """Where eager's kernel raises for the input's layout whatever the values (CUDA's
+    channel_shuffle views a transposed input), the op is a graph break with that reason, and
+    eager's own kernel runs: its result, or its error."""
+    from framejit.frontend import layouts
+
+    def failing(kind, target, args, kwargs):
+        return layouts.LayoutError("RuntimeError: view size is not compatible (as on CUDA)")
+
+    monkeypatch.setattr(layouts, "_real_run", failing)
+
+    def fn(x):
+        return F.channel_shuffle(x, 3) * 2
+
+    x = _inputs()["transposed"]
+    explained = framejit.explain(fn, x)
+    assert explained.graph_break_count == 1
+    assert "view size is not compatible" in str(explained.break_reasons[0])
     torch.testing.assert_close(framejit.jit(fn, backend=backend)(x), fn(x))
