@@ -22,6 +22,15 @@ result eager's strides. What must hold:
   `LayoutError`, which the frontend makes a graph break, so eager raises its error.
 - The corrected fake keeps the result's autograd history (a copy into a tensor of eager's
   strides), so a training graph sees it as the op's output.
+
+An `out=` tensor that the op resizes (it had no elements, or other sizes) takes the layout of
+the op's result in eager (`torch.add(x_channels_last, 1, out=torch.empty(0))` is
+channels_last: the kernel restrides what it resizes), where the fake kernels and torch's
+references resize it contiguously (a memory format at most). `lay_out_resized` gives the fake
+`out` the strides of the op's fake result without `out=`, corrected as above: what a
+functional call gives in eager, and what eager's out= kernels give a tensor they resize. It
+costs one more fake run, only where an `out=` tensor was resized; an `out=` tensor of the
+right size keeps its own strides, as in eager.
 """
 
 from __future__ import annotations
@@ -132,6 +141,46 @@ def eager_layout(
     if all(a is b for a, b in zip(fixed, fakes)):
         return result
     return spec.unflatten(fixed)
+
+
+def out_sizes(kwargs: dict[str, Any]) -> list[tuple[torch.Tensor, torch.Size]]:
+    """The `out=` tensors of a call (one, or a tuple of them), each with its sizes before the
+    op runs: `lay_out_resized` tells from them which the op resized."""
+    out = kwargs.get("out")
+    tensors = out if isinstance(out, (tuple, list)) else [out]
+    return [(t, t.shape) for t in tensors if isinstance(t, torch.Tensor)]
+
+
+def lay_out_resized(
+    target: Any,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    before: list[tuple[torch.Tensor, torch.Size]],
+) -> None:
+    """Give each fake `out=` tensor that function `target` resized eager's strides, in place
+    (see the module docstring): called under the frontend's FakeTensorMode after the op's fake
+    run, with `before` from `out_sizes`."""
+    resized = [k for k, (t, sizes) in enumerate(before) if t.shape != sizes]
+    if not resized:
+        return
+    functional = {k: v for k, v in kwargs.items() if k != "out"}
+    try:
+        result = target(*args, **functional)
+    except Exception:  # noqa: BLE001 - no functional form: the fake layout stays
+        return
+    if needs_eager_layout("call_function", target):
+        result = eager_layout("call_function", target, args, functional, result)
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(results) != len(before):
+        return
+    for k in resized:
+        out, value = before[k][0], results[k]
+        if not isinstance(value, torch.Tensor) or value.shape != out.shape:
+            continue
+        if long_strides(value) == long_strides(out):
+            continue
+        if is_non_overlapping_and_dense_or_false(value):
+            out.as_strided_(out.shape, value.stride())
 
 
 def _contiguous(t: torch.Tensor) -> bool:

@@ -33,12 +33,20 @@ from framejit.frontend.dynamic import (
     takes_float_operands,
 )
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.layouts import LayoutError, eager_layout, needs_eager_layout
+from framejit.frontend.layouts import (
+    LayoutError,
+    eager_layout,
+    lay_out_resized,
+    needs_eager_layout,
+    out_sizes,
+)
 from framejit.frontend.scalar_ranges import (
     checked_numbers,
+    checked_value_tensor,
     overflows,
     range_check,
     result_dtype,
+    value_tensor_overflows,
 )
 from framejit.frontend.side_effects import SideEffects
 from framejit.frontend.sources import (
@@ -440,6 +448,7 @@ class OutputGraph:
                 return target(*fake_args, **fake_kwargs)
 
         caught: list[warnings.WarningMessage] = []  # what the op said, for replay_op_warnings
+        outs = out_sizes(fake_kwargs) if kind == "call_function" else []
         try:
             try:
                 with python_dispatch:
@@ -480,16 +489,25 @@ class OutputGraph:
                 raise Unsupported("tensor_op_failed", f"{label}", why)
             if symbolic:  # a graph input (or arithmetic on one): a guard on its range
                 self._guard_range(number, dtype)
+        fill = checked_value_tensor(kind, target, fake_args, fake_kwargs)
+        if fill is not None and value_tensor_overflows(fill, result_dtype(result)):
+            # masked_fill's 0-d tensor value, which eager converts with the same check
+            why = f"a 0-d {fill.dtype} value may not fit {result_dtype(result)}"
+            raise Unsupported("data_dependent", f"{label}", why)
         if caught:
             self.replay_op_warnings(caught, label)
         relaid = False
-        if needs_eager_layout(kind, target):
-            try:
+        try:
+            if needs_eager_layout(kind, target) and not outs:
                 with self.fake_mode, _QUIET_FAKE_LOG:
                     laid_out = eager_layout(kind, target, fake_args, fake_kwargs, result)
-            except LayoutError as exc:
-                raise Unsupported("tensor_op_failed", f"{label}", str(exc)) from None
-            relaid, result = laid_out is not result, laid_out
+                relaid, result = laid_out is not result, laid_out
+            if outs:  # an out= tensor the op resized takes the layout of its result, as in eager
+                with self.fake_mode, _QUIET_FAKE_LOG, warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    lay_out_resized(target, fake_args, fake_kwargs, outs)
+        except LayoutError as exc:  # eager's kernel fails on this layout: let eager raise
+            raise Unsupported("tensor_op_failed", f"{label}", str(exc)) from None
         if result is None:
             # Ops that return None act by mutation (setitem, copy into an out= buffer...):
             # they must stay in the graph even though nothing uses their result.

@@ -12,6 +12,18 @@ not checked here.
 the op a graph break (it runs as Python, and raises as eager does); a symbolic number (an int
 or float argument that is a graph input) gets a range guard instead, so a later value that
 does not fit recompiles and takes that break.
+
+`masked_fill` also takes its value as a 0-d tensor, and eager reads that with `.item()` and
+converts the number with the same check (`x.half().masked_fill(m, torch.tensor(-1e9))`
+raises), where `torch.where`, `clamp` and `lerp` given a 0-d tensor promote it like any
+operand and check nothing. (Other ops that take a number read a 0-d tensor with `.item()`
+while parsing their arguments, which the FakeTensor run refuses: they are breaks already.)
+The tensor's value is data the graph does not see, so `value_tensor_overflows` decides by
+what it knows: a constant of the graph (`torch.tensor(-1e9)` written in the code, which the
+FakeTensor keeps as its `constant`) is checked as a number; any other value is checked by its
+dtype: one whose every value fits the result's dtype (the same dtype, a narrower one: the
+common case) compiles, a wider one makes the op a graph break, so eager converts the real
+value. A guard on the value instead would read tensor data on every call.
 """
 
 from __future__ import annotations
@@ -46,6 +58,13 @@ _CHECKED_METHODS = frozenset(
         "lerp", "lerp_", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
     }
 )  # fmt: skip
+# functions and methods whose `value`, a 0-d tensor, eager converts with the same check
+_VALUE_TENSOR_FUNCTIONS: tuple[Any, ...] = (
+    torch.masked_fill,
+    torch.Tensor.masked_fill,
+    torch.Tensor.masked_fill_,
+)
+_VALUE_TENSOR_METHODS = frozenset({"masked_fill", "masked_fill_"})
 # functions and methods that check only their `alpha=`
 _ALPHA_FUNCTIONS: tuple[Any, ...] = (torch.add, torch.sub, torch.subtract)
 _ALPHA_METHODS = frozenset({"add", "add_", "sub", "sub_", "subtract", "subtract_"})
@@ -95,3 +114,44 @@ def range_check(dtype: torch.dtype) -> str | None:
         return f"(abs(___fjs0) <= {bound!r} or abs(___fjs0) == float('inf'))"
     info = torch.iinfo(dtype)
     return f"({info.min} <= ___fjs0 <= {info.max})"
+
+
+def checked_value_tensor(
+    kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]
+) -> torch.Tensor | None:
+    """`masked_fill`'s value when it is a 0-d tensor (of the fake arguments `args`/`kwargs`),
+    which eager reads with `.item()` and converts with a check."""
+    if kind == "call_method":
+        if target not in _VALUE_TENSOR_METHODS:
+            return None
+    elif not any(target is f for f in _VALUE_TENSOR_FUNCTIONS):
+        return None
+    value = args[2] if len(args) > 2 else kwargs.get("value")  # (self, mask, value)
+    return value if isinstance(value, torch.Tensor) and value.dim() == 0 else None
+
+
+def value_tensor_overflows(value: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether eager's checked conversion of 0-d FakeTensor `value`'s number to `dtype` may
+    fail: by its value where the graph knows it (a constant), else by its dtype."""
+    constant = getattr(value, "constant", None)
+    if constant is not None and not constant.is_complex():
+        return overflows(constant.item(), dtype)
+    return not _holds(dtype, value.dtype)
+
+
+def _holds(dtype: torch.dtype, other: torch.dtype) -> bool:
+    """Whether every value of `other` passes eager's checked conversion to `dtype`. (It
+    answers False for a few that do pass, such as int8 to uint8: eager lets -1 wrap to 255.)"""
+    if dtype == torch.bool or other == torch.bool or other == dtype:
+        return True
+    if other.is_complex:
+        return dtype.is_complex and _holds(dtype.to_real(), other.to_real())
+    if dtype.is_complex:
+        dtype = dtype.to_real()
+    if dtype.is_floating_point:
+        largest = torch.finfo(other).max if other.is_floating_point else torch.iinfo(other).max
+        return largest <= torch.finfo(dtype).max
+    if other.is_floating_point:  # inf and nan do not convert to an integer
+        return False
+    inner, outer = torch.iinfo(other), torch.iinfo(dtype)
+    return outer.min <= inner.min and inner.max <= outer.max

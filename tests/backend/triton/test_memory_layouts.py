@@ -1,7 +1,8 @@
 """Outputs laid out as eager lays them out, on every backend, for the ops whose fake kernels or
 decompositions choose another layout given a channels_last or transposed input
-(frontend/layouts.py, backend/aot/compile.py's `_layout_fixes`). What the program does next
-depends on it: `.view` succeeds or raises, `is_contiguous()` picks a branch."""
+(frontend/layouts.py, backend/aot/compile.py's `_layout_fixes`), and for an `out=` tensor the
+op resizes. What the program does next depends on it: `.view` succeeds or raises,
+`is_contiguous()` picks a branch."""
 
 from __future__ import annotations
 
@@ -130,3 +131,97 @@ def test_an_op_eager_fails_on_for_its_layout_runs_eagerly(backend, monkeypatch):
     assert explained.graph_break_count == 1
     assert "view size is not compatible" in str(explained.break_reasons[0])
     torch.testing.assert_close(framejit.jit(fn, backend=backend)(x), fn(x))
+
+
+def _add_into_new(x):
+    out = torch.empty(0)
+    torch.add(x, 1, out=out)
+    return out
+
+
+def _sort_into_new(x):
+    values, indices = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.sort(x, 1, out=(values, indices))
+    return values, indices
+
+
+def _branch_on_layout(x):
+    out = torch.empty(0)
+    torch.sin(x, out=out)
+    return out + 1 if out.is_contiguous() else out - 1
+
+
+def _div_then_exp(x):
+    out = torch.empty(0)
+    torch.div(x, 2, out=out)
+    return out.exp()
+
+
+def _outcome(fn, x):
+    try:
+        return fn(x)
+    except RuntimeError as exc:
+        return exc
+
+
+# an `out=` tensor the op resizes takes the layout of its result (frontend/layouts.py)
+RESIZED_OUT = {
+    "add_given": lambda x: torch.add(x, 1, out=torch.empty(0)),
+    "add_made_in_frame": _add_into_new,
+    "sort_pair": _sort_into_new,
+    "is_contiguous_branch": _branch_on_layout,
+    "then_exp": _div_then_exp,
+    "logsigmoid_given": lambda x: torch._C._nn.log_sigmoid(x, out=torch.empty(3)),
+    "view_of_resized": lambda x: torch.mul(x, 2, out=torch.empty(0)).view(-1),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+@pytest.mark.parametrize("case", sorted(RESIZED_OUT))
+def test_a_resized_out_tensor_has_eagers_strides(backend, layout, case):
+    fn = RESIZED_OUT[case]
+    framejit.reset()
+    jitted = framejit.jit(fn, backend=backend)
+    for x in [_inputs()[layout], _inputs()[layout][:1]]:  # the second: sizes of their own
+        expected, actual = _outcome(fn, x), _outcome(jitted, x)
+        if isinstance(expected, Exception):  # the view of a resized tensor that is not dense
+            assert isinstance(actual, type(expected)), actual
+            continue
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        actual = actual if isinstance(actual, tuple) else (actual,)
+        assert [a.stride() for a in actual] == [e.stride() for e in expected]
+        torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_out_tensor_of_the_right_size_keeps_its_strides(backend):
+    """Eager restrides only what it resizes: a contiguous `out=` of the result's sizes stays
+    contiguous given a channels_last input."""
+
+    def fn(x, out):
+        return torch.add(x, 1, out=out)
+
+    x = _inputs()["channels_last"]
+    out = torch.empty(x.shape)
+    assert framejit.jit(fn, backend=backend)(x, out) is out
+    assert out.is_contiguous() and torch.equal(out, x + 1)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "triton"])
+def test_a_resized_out_tensor_in_a_training_graph(backend):
+    def fn(x, w):
+        out = torch.empty(0)
+        torch.add(x, 1, out=out)
+        return out * w
+
+    x = _inputs()["channels_last"]
+    w_eager, w_jit = (torch.randn(5, requires_grad=True) for _ in range(2))
+    with torch.no_grad():
+        w_jit.copy_(w_eager)
+    expected, actual = fn(x, w_eager), framejit.jit(fn, backend=backend)(x, w_jit)
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual, expected)
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(w_jit.grad, w_eager.grad)

@@ -1,7 +1,7 @@
 """A Python number that eager converts to the result's dtype with an overflow check (clamp,
 where, masked_fill, fill_, lerp, alpha=, ...) raises under every backend as in eager, on a
 first call (a constant of the graph) and once the number is a symbolic graph input (automatic
-dynamic): frontend/scalar_ranges.py."""
+dynamic): frontend/scalar_ranges.py. So does masked_fill's value given as a 0-d tensor."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import framejit
+from framejit.testing import CompileCounter
 
 BACKENDS = ["eager", "aot_eager", "triton"]
 
@@ -72,3 +73,56 @@ def test_the_arithmetic_operands_are_not_checked_as_in_eager():
     for backend in BACKENDS:
         framejit.reset()
         torch.testing.assert_close(framejit.jit(fn, backend=backend)(f32(), 1e39), fn(f32(), 1e39))
+
+
+# masked_fill's value as a 0-d tensor: eager reads it with `.item()` and converts it with the
+# same check. name: (fn, the value, whether eager raises)
+VALUE_TENSORS = {
+    "f32_argument_overflows": (lambda x, v: x.masked_fill(x > 0, v), torch.tensor(-1e9), True),
+    "f32_argument_fits": (lambda x, v: x.masked_fill(x > 0, v), torch.tensor(-10.0), False),
+    "int_argument_overflows": (lambda x, v: x.masked_fill(x > 0, v), torch.tensor(10**6), True),
+    "computed_overflows": (lambda x, v: x.masked_fill(x > 0, v * 1e9), torch.tensor(-1.0), True),
+    "constant_overflows": (
+        lambda x, v: x.masked_fill(x > 0, torch.tensor(-1e9)),
+        torch.tensor(0.0),
+        True,
+    ),
+    "in_place": (lambda x, v: x.clone().masked_fill_(x > 0, v), torch.tensor(-1e9), True),
+    "function": (lambda x, v: torch.masked_fill(x, x > 0, v), torch.tensor(-1e9), True),
+    "keyword": (lambda x, v: x.masked_fill(x > 0, value=v), torch.tensor(-1e9), True),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(VALUE_TENSORS))
+def test_a_0d_tensor_value_that_does_not_fit_raises_as_in_eager(backend, case):
+    fn, value, raises = VALUE_TENSORS[case]
+    framejit.reset()
+    expected = _outcome(fn, f16(), value)
+    assert isinstance(expected, RuntimeError) == raises
+    actual = _outcome(framejit.jit(fn, backend=backend), f16(), value)
+    if raises:
+        assert isinstance(actual, RuntimeError) and str(actual) == str(expected)
+    else:
+        torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, v: x.masked_fill(x > 0, v),  # a value of the same dtype
+        lambda x, v: x.masked_fill(x > 0, torch.tensor(torch.finfo(torch.float16).min)),
+    ],
+    ids=["same_dtype", "constant_that_fits"],
+)
+def test_a_0d_tensor_value_that_must_fit_compiles(fn):
+    """A value of self's dtype (or a narrower one) always fits, and a constant is checked by
+    its value: masked_fill stays in the graph."""
+    framejit.reset()
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    value = torch.tensor(-3.0, dtype=torch.float16)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(f16(), value), fn(f16(), value))
+    assert counter.frame_count == 1
+    assert "masked_fill" in counter.graphs[0].code
