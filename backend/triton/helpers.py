@@ -4,8 +4,9 @@ module's kernels use, in this order (so a helper follows those it calls).
 
 Invariants: core `tl` math only (libdevice does not run in Triton's CPU interpreter), and the
 same results from the interpreter as from the GPU: no `tl.fma` where exactness matters (the
-interpreter of Triton 3.6 rounds its product), no float32 division where exactness matters
-(a GPU's is `div.full.f32`, within 2 ulp; float64 division is correctly rounded).
+interpreter of Triton 3.6 rounds its product), no float32 `/` where exactness matters (a
+GPU's is `div.full.f32`, within 2 ulp; `fj_div_rn` is correctly rounded, as float64 `/` is).
+The graph's own float32 divisions are `fj_div_rn` (kernels.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ HELPERS = {
 @triton.jit
 def fj_div_rn(x, y):
     # float32 division correctly rounded, as eager's (Triton's `/` is div.full.f32 on a GPU,
-    # within 2 ulps: floor_divide's steps then land on the next whole number)
+    # within 2 ulps: floor_divide's steps then land on the next whole number); div_rn does not
+    # broadcast (its result would take x's shape) nor convert, so the operands are broadcast
+    # and made float32 first (an integer operand, a size, converts as `/` would convert it)
+    x, y = tl.broadcast(x.to(tl.float32), y.to(tl.float32))
     return tl.math.div_rn(x, y)
 """,
     ),

@@ -306,8 +306,10 @@ class KernelCode:
                 return self.emit(f"{args[0]} != 0", expr)
             return self.emit(self.cast(args[0], expr.args[0].dtype, expr.dtype), expr)
         template = KERNEL_OPS[expr.name]
-        if expr.name == "truediv" and expr.dtype == torch.float32 and not self.interpreter:
-            template = "fj_div_rn({0}, {1})"  # the interpreter divides correctly rounded
+        if expr.name == "truediv" and expr.dtype == torch.float32:
+            # correctly rounded, as eager (a GPU's `/` is div.full.f32); the interpreter runs
+            # the same source, so the tests run what the GPU runs
+            template = "fj_div_rn({0}, {1})"
         if expr.name in ("maximum", "minimum") and expr.dtype.is_floating_point:
             # equal operands (-0.0 and 0.0) give the second, as eager's vectorized loop does
             template = f"tl.where({{0}} == {{1}}, {{1}}, {template})"
