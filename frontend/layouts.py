@@ -56,6 +56,8 @@ _FUNCTIONS: frozenset[Any] = frozenset(
         torch.channel_shuffle,
         torch.native_channel_shuffle,
         F.channel_shuffle,
+        F.interpolate,  # CUDA keeps a channels_last input's layout; the fakes do not
+        F.upsample_bilinear,
         F.max_unpool1d,
         F.max_unpool2d,
         F.max_unpool3d,

@@ -19,6 +19,7 @@ CASES = {
     "roll": lambda x, t: torch.roll(x, 1, 2),
     "roll_method": lambda x, t: x.roll(1, 3),
     "channel_shuffle": lambda x, t: F.channel_shuffle(x, 3),
+    "interpolate": lambda x, t: F.interpolate(x, scale_factor=0.75, mode="bilinear"),
     "batch_norm": lambda x, t: F.batch_norm(x, None, None, training=True),
     "copysign_0d": lambda x, t: torch.copysign(x, t),
     "div_floor_0d": lambda x, t: x.div(t, rounding_mode="floor"),
