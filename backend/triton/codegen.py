@@ -228,13 +228,15 @@ def _wrapper(
     codes = {id(k): code for k, code, _ in kernels}
     last_use = _last_uses(schedule, codes)
     returned = {o.buffer for o in graph.outputs if isinstance(o, ExternArg)}
+    reuse = _reuse_plan(schedule, layouts, last_use, returned)
+    reused = set(reuse.values())
     kernel_reads = {name for code in codes.values() for name in code.in_ptrs}
 
     def py(value: Any) -> str:
         if isinstance(value, ExternArg):
             text = value.buffer
             for op, args in value.views:
-                text = f"{_op_text(op)}({', '.join([text, *map(py, args)])})"
+                text = _call_text(op, [text, *map(py, _unpacked(op, args))])
             collapsed = _collapsed_view(value, layouts)
             return text if collapsed is None else f"({collapsed} else {text})"
         if isinstance(value, torch.fx.Node):
@@ -283,6 +285,9 @@ def _wrapper(
             if isinstance(step, Kernel):
                 code = codes[id(step)]
                 for name in step.stores:
+                    if name in reuse:
+                        w.line(f"{name} = {reuse[name]}; del {reuse[name]}  # reuse")
+                        continue
                     shape, stride, dtype = layouts[name]
                     shape_text, stride_text = _tuple_text(shape), _tuple_text(stride)
                     w.line(
@@ -304,7 +309,7 @@ def _wrapper(
                 args = [py(a) for a in step.args] + [f"{k}={py(v)}" for k, v in step.kwargs]
                 names = ", ".join(n or "_" for n in step.outputs)
                 target = names if step.single else f"{names}{',' if len(step.outputs) == 1 else ''}"
-                w.line(f"{target} = {_op_text(step.op)}({', '.join(args)})")
+                w.line(f"{target} = {_call_text(step.op, args)}")
                 for name, layout in zip(step.outputs, step.layouts):
                     if name and name in kernel_reads:
                         w.line(f"{name} = _restride({name}, {_tuple_text(layout[1])})")
@@ -312,7 +317,7 @@ def _wrapper(
                 (n for n, last in last_use.items() if last == index and n not in returned),
                 key=lambda n: int(n[3:]) if n[3:].isdigit() else 0,
             )
-            dead = [n for n in dead if n.startswith("buf")]
+            dead = [n for n in dead if n.startswith("buf") and n not in reused]
             if dead:
                 w.line(f"del {', '.join(dead)}")
         draws.rest(w)
@@ -459,6 +464,44 @@ def _pointer(name: str, layouts: dict[str, Any]) -> str:
     return name
 
 
+# Ops the wrapper calls as a Tensor method or a `torch.` function: the same aten op, reached
+# from Python by a generated argument parser instead of `OpOverload.__call__` (about half the
+# host time: a GPT-2 call makes ~150 such calls). Their arguments map one to one.
+_METHODS = {
+    aten.view.default: "view",
+    aten.permute.default: "permute",
+    aten.expand.default: "expand",
+    aten.t.default: "t",
+    aten.transpose.int: "transpose",
+    aten.unsqueeze.default: "unsqueeze",
+    aten.squeeze.dim: "squeeze",
+    aten.select.int: "select",
+    aten.as_strided.default: "as_strided",
+}
+_FUNCTIONS = {
+    aten.mm.default: "torch.mm",
+    aten.bmm.default: "torch.bmm",
+    aten.addmm.default: "torch.addmm",
+    aten.baddbmm.default: "torch.baddbmm",
+    aten.convolution.default: "torch.convolution",
+}
+# a method whose list argument is passed unpacked (`x.view(8, 64)` parses faster than a list)
+_UNPACKED = {aten.view.default, aten.permute.default}
+
+
+def _unpacked(op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    if op in _UNPACKED and len(args) == 1 and isinstance(args[0], (list, tuple)) and args[0]:
+        return tuple(args[0])
+    return args
+
+
+def _call_text(op: Any, args: list[str]) -> str:
+    """`op(*args)` as the wrapper's text (`args[0]` the tensor for a method)."""
+    if op in _METHODS and not (op is aten.expand.default and len(args) != 2):
+        return f"{args[0]}.{_METHODS[op]}({', '.join(args[1:])})"
+    return f"{_FUNCTIONS.get(op) or _op_text(op)}({', '.join(args)})"
+
+
 def _op_text(op: Any) -> str:
     text = str(op)
     if isinstance(op, torch._ops.OpOverload):
@@ -468,6 +511,52 @@ def _op_text(op: Any) -> str:
     if module and name:
         return f"__import__({module!r}).{name}" if module != "builtins" else name
     raise ValueError(f"cannot name extern op {op!r}")
+
+
+def _reuse_plan(
+    schedule: Schedule, layouts: dict[str, Any], last_use: dict[str, int], returned: set[str]
+) -> dict[str, str]:
+    """{buffer a kernel stores: a dead buffer of the same sizes, strides and dtype whose memory
+    it takes instead of a new allocation}: each allocation costs host time per call (an
+    `empty_strided`), and a freed block is not always the one the allocator hands back.
+
+    A buffer is reused only after the step of its last use (the stream orders the earlier
+    kernel's reads before the later one's writes), only if the wrapper allocated it (extern
+    results may share memory with their inputs), only if it is not returned, and only if no
+    extern was given it where the op may return a view of an argument (its schema says so,
+    or it has no aten schema): such a view would see the new values."""
+    aliased = set(returned)
+    for step in schedule.steps:
+        if not isinstance(step, Kernel) and _may_alias(step.op):
+            aliased.update(extern_buffers(step))
+    free: dict[Any, list[str]] = {}
+    allocated: set[str] = set()
+    plan: dict[str, str] = {}
+    for index, step in enumerate(schedule.steps):
+        if isinstance(step, Kernel):
+            for name in step.stores:
+                key = _layout_key(layouts[name])
+                if free.get(key):
+                    plan[name] = free[key].pop()
+                allocated.add(name)
+        dying = sorted(n for n, last in last_use.items() if last == index)
+        for name in dying:
+            if name in allocated and name not in aliased:
+                free.setdefault(_layout_key(layouts[name]), []).append(name)
+    return plan
+
+
+def _layout_key(layout: Any) -> tuple[str, str, str]:
+    shape, stride, dtype = layout
+    return (_tuple_text(shape), _tuple_text(stride), str(dtype))
+
+
+def _may_alias(op: Any) -> bool:
+    """Whether an extern's result may be a view of (or the same tensor as) an argument."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
 
 
 def _last_uses(schedule: Schedule, codes: dict[int, KernelCode]) -> dict[str, int]:

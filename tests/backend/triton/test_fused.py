@@ -260,3 +260,41 @@ def test_repeated_layers_share_kernels_and_views_are_one_call() -> None:
     assert len(launches) > len(defs) and len({d.split("(")[0] for d in defs}) == len(defs)
     assert ".as_strided((2, 4, 8), (8, 16, 1)" in found.source
     check(blocks, *args)
+
+
+def test_dead_buffers_are_reused_by_later_kernels() -> None:
+    """A kernel's output of the same sizes, strides and dtype as a buffer whose last reader has
+    run takes that buffer's memory (no new allocation); returned buffers are never taken."""
+
+    def mlp(x, w1, w2, w3):
+        a = torch.relu(x @ w1)
+        b = torch.relu(a @ w2)  # a is dead after this matmul: b may take its memory
+        c = torch.relu(b @ w3)
+        return c, torch.relu(c @ w1)  # c is returned: the last relu may not take it
+
+    args = [torch.randn(8, 16), *(torch.randn(16, 16) for _ in range(3))]
+    found = aten_stages(mlp, *args)
+    call = found.source[found.source.index("def call(") :]
+    assert call.count("# reuse") == 2, call
+    assert call.count("empty_strided(") == 2, call
+    check(mlp, *args)
+
+
+def test_returned_buffers_keep_their_values() -> None:
+    def fn(x, w):
+        a = torch.relu(x @ w)
+        b = torch.sigmoid(a @ w)  # same layout as a, which is returned
+        return a, b
+
+    found = aten_stages(fn, torch.randn(8, 16), torch.randn(16, 16))
+    assert "# reuse" not in found.source
+    check(fn, torch.randn(8, 16), torch.randn(16, 16))
+
+
+def test_only_externs_that_return_a_view_of_an_argument_keep_their_arguments() -> None:
+    from framejit.backend.triton.codegen import _may_alias
+
+    aten = torch.ops.aten
+    assert not _may_alias(aten.mm.default) and not _may_alias(aten.convolution.default)
+    assert _may_alias(aten.view.default) and _may_alias(aten.copy_.default)
+    assert _may_alias(torch.nn.functional.relu)  # no aten schema: assumed to alias

@@ -119,4 +119,4 @@ def test_kernel_names() -> None:
     # the correctly rounded float32 division, the NaN-propagating max of the softmax's row
     helpers = ["fj_div_rn", "fj_max_nan"]
     assert names == [*helpers, "fj_reduce_add_gelu_layer_norm_softmax_0"], names
-    assert "aten.mm.default(arg0_1, arg1_1)" in found.source
+    assert "torch.mm(arg0_1, arg1_1)" in found.source
