@@ -3,11 +3,13 @@
 # Python 3.12, torch 2.11, Triton 3.6, pytest-xdist and pytest-timeout; no network there).
 #
 # Before the call, on the development machine, from the repository root (the machine has every
-# package framejit needs except `bytecode`, which travels as a wheel):
+# package framejit needs except `bytecode`, and the tests' `expecttest` (torch's OpInfo
+# database, for layout_probe.py and the op sweep), which travel as wheels):
 #
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#       --implementation cp --platform manylinux_2_28_x86_64 -d .whl bytecode==0.19.1
+#       --implementation cp --platform manylinux_2_28_x86_64 -d .whl bytecode==0.19.1 \
+#       expecttest==0.3.0
 #
 # Then one device run, carry [".whl"], timeout_s 590:
 #   bash tools/gpu_check.sh all      tests, then benchmarks (about 9 minutes)
