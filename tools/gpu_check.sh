@@ -19,7 +19,7 @@
 #   bash tools/gpu_check.sh bench    kernels.py, cudagraphs.py, models.py
 #   bash tools/gpu_check.sh recheck  models (GPT-2 b=1, ResNet), cudagraphs.py, the graph-tree
 #                                    tests on CUDA, GPT-2 b=8: a short second run
-#   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only
+#   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back): build.log, suite.log,
@@ -78,7 +78,9 @@ fi
 if [ "$WHAT" = models ]; then
     # GPT-2 b=1 and ResNet-18: framejit (direct launches, then through Triton only) vs eager vs
     # torch.compile; the host-bound cases the direct launches are for
-    step models "${MODELS_S:-125}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1
+    # (--kernels: device time per call next to the wall time, and the costliest kernels)
+    step models "${MODELS_S:-150}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1 \
+        --kernels
 fi
 if [ "$WHAT" = recheck ]; then
     # a short second look after fixes (about 4 minutes): the end-to-end models, the graph

@@ -200,6 +200,33 @@ def _close(got: Any, expected: torch.Tensor, what: str) -> None:
         raise AssertionError(f"{what}: max relative error {error.item():.3g}")
 
 
+def _kernel_table(label: str, call: Callable[[], Any], device: torch.device, calls: int = 3):
+    """Profile `calls` calls: the device's busy time per call next to the wall time (a wall
+    time well above it is host-bound), and the ops/kernels that take the most device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    call()
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        if cuda:
+            torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - start) * 1e3 / calls
+    events = prof.key_averages()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    if cuda and not hasattr(events[0], key):
+        key = "self_cuda_time_total"  # older torch
+    busy_ms = sum(getattr(e, key, 0) for e in events) / 1e3 / calls
+    what = "device" if cuda else "cpu (self)"
+    print(f"{label}: wall {wall_ms:.2f} ms/call, {what} time {busy_ms:.2f} ms/call", flush=True)
+    print(events.table(sort_by=key, row_limit=12), flush=True)
+
+
 def measure(
     case: str,
     model: nn.Module,
@@ -207,6 +234,7 @@ def measure(
     repeats: int,
     with_compile: bool,
     profile_first: bool = False,
+    kernels: bool = False,
 ) -> Result:
     from framejit.backend.triton import launch
 
@@ -239,10 +267,15 @@ def measure(
         finally:
             framejit.config.direct_launch = True
         tc_ms = None
+        if kernels:
+            _kernel_table(f"{case} eager", lambda: model(*inputs), device)
+            _kernel_table(f"{case} framejit", lambda: fast(*inputs), device)
         if with_compile:
             compiled = torch.compile(model)
             _close(compiled(*inputs), expected, f"{case}: torch.compile")
             tc_ms = _time_ms(lambda: compiled(*inputs), repeats, device)
+            if kernels:
+                _kernel_table(f"{case} torch.compile", lambda: compiled(*inputs), device)
     return Result(
         case,
         eager_ms,
@@ -297,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile-first", action="store_true", help="print a profile of framejit's first call"
     )
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="also profile 3 calls of eager, framejit and torch.compile: device time per call "
+        "(host-bound or not) and the kernels that take the most",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: checks only)")
     parser.add_argument("--json", help="also write the results to this file")
@@ -316,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     found = cases(names, device, dtype, args.seq, args.batch, args.smoke, gpt2_batches)
     for case, model, inputs in found:
         repeats = 3 if args.smoke else args.repeats
-        result = measure(case, model, inputs, repeats, with_compile, args.profile_first)
+        result = measure(
+            case, model, inputs, repeats, with_compile, args.profile_first, args.kernels
+        )
         results.append(result)
         tc = "-" if result.compile_ms is None else f"{result.compile_ms:8.2f}ms"
         ratio = "-" if result.ratio_vs_compile is None else f"{result.ratio_vs_compile:.2f}"
