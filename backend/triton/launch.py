@@ -174,11 +174,10 @@ class Launches:
                 direct = None
             if direct is not None and _device() == direct.device and _hooks_off():
                 STATS["direct"] += 1
-                x, y, z = (*grid, 1, 1)[:3]
                 direct.run(
-                    x,
-                    y,
-                    z,
+                    grid[0],
+                    grid[1] if len(grid) > 1 else 1,
+                    grid[2] if len(grid) > 2 else 1,
                     _stream(direct.device),
                     direct.function,
                     direct.metadata,
@@ -237,5 +236,8 @@ def _backend(kernel: Any) -> Any:
 _device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
-def _stream(device: int) -> int:
-    return torch._C._cuda_getCurrentRawStream(device)
+def _no_stream(device: int) -> int:
+    raise RuntimeError("no CUDA in this build of torch")
+
+
+_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", _no_stream)
