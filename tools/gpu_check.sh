@@ -16,15 +16,17 @@
 # or two on the same warm machine (the second within its idle time):
 #   bash tools/gpu_check.sh tests    the suite on 3.12 (CPU paths, 7 workers) beside the GPU
 #                                    battery (FRAMEJIT_TEST_DEVICE=cuda, 8 workers)
-#   bash tools/gpu_check.sh bench    kernels.py, cudagraphs.py, models.py
+#   bash tools/gpu_check.sh bench    kernels.py (WIDE=1: again with the wide autotune),
+#                                    cudagraphs.py, models.py --kernels
 #   bash tools/gpu_check.sh recheck  models (GPT-2 b=1, ResNet), cudagraphs.py, the graph-tree
 #                                    tests on CUDA, GPT-2 b=8: a short second run
 #   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
-# Each step writes its log under $OUT (at most 8 files come back): build.log, suite.log,
-# suite_failures.log, cuda.log, cuda_failures.log, layouts.log, kernels.log, cudagraphs.log,
-# models.log. Seconds per step: SUITE_S, GPU_S, LAYOUTS_S, and the bench steps' below.
+# Each step writes its log under $OUT (at most 8 files come back, so `all` writes exactly 8):
+# suite.log, suite_failures.log, cuda.log, cuda_failures.log, layouts.log, kernels.log (the
+# WIDE=1 run appended), cudagraphs.log, models.log; the machine and any build failure go to
+# stdout. Seconds per step: SUITE_S, GPU_S, LAYOUTS_S, and the bench steps' below.
 set -u
 WHAT=${1:-all}
 OUT=${OUT:-/tmp/gpu_check}
@@ -35,21 +37,21 @@ if [ ! -d /tmp/site/bytecode ]; then
         .whl/*.whl || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD
-{
-    date
-    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
-    python3 -c "import sys, torch, triton, numpy; print(sys.version, torch.__version__, \
+# the machine, on stdout (the call's output), not in a file: at most 8 files come back
+date
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+python3 -c "import sys, torch, triton, numpy; print(sys.version, torch.__version__, \
 triton.__version__, numpy.__version__, torch.cuda.get_device_name())"
-    nproc
-} >> "$OUT/build.log" 2>&1
+nproc
 # the C extensions (frame hook, C++ guards) against this machine's Python and torch, unless
 # the ones there load (a warm machine keeps them; cp312 builds made against torch 2.11 elsewhere
 # can be carried: `carry` their paths)
+BUILD_LOG=/tmp/gpu_check_build.log
 if ! python3 -c "import framejit.frontend._eval_frame, framejit.guards._tensor_check" \
-    >> "$OUT/build.log" 2>&1
+    >> "$BUILD_LOG" 2>&1
 then
-    timeout 150 python3 setup.py -q build_ext --inplace >> "$OUT/build.log" 2>&1 \
-        || echo "build_ext failed (see build.log)"
+    timeout 150 python3 setup.py -q build_ext --inplace >> "$BUILD_LOG" 2>&1 \
+        || { echo "build_ext failed:"; tail -n 20 "$BUILD_LOG"; }
 fi
 
 step() {  # step NAME SECONDS COMMAND...: run, keep the log, print its last lines
@@ -96,6 +98,12 @@ if [ "$WHAT" = recheck ]; then
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     step kernels "${KERNELS_S:-80}" python3 tools/bench/kernels.py --repeats 10
+    if [ -n "${WIDE:-}" ]; then  # the wide autotune: configs or code, for the reductions
+        FRAMEJIT_MAX_AUTOTUNE=1 step kernels_wide "${KERNELS_S:-80}" python3 \
+            tools/bench/kernels.py --repeats 10
+        { echo "== FRAMEJIT_MAX_AUTOTUNE=1"; cat "$OUT/kernels_wide.log"; } >> "$OUT/kernels.log"
+        rm -f "$OUT/kernels_wide.log"
+    fi
     step cudagraphs "${CUDAGRAPHS_S:-90}" python3 tools/bench/cudagraphs.py --repeats 10
-    step models "${MODELS_S:-170}" python3 tools/bench/models.py --repeats 10
+    step models "${MODELS_S:-170}" python3 tools/bench/models.py --repeats 10 --kernels
 fi
