@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -135,6 +136,9 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
             w.line("], __file__)")
     wrapper = Writer()
     _wrapper(wrapper, schedule, kernels, names, layouts, constants, max_autotune, checks)
+    if " linear(" in wrapper.text():
+        w.line()
+        w.line("linear = torch.nn.functional.linear")
     if "_restride(" in wrapper.text():
         w.line()
         w.line()
@@ -309,7 +313,8 @@ def _wrapper(
                 args = [py(a) for a in step.args] + [f"{k}={py(v)}" for k, v in step.kwargs]
                 names = ", ".join(n or "_" for n in step.outputs)
                 target = names if step.single else f"{names}{',' if len(step.outputs) == 1 else ''}"
-                w.line(f"{target} = {_call_text(step.op, args)}")
+                linear = _as_linear(step, py)
+                w.line(f"{target} = {linear or _call_text(step.op, args)}")
                 for name, layout in zip(step.outputs, step.layouts):
                     if name and name in kernel_reads:
                         w.line(f"{name} = _restride({name}, {_tuple_text(layout[1])})")
@@ -487,6 +492,22 @@ _FUNCTIONS = {
 }
 # a method whose list argument is passed unpacked (`x.view(8, 64)` parses faster than a list)
 _UNPACKED = {aten.view.default, aten.permute.default}
+
+
+def _as_linear(step: Extern, py: Callable[[Any], str]) -> str | None:
+    """`addmm(bias, x, w.t())` and `mm(x, w.t())` (a linear layer, as the AOT stage traces it)
+    as `linear(x, w, bias)` (F.linear): the same aten call (linear of a 2-d input is exactly
+    that addmm or mm), without the weight's transposed view made in Python each call."""
+    if step.kwargs or step.op not in (aten.addmm.default, aten.mm.default):
+        return None
+    *bias, x, wt = step.args
+    if not isinstance(wt, ExternArg) or not wt.views:
+        return None
+    op, view_args = wt.views[-1]
+    if not (op is aten.t.default or (op is aten.permute.default and list(view_args[0]) == [1, 0])):
+        return None
+    weight = ExternArg(wt.buffer, wt.views[:-1])
+    return f"linear({', '.join([py(x), py(weight), *map(py, bias)])})"
 
 
 def _unpacked(op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -298,3 +298,19 @@ def test_only_externs_that_return_a_view_of_an_argument_keep_their_arguments() -
     assert not _may_alias(aten.mm.default) and not _may_alias(aten.convolution.default)
     assert _may_alias(aten.view.default) and _may_alias(aten.copy_.default)
     assert _may_alias(torch.nn.functional.relu)  # no aten schema: assumed to alias
+
+
+def test_linear_layers_call_linear_without_a_transposed_view() -> None:
+    """addmm(b, x, w.t()) and mm(x, w.t()), as the AOT stage traces a Linear, are one
+    `linear(x, w, b)` call in the wrapper (the same aten op); other matmuls stay as they are."""
+
+    def fn(x, w, b, m):
+        h = F.linear(x, w, b).relu()
+        return F.linear(h, w), h @ m  # no bias, then a plain matmul
+
+    args = [torch.randn(8, 16), torch.randn(16, 16), torch.randn(16), torch.randn(16, 16)]
+    found = aten_stages(fn, *args)
+    call = found.source[found.source.index("def call(") :]
+    assert call.count(" = linear(") == 2, call
+    assert "torch.mm(" in call and ".permute(1, 0)" not in call, call
+    check(fn, *args)
