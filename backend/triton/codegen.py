@@ -232,6 +232,7 @@ def _wrapper(
     codes = {id(k): code for k, code, _ in kernels}
     last_use = _last_uses(schedule, codes)
     returned = {o.buffer for o in graph.outputs if isinstance(o, ExternArg)}
+    deaths = _deaths(last_use)
     reuse = _reuse_plan(schedule, layouts, last_use, returned)
     reused = set(reuse.values())
     kernel_reads = {name for code in codes.values() for name in code.in_ptrs}
@@ -319,7 +320,7 @@ def _wrapper(
                     if name and name in kernel_reads:
                         w.line(f"{name} = _restride({name}, {_tuple_text(layout[1])})")
             dead = sorted(
-                (n for n, last in last_use.items() if last == index and n not in returned),
+                (n for n in deaths.get(index, ()) if n not in returned),
                 key=lambda n: int(n[3:]) if n[3:].isdigit() else 0,
             )
             dead = [n for n in dead if n.startswith("buf") and n not in reused]
@@ -550,6 +551,7 @@ def _reuse_plan(
     for step in schedule.steps:
         if not isinstance(step, Kernel) and _may_alias(step.op):
             aliased.update(extern_buffers(step))
+    deaths = _deaths(last_use)
     free: dict[Any, list[str]] = {}
     allocated: set[str] = set()
     plan: dict[str, str] = {}
@@ -560,11 +562,18 @@ def _reuse_plan(
                 if free.get(key):
                     plan[name] = free[key].pop()
                 allocated.add(name)
-        dying = sorted(n for n, last in last_use.items() if last == index)
-        for name in dying:
+        for name in sorted(deaths.get(index, ())):
             if name in allocated and name not in aliased:
                 free.setdefault(_layout_key(layouts[name]), []).append(name)
     return plan
+
+
+def _deaths(last_use: dict[str, int]) -> dict[int, list[str]]:
+    """{step: the buffers whose last use it is}."""
+    found: dict[int, list[str]] = {}
+    for name, last in last_use.items():
+        found.setdefault(last, []).append(name)
+    return found
 
 
 def _layout_key(layout: Any) -> tuple[str, str, str]:
