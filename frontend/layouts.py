@@ -131,8 +131,6 @@ def eager_layout(
     if any(_symbolic(t) for t in [*tensors, *tree_flatten(result)[0]]):
         return result
     real = _real_run(kind, target, args, kwargs)
-    if isinstance(real, LayoutError):
-        raise real
     if real is None:
         return result
     fakes, spec = tree_flatten(result)
@@ -197,7 +195,7 @@ def _symbolic(value: Any) -> bool:
 
 def _real_run(kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The op run on zeros laid out as its fake inputs, outside the fake mode; None when that
-    fails."""
+    fails, `LayoutError` raised when it fails for the layout itself."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     def zeros(value: Any) -> Any:
@@ -213,7 +211,7 @@ def _real_run(kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -
             return target(*real_args, **real_kwargs)
     except Exception as exc:  # noqa: BLE001 - the fake layout stays; the op runs as traced
         if isinstance(exc, RuntimeError) and any(w in str(exc) for w in ("stride", "view")):
-            return LayoutError(f"{type(exc).__name__}: {str(exc)[:200]}")
+            raise LayoutError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
         return None
 
 

@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable
@@ -202,11 +203,8 @@ class Launches:
         if self.tail is None and not self._setup(args):
             self.enabled = False
             return
-        try:
-            key = self.key(*args)
-            self.known[key] = _Direct(compiled, _device())
-        except Exception:  # noqa: BLE001 - unexpected arguments: Triton's path for them
-            pass
+        with contextlib.suppress(Exception):  # unexpected arguments: Triton's path for them
+            self.known[self.key(*args)] = _Direct(compiled, _device())
 
     def _setup(self, args: tuple[Any, ...]) -> bool:
         names = list(getattr(self.kernel, "arg_names", []))

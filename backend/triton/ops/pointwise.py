@@ -81,20 +81,9 @@ _UNARY_FLOAT = {
     "reciprocal": lambda x: op("truediv", const(1.0, x.dtype), x),
 }
 
-
-def _relu(x: Expr) -> Expr:
-    """x < 0 ? 0 : x, as eager's CPU loop: -0.0 and NaN pass through."""
-    return op("where", op("lt", x, const(0, x.dtype), dtype=torch.bool), const(0, x.dtype), x)
-
-
-def _relu_ordered(x: Expr) -> Expr:
-    return ordered_zeros("maximum", x, const(0.0, x.dtype))
-
-
 _UNARY_SAME = {
     "neg": _unary("neg"),
     "abs": _unary("abs"),
-    "relu": _relu,
     "sign": lambda x: op(
         "sub",
         convert(op("gt", x, const(0, x.dtype), dtype=torch.bool), x.dtype),
@@ -137,15 +126,30 @@ def _register_unary(table: dict[str, Callable[[Expr], Expr]], rounding: bool = F
             out = meta(node)
             if rounding and not out.dtype.is_floating_point:
                 return elementwise(ctx, out.shape, out.dtype, [x], lambda v: v)
-            floating = out.dtype.is_floating_point
-            if _fn is _relu and floating and eager_orders_zeros(str(out.device)):
-                _fn = _relu_ordered  # CUDA's relu is clamp_min(x, 0)
             return elementwise(ctx, out.shape, out.dtype, [x], _fn)
 
         lowering(name, dtype="promote", rejects=_REJECTS.get(name, frozenset()))(lower)
 
 
 _register_unary(_UNARY_FLOAT)
+
+
+@lowering("relu", dtype="promote", rejects=BOOL)
+def _relu(ctx: Lowering, node: torch.fx.Node, x: TensorValue):
+    """x < 0 ? 0 : x, as eager's CPU loop: -0.0 and NaN pass through. CUDA's relu is
+    clamp_min(x, 0), which orders -0.0 below 0.0 (`eager_orders_zeros`)."""
+    out = meta(node)
+    ordered = out.dtype.is_floating_point and eager_orders_zeros(str(out.device))
+
+    def fn(v: Expr) -> Expr:
+        zero = const(0, v.dtype)
+        if ordered:
+            return ordered_zeros("maximum", v, zero)
+        return op("where", op("lt", v, zero, dtype=torch.bool), zero, v)
+
+    return elementwise(ctx, out.shape, out.dtype, [x], fn)
+
+
 _register_unary(_UNARY_SAME)
 _register_unary(_ROUNDING, rounding=True)
 

@@ -120,7 +120,7 @@ def test_an_op_eager_fails_on_for_its_layout_runs_eagerly(backend, monkeypatch):
     from framejit.frontend import layouts
 
     def failing(kind, target, args, kwargs):
-        return layouts.LayoutError("RuntimeError: view size is not compatible (as on CUDA)")
+        raise layouts.LayoutError("RuntimeError: view size is not compatible (as on CUDA)")
 
     monkeypatch.setattr(layouts, "_real_run", failing)
 
