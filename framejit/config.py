@@ -14,6 +14,7 @@ from typing import Any
 
 MODES = (None, "default", "reduce-overhead", "max-autotune")
 INDEX_CHECKS = ("sync", "deferred", "auto")
+CONV_LAYOUTS = ("auto", "channels_last", "keep")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -88,6 +89,12 @@ class Config:
     index_checks: str = field(
         default_factory=lambda: _choice("FRAMEJIT_INDEX_CHECKS", INDEX_CHECKS, "auto")
     )
+    # Channels-last activations around 2-d convolutions in the Triton backend: "auto" (inference
+    # graphs on CUDA), "channels_last" (any graph with one, any device), "keep" (never).
+    # Outputs keep eager's layout either way. FRAMEJIT_CONV_LAYOUT sets it.
+    conv_layout: str = field(
+        default_factory=lambda: _choice("FRAMEJIT_CONV_LAYOUT", CONV_LAYOUTS, "auto")
+    )
     # Entries kept per code object before framejit stops compiling it and runs it eagerly.
     recompile_limit: int = 8
     # Graph breaks in a row (a loop whose body breaks makes one per iteration) before the rest
@@ -132,6 +139,7 @@ _BOOLS = (
     "cpp_guards",
     "raise_internal_errors",
 )
+_CHOICES = {"index_checks": INDEX_CHECKS, "conv_layout": CONV_LAYOUTS}
 _COUNTS = (
     "recompile_limit",
     "max_resume_depth",
@@ -173,11 +181,10 @@ def _checked(name: str, value: Any) -> Any:
         if not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"config.cache_dir must be a path (str), got {value!r}")
         value = os.fspath(value)
-    elif name == "index_checks" and value not in INDEX_CHECKS:
+    elif name in _CHOICES and value not in _CHOICES[name]:
         kind = ValueError if isinstance(value, str) else TypeError
         raise kind(
-            f"config.index_checks must be one of {', '.join(map(repr, INDEX_CHECKS))}, "
-            f"got {value!r}"
+            f"config.{name} must be one of {', '.join(map(repr, _CHOICES[name]))}, got {value!r}"
         )
     return value
 

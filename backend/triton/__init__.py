@@ -130,9 +130,23 @@ def _run(gm: torch.fx.GraphModule, max_autotune: bool = False) -> Any:
     return lowering, scheduled, source, constants
 
 
+def _laid_out(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` with channels-last convolution inputs where `config.conv_layout` asks for them and
+    the pass applies (conv_layout.py); otherwise `gm`."""
+    from framejit.backend.triton import conv_layout
+
+    if not conv_layout.wanted(gm):
+        return gm
+    laid = conv_layout.channels_last(gm)
+    if laid is None:
+        return gm
+    log.debug("triton: convolution inputs made channels-last\n%s", laid.code)
+    return laid
+
+
 def stages(gm: torch.fx.GraphModule, max_autotune: bool = False) -> Stages:
     """Each pipeline step's text for aten graph `gm` (nothing is compiled or loaded)."""
-    lowering, scheduled, source, _ = _run(gm, max_autotune)
+    lowering, scheduled, source, _ = _run(_laid_out(gm), max_autotune)
     return Stages(str(lowering.graph), str(scheduled), source, scheduled.hints)
 
 
@@ -199,7 +213,7 @@ def compile_graph(
             specializing.specialize(tuple(example_inputs), _binding(tuple(example_inputs)))
         return specializing
     try:
-        lowering, scheduled, source, constants = _run(gm, wants_max_autotune(options))
+        lowering, scheduled, source, constants = _run(_laid_out(gm), wants_max_autotune(options))
     except NotLowered as e:
         return _fallback(gm, str(e))
     if loop_problem is not None and _loops(scheduled):
