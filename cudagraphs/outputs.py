@@ -27,6 +27,7 @@ Warm-up outputs are ordinary tensors outside the pool: they are tracked for live
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,9 +117,10 @@ class OutputSet:
         tracked: Sequence[int],
         overwritable: bool,
         blocks: Sequence[Any] = (),
+        storages: Sequence[torch.UntypedStorage] | None = None,
     ) -> None:
-        import weakref
-
+        """`storages`: the storage of each tracked output, where the caller has them (saves
+        asking each output for its storage)."""
         self.name = name
         self.generation = generation
         self.overwritable = overwritable
@@ -128,16 +130,22 @@ class OutputSet:
         self.blocks: dict[int, Any] = {}
         for n, i in enumerate(tracked):
             out = outputs[i]
-            storage = out.untyped_storage()
-            if storage._cdata not in by_storage:
-                by_storage[storage._cdata] = _StorageRef(storage)
+            storage = storages[n] if storages is not None else out.untyped_storage()
+            cdata = storage._cdata
+            if cdata not in by_storage:
+                by_storage[cdata] = _StorageRef(storage)
                 if blocks:
-                    self.blocks[storage._cdata] = blocks[n]
-            self.tensors.append((i, storage._cdata, weakref.ref(out)))
+                    self.blocks[cdata] = blocks[n]
+            self.tensors.append((i, cdata, weakref.ref(out)))
         self.storages = by_storage
 
     def alive(self) -> bool:
         return any(ref.alive() for ref in self.storages.values())
+
+    def holds(self, cdata: int) -> bool:
+        """Whether storage `cdata` of this set is still alive."""
+        ref = self.storages.get(cdata)
+        return ref is not None and ref.alive()
 
     def live_blocks(self) -> list[tuple[int, Any]]:
         """(storage cdata, Block) of each storage over recorded memory that is still alive."""
@@ -169,7 +177,7 @@ class OutputSet:
         in the set, and its memory must not be written yet."""
         left: dict[int, _StorageRef] = {}
         for cdata, ref in self.storages.items():
-            storage = ref.get()
+            storage = ref.get() if ref.alive() else None
             if storage is None:
                 continue
             holders = [(i, t) for i, c, w in self.tensors if c == cdata and (t := w()) is not None]

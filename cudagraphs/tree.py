@@ -137,6 +137,11 @@ class Node:
         # per output: None (a constant), j (input j itself), or (block, dtype, offset, sizes,
         # strides) of a tensor in the recorded memory
         self.layout: list[Any] = []
+        # made by hand_out's first call from `layout` (see _prepare)
+        self.places: list[Any] | None = None
+        self.tensor_places: tuple[Any, ...] = ()
+        self.block_specs: tuple[Any, ...] = ()
+        self.all_tensors = False
         self.container: type = tuple
         self.in_memory: list[int] = []  # outputs in the recorded memory
         self.out_blocks: list[Block] = []  # the Block under each of those outputs
@@ -166,28 +171,81 @@ class Node:
                 return f"argument {i} changed"
         return None
 
-    def hand_out(self, args: Sequence[Any]) -> Any:
-        """Fresh tensors over the recorded memory: one alias storage per storage, per call."""
-        aliases = [
-            torch._C._construct_storage_from_data_pointer(b.ptr, b.device, b.nbytes)
-            for b in self.blocks
-        ]
-        out: list[Any] = []
-        for value, place in zip(self.outputs, self.layout):
-            if place is None:
-                out.append(value)
-                continue
-            if place.__class__ is int:
-                out.append(args[place])
-                continue
-            k, dtype, offset, size, stride = place
-            t = torch.empty(0, dtype=dtype, device=self.blocks[k].device)
-            out.append(t.set_(aliases[k], offset, size, stride))
-        if self.container is list:
-            return out
+    def hand_out(self, args: Sequence[Any]) -> tuple[Any, Sequence[torch.UntypedStorage]]:
+        """Fresh tensors over the recorded memory: one alias storage per storage, per call.
+        Returns the call's result and, per output in `in_memory`, its alias storage.
+
+        With framejit's C++ extension one call makes them all (`alias_outputs`); otherwise
+        each is `prototype.new().set_(...)` over a `_construct_storage_from_data_pointer`
+        alias (an empty tensor of the output's dtype and device: cheaper than
+        `torch.empty(0, dtype=..., device=...)`). Either way a tensor made under inference
+        mode is an inference tensor, as eager's would be."""
+        if self.places is None:
+            self._prepare()
+        if _alias_outputs is not None:
+            tensors, storages = _alias_outputs(self.block_specs, self.tensor_places)
+        else:
+            aliases = [
+                torch._C._construct_storage_from_data_pointer(b.ptr, b.device, b.nbytes)
+                for b in self.blocks
+            ]
+            tensors = [p.new().set_(aliases[k], o, z, s) for k, p, o, z, s in self.tensor_places]
+            storages = [aliases[place[0]] for place in self.tensor_places]
+        if self.all_tensors:
+            out: Any = tensors
+        else:
+            made = iter(tensors)
+            out = [
+                value if place is None else args[place] if place.__class__ is int else next(made)
+                for value, place in zip(self.outputs, self.places)
+            ]
         if self.container is tuple:
-            return tuple(out)
-        return out[0]
+            return tuple(out), storages
+        if self.container is list:
+            return list(out), storages
+        return out[0], storages
+
+    def _prepare(self) -> None:
+        """What hand_out needs, from `layout`: per output in memory (block, prototype, offset,
+        sizes, strides), and per block (address, nbytes, prototype)."""
+        self.places = self.layout
+        self.tensor_places = tuple(
+            (p[0], _prototype(p[1], self.blocks[p[0]].device), p[2], tuple(p[3]), tuple(p[4]))
+            for p in self.layout
+            if p is not None and p.__class__ is not int
+        )
+        self.block_specs = tuple(
+            (b.ptr, b.nbytes, _prototype(torch.uint8, b.device)) for b in self.blocks
+        )
+        self.all_tensors = len(self.tensor_places) == len(self.layout)
+
+
+def _unwritten(a: torch.Tensor, before: int | torch.Tensor) -> bool:
+    """Whether `a` was not written since `before` (its version then, or a copy of it: an
+    inference tensor; equal values count as unwritten, NaNs included)."""
+    if isinstance(before, int):
+        return a._version == before
+    return bool(torch.equal(a, before) or (a.isnan() & before.isnan() | (a == before)).all())
+
+
+_PROTOTYPES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _find_alias_outputs() -> Any:
+    from framejit.guards import guard
+
+    return getattr(guard._tensor_check, "alias_outputs", None)
+
+
+_alias_outputs = _find_alias_outputs()
+
+
+def _prototype(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An empty tensor of `dtype` on `device`, whose `.new()` makes the outputs' tensors."""
+    key = (dtype, device)
+    if key not in _PROTOTYPES:
+        _PROTOTYPES[key] = torch.empty(0, dtype=dtype, device=device)
+    return _PROTOTYPES[key]
 
 
 class CUDAGraphTreeManager:
@@ -294,11 +352,13 @@ class CUDAGraphTreeManager:
         overwritable: bool,
         tracked: Sequence[int],
         node: Node | None = None,
+        storages: Sequence[torch.UntypedStorage] | None = None,
     ) -> None:
-        """Remember outputs `tracked` of a call (those in memory a later call may reuse)."""
+        """Remember outputs `tracked` of a call (those in memory a later call may reuse);
+        `storages`: their storages, where the caller has them at hand."""
         blocks = node.out_blocks if node is not None else ()
         outputs = OutputSet(
-            function.name, self.generation, _flat(result), tracked, overwritable, blocks
+            function.name, self.generation, _flat(result), tracked, overwritable, blocks, storages
         )
         self.live.append(outputs)
         if function.kind == "forward":
@@ -309,8 +369,11 @@ class CUDAGraphTreeManager:
     def _warm_up(self, function: TreeFunction, args: Sequence[Any]) -> Any:
         self.warming = True
         self.warm_ups += 1
+        # inputs a replay would copy into a buffer of its own: the function must not write
+        # them. Their version counters say whether it does; an inference tensor has none, so a
+        # copy of it is compared instead (once per function, at its warm-up).
         watched = [
-            (i, a, a._version)
+            (i, a, a.clone() if a.is_inference() else a._version)
             for i, a in enumerate(args)
             if isinstance(a, torch.Tensor) and i not in function.static_indices
         ]
@@ -322,8 +385,8 @@ class CUDAGraphTreeManager:
         if watch.seen is not None:
             function.refuse(syncing_reason(watch.seen))
             return result
-        for i, a, version in watched:
-            if a._version != version:
+        for i, a, before in watched:
+            if not _unwritten(a, before):
                 function.refuse(f"it writes to input {i}, which is not a parameter or buffer")
                 return result
         for k, out in enumerate(_flat(result)):
@@ -347,8 +410,9 @@ class CUDAGraphTreeManager:
         for outputs in self.live:
             if outputs.generation != self.generation or not outputs.blocks:
                 continue
-            for cdata, block in outputs.live_blocks():
-                if block.released is not None and block.released <= serial:
+            # released blocks first: few are, and a liveness check costs more than the test
+            for cdata, block in list(outputs.blocks.items()):
+                if block.released is not None and block.released <= serial and outputs.holds(cdata):
                     outputs.preserve(cdata, why)
 
     def _release_dead(self, args: Sequence[Any], serial: int) -> None:
@@ -385,8 +449,8 @@ class CUDAGraphTreeManager:
         self.replays += 1
         node.generation = self.generation
         self.tip = node
-        result = node.hand_out(args)
-        self._hand_out(node.function, result, True, node.in_memory, node)
+        result, storages = node.hand_out(args)
+        self._hand_out(node.function, result, True, node.in_memory, node, storages)
         return result
 
     def _record(
@@ -421,7 +485,7 @@ class CUDAGraphTreeManager:
                 why = "; ".join(dict.fromkeys(reasons)) or "it ran at a new place in the tree"
                 logs.artifact("cudagraphs", f"recording {function.name} again: {why}")
         try:
-            node, result = self._capture(function, parent, args)
+            node, (result, storages) = self._capture(function, parent, args)
         except CaptureError as exc:
             function.refuse(str(exc))
             self.eager_runs += 1
@@ -439,12 +503,12 @@ class CUDAGraphTreeManager:
                 f"{self.device} tree, step {self.generation}: {len(node.static_ptrs)} static "
                 f"inputs, {len(node.path_ptrs)} taken in place, {len(node.copies)} copied",
             )
-        self._hand_out(function, result, True, node.in_memory, node)
+        self._hand_out(function, result, True, node.in_memory, node, storages)
         return result
 
     def _capture(
         self, function: TreeFunction, parent: Node | None, args: Sequence[Any]
-    ) -> tuple[Node, Any]:
+    ) -> tuple[Node, tuple[Any, list[torch.UntypedStorage]]]:
         node = Node(function, parent, self.generation)
         self.serial += 1
         node.serial = self.serial

@@ -19,6 +19,7 @@
 // device it selects) straight from torch's thread-local state, where the Python check makes one
 // call per fact. guards/guard.py's `_global_state_check` renders the same facts as Python.
 
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
@@ -30,6 +31,7 @@
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/PyInterpreter.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <weakrefobject.h>
@@ -171,6 +173,106 @@ PyObject* swap_storage_data(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   at::DataPtr a_memory = a->set_data_ptr(std::move(b_memory));
   b->set_data_ptr(std::move(a_memory));
   Py_RETURN_NONE;
+}
+
+// alias_outputs(blocks, places) -> (tensors, storages): the tensors one CUDA-graph replay hands
+// out (cudagraphs/tree.py, Node.hand_out). blocks: a tuple of (address, nbytes, prototype) of the
+// recorded output memory; places: a tuple of (block index, prototype, storage offset, sizes,
+// strides), one per tensor output. Each block gets one fresh storage that does not own its memory
+// (the node keeps the owning storage), and each place a tensor of its prototype's dtype and device
+// over that storage. storages[i] is the storage under tensors[i] (one Python object per block).
+// The same as `torch._C._construct_storage_from_data_pointer` plus `prototype.new().set_(...)`
+// per output, in one call.
+PyObject* alias_outputs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "alias_outputs(blocks, places) takes two tuples");
+    return nullptr;
+  }
+  const Py_ssize_t nblocks = PyTuple_GET_SIZE(args[0]);
+  const Py_ssize_t nplaces = PyTuple_GET_SIZE(args[1]);
+  std::vector<c10::Storage> storages;
+  storages.reserve(static_cast<size_t>(nblocks));
+  for (Py_ssize_t b = 0; b < nblocks; ++b) {
+    PyObject* block = PyTuple_GET_ITEM(args[0], b);
+    if (!PyTuple_Check(block) || PyTuple_GET_SIZE(block) != 3 ||
+        !THPVariable_Check(PyTuple_GET_ITEM(block, 2))) {
+      PyErr_SetString(PyExc_TypeError, "alias_outputs: a block is (address, nbytes, prototype)");
+      return nullptr;
+    }
+    void* address = PyLong_AsVoidPtr(PyTuple_GET_ITEM(block, 0));
+    Py_ssize_t nbytes = PyLong_AsSsize_t(PyTuple_GET_ITEM(block, 1));
+    if (PyErr_Occurred()) return nullptr;
+    c10::Device device = THPVariable_Unpack(PyTuple_GET_ITEM(block, 2)).device();
+    storages.emplace_back(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),
+                          at::DataPtr(address, device), /*allocator=*/nullptr,
+                          /*resizable=*/false);
+  }
+  std::vector<PyObject*> wrapped(static_cast<size_t>(nblocks), nullptr);
+  PyObject* tensors = PyTuple_New(nplaces);
+  PyObject* under = PyTuple_New(nplaces);
+  auto fail = [&]() -> PyObject* {
+    Py_XDECREF(tensors);
+    Py_XDECREF(under);
+    for (PyObject* w : wrapped) Py_XDECREF(w);
+    return nullptr;
+  };
+  if (tensors == nullptr || under == nullptr) return fail();
+  try {
+    for (Py_ssize_t i = 0; i < nplaces; ++i) {
+      PyObject* place = PyTuple_GET_ITEM(args[1], i);
+      if (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 5 ||
+          !THPVariable_Check(PyTuple_GET_ITEM(place, 1))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "alias_outputs: a place is (block, prototype, offset, sizes, strides)");
+        return fail();
+      }
+      Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 0));
+      int64_t offset = PyLong_AsLongLong(PyTuple_GET_ITEM(place, 2));
+      if (PyErr_Occurred()) return fail();
+      if (k < 0 || k >= nblocks) {
+        PyErr_SetString(PyExc_IndexError, "alias_outputs: a place names no block");
+        return fail();
+      }
+      std::vector<int64_t> sizes, strides;
+      for (int which = 3; which <= 4; ++which) {
+        PyObject* seq = PyTuple_GET_ITEM(place, which);
+        if (!PyTuple_Check(seq)) {
+          PyErr_SetString(PyExc_TypeError, "alias_outputs: sizes and strides are tuples");
+          return fail();
+        }
+        auto& into = which == 3 ? sizes : strides;
+        for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(seq); ++d) {
+          into.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(seq, d)));
+        }
+        if (PyErr_Occurred()) return fail();
+      }
+      // made directly (no dispatch): a TensorImpl over the storage with the prototype's
+      // dispatch keys and dtype (its constructor drops or adds the autograd keys as the
+      // current inference mode says, as for any new tensor), then sizes, strides and offset
+      const at::Tensor& prototype = THPVariable_Unpack(PyTuple_GET_ITEM(place, 1));
+      at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+          c10::Storage(storages[static_cast<size_t>(k)]), prototype.key_set(), prototype.dtype());
+      t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+      t.unsafeGetTensorImpl()->set_storage_offset(offset);
+      PyObject* tensor = THPVariable_Wrap(std::move(t));
+      if (tensor == nullptr) return fail();
+      PyTuple_SET_ITEM(tensors, i, tensor);
+      if (wrapped[static_cast<size_t>(k)] == nullptr) {
+        wrapped[static_cast<size_t>(k)] = THPStorage_Wrap(storages[static_cast<size_t>(k)]);
+        if (wrapped[static_cast<size_t>(k)] == nullptr) return fail();
+      }
+      Py_INCREF(wrapped[static_cast<size_t>(k)]);
+      PyTuple_SET_ITEM(under, i, wrapped[static_cast<size_t>(k)]);
+    }
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return fail();
+  }
+  for (PyObject* w : wrapped) Py_XDECREF(w);
+  PyObject* result = PyTuple_Pack(2, tensors, under);
+  Py_DECREF(tensors);
+  Py_DECREF(under);
+  return result;
 }
 
 // same_storages(tensors, groups) -> bool: tensors[i] and tensors[j] share a storage exactly when
@@ -665,6 +767,8 @@ PyMethodDef methods[] = {
      METH_FASTCALL, "state_check(spec) -> True if the global state is the spec's"},
     {"same_storages", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(same_storages)),
      METH_FASTCALL, "same_storages(tensors, groups) -> True if the tensors share storages so"},
+    {"alias_outputs", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(alias_outputs)),
+     METH_FASTCALL, "alias_outputs(blocks, places): the tensors a CUDA-graph replay hands out"},
     {"swap_storage_data",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(swap_storage_data)), METH_FASTCALL,
      "swap_storage_data(a, b): the storages of tensors a and b exchange their memory"},

@@ -2,6 +2,7 @@
 
 A named, linear pipeline, each step printable (golden tests compare the text):
 
+    layout    (conv_layout.py)                channels-last convolution inputs (config.conv_layout)
     lower     (lower.py, op table in ops.py)  aten graph -> LoopGraph (pointwise/reduction/extern)
     schedule  (schedule.py)                   inline pointwise chains, group nodes into kernels
     codegen   (codegen.py, kernels.py,        one Python module: Triton kernels + `call` wrapper

@@ -490,3 +490,87 @@ def test_an_internal_error_at_run_time_is_reported_not_hidden(
         x = torch.randn(2, 4)
         torch.testing.assert_close(fast(x), model(x))
     assert "internal error at" in caplog.text and "outputs.py" in caplog.text
+
+
+def _views_and_dtypes(x: torch.Tensor) -> tuple:
+    y = torch.tanh(x) * 2
+    return y, y[1:, ::2], (x > 0), y.t(), x.sum()
+
+
+@pytest.mark.parametrize("path", ["extension", "python"])
+def test_replays_hand_out_eager_layouts_over_shared_storage(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Outputs of one replay over one storage stay views of one storage, with eager's sizes,
+    strides, offsets and dtypes, whichever way the tensors are made (tree.py, Node.hand_out)."""
+    from framejit.cudagraphs import tree
+
+    if path == "python":
+        monkeypatch.setattr(tree, "_alias_outputs", None)
+    elif tree._alias_outputs is None:
+        pytest.skip("framejit's C++ extension is not built here")
+    fast = framejit.jit(_views_and_dtypes, backend="aot_eager", mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(5, 6)
+            got, expected = fast(x), _views_and_dtypes(x)
+            for g, e in zip(got, expected):
+                assert (g.dtype, g.shape, g.stride()) == (e.dtype, e.shape, e.stride())
+                torch.testing.assert_close(g, e)
+            assert got[1].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+            assert got[1].storage_offset() == 6 and not got[0].requires_grad
+    assert tree_manager().replays == 2
+
+
+def test_inference_mode_replays_and_hands_out_inference_tensors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls under inference mode are recorded and replayed, and hand out inference tensors,
+    as eager would; a replay outside it hands out ordinary tensors that autograd can save,
+    whichever mode came first."""
+    from framejit.cudagraphs import tree
+
+    monkeypatch.setattr(tree, "_PROTOTYPES", {})
+    model = mlp()
+    infer = framejit.jit(copy.deepcopy(model), backend="aot_eager", mode="reduce-overhead")
+    with torch.inference_mode():
+        for _ in range(4):
+            x = torch.randn(3, 8)
+            out = infer(x)
+            assert out.is_inference()
+            torch.testing.assert_close(out, model(x))
+    # replayed: inference tensors have no version counter, and the warm-up's check that the
+    # function does not write its inputs once failed on them, so nothing was ever recorded
+    assert (tree_manager().warm_ups, tree_manager().replays) == (1, 2)
+    framejit.mark_step_begin()
+    reference = copy.deepcopy(model)
+    train = framejit.jit(model, backend="aot_eager", mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(3, 8)
+        out = train(x)
+        assert not out.is_inference()
+        (out * out).sum().backward()
+        (reference(x) ** 2).sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+            p.grad = q.grad = None
+
+
+def test_a_function_writing_an_inference_tensor_input_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without a version counter, the warm-up compares a copy of the input: a function that
+    writes it is refused (a replay would write the recording's own input buffer instead)."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x * 2
+
+    fast = framejit.jit(fn, backend="eager", mode="reduce-overhead")
+    with torch.inference_mode():
+        for _ in range(3):
+            x = torch.randn(4)
+            expected = fn(x.clone())
+            torch.testing.assert_close(fast(x), expected)
+            torch.testing.assert_close(x, expected / 2)
+    assert any("writes to input 0" in r for r in tree_manager().refusals)
