@@ -60,6 +60,7 @@ from framejit.backend.triton.ir import (
     unflatten,
 )
 from framejit.backend.triton.schedule import Kernel, Schedule
+from framejit.backend.triton.sizes import Size, more_than_one
 
 TL_DTYPES = {
     torch.float32: "tl.float32",
@@ -254,6 +255,10 @@ class KernelCode:
         # The index checks this kernel reports (slots `check_base + k` of the error buffer).
         self.check_base = check_base
         self.checks: list[BoundsCheck] = []
+        # The order a pointwise kernel walks its dims in (outermost first): its output's
+        # memory order, so that consecutive lanes store (and load from inputs laid out alike)
+        # consecutive addresses; None: row-major (`_iteration_order`).
+        self.order = None if self.reduction else _iteration_order(kernel, layouts)
 
     # -- values -----------------------------------------------------------------------------
 
@@ -463,7 +468,8 @@ class KernelCode:
 
     def address(self, address: Ix) -> str:
         if not self.reduction:
-            flat = linear(loop_vars(self.kernel.xshape), contiguous_strides(self.kernel.xshape))
+            shape = self.kernel.xshape
+            flat = linear(loop_vars(shape), _walk_strides(shape, self.order))
             if address == flat and not address.is_const:
                 return "offsets"
         text = self.ix_text(address)
@@ -664,7 +670,7 @@ class KernelCode:
             else:
                 w.line("offsets = pid * XBLOCK + tl.arange(0, XBLOCK)")
                 w.line("mask = offsets < xnumel")
-                defs = _sym_lines(kernel.xshape, "offsets", "i")
+                defs = _sym_lines(kernel.xshape, "offsets", "i", self.order)
             text = "\n".join(body)
             defs = [d for d in defs if re.search(rf"\b{d.split(' =')[0]}\b", text)]
             w.extend(defs)
@@ -721,14 +727,54 @@ def _identity(reduce_type: str, dtype: torch.dtype) -> str:
     return literal(info.min if reduce_type == "max" else info.max)
 
 
-def _sym_lines(shape: tuple[int, ...], flat: str, prefix: str) -> list[str]:
+def _iteration_order(kernel: Kernel, layouts: dict[str, Any]) -> tuple[int, ...] | None:
+    """The order (outermost dim first) a pointwise kernel should walk its dims in: that of the
+    strides of the first buffer it stores over its whole shape, when they are static and not
+    row-major (a channels-last or transposed output). None: row-major. Any order computes the
+    same values (each lane still gets one position); this one makes neighbouring lanes touch
+    neighbouring addresses."""
+    for name in kernel.stores:
+        shape, stride, _ = layouts[name]
+        if tuple(shape) != tuple(kernel.xshape) or not is_static(*shape, *stride):
+            continue
+        dims = [d for d in range(len(shape)) if shape[d] > 1]
+        order = sorted(dims, key=lambda d: -stride[d])  # stable: ties keep row-major order
+        if order == dims:
+            return None
+        return tuple(order) + tuple(d for d in range(len(shape)) if shape[d] <= 1)
+    return None
+
+
+def _walk_strides(shape: tuple[Size, ...], order: tuple[int, ...] | None) -> tuple[Size, ...]:
+    """Per dim, how far a step along it moves the flat offset when dims are walked in `order`
+    (None: row-major, the contiguous strides)."""
+    if order is None:
+        return contiguous_strides(shape)
+    strides: list[Size] = [1] * len(shape)
+    step: Size = 1
+    for d in reversed(order):
+        strides[d] = step
+        step = step * max(shape[d], 1)
+    return tuple(strides)
+
+
+def _sym_lines(
+    shape: tuple[int, ...], flat: str, prefix: str, order: tuple[int, ...] | None = None
+) -> list[str]:
     syms = [s for s in loop_vars(shape, prefix) if not s.is_const]
     if not syms:
         return []
     numel = _numel(shape)
     position = Ix.of(Sym(flat, max(numel, 1) if is_static(numel) else numel))
     lines = []
-    for var, index in zip(loop_vars(shape, prefix), unflatten(position, shape)):
+    if order is None:
+        indices = unflatten(position, shape)
+    else:
+        walk = _walk_strides(shape, order)
+        indices = tuple(
+            position.floordiv(w).mod(n) if more_than_one(n) else Ix() for n, w in zip(shape, walk)
+        )
+    for var, index in zip(loop_vars(shape, prefix), indices):
         if var.is_const:
             continue
         lines.append(f"{var} = {strip_parens(str(index))}")

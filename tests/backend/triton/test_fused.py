@@ -314,3 +314,32 @@ def test_linear_layers_call_linear_without_a_transposed_view() -> None:
     assert call.count(" = linear(") == 2, call
     assert "torch.mm(" in call and ".permute(1, 0)" not in call, call
     check(fn, *args)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["channels_last", "transposed", "permuted_3d"],
+)
+def test_a_pointwise_kernel_walks_its_output_in_memory_order(layout: str) -> None:
+    """A kernel whose output is channels-last or transposed (as eager lays out the result of
+    a pointwise op on such an input) walks the dims in the output's memory order, so
+    neighbouring lanes store neighbouring addresses: the store and the matching load are at
+    `offsets`, not at a strided expression of the row-major loop variables."""
+    if layout == "channels_last":
+        x = torch.randn(2, 5, 3, 4).contiguous(memory_format=torch.channels_last)
+        b = torch.randn(1, 5, 1, 1)
+    elif layout == "transposed":
+        x = torch.randn(7, 6).t()
+        b = torch.randn(1, 7)
+    else:
+        x = torch.randn(3, 4, 5).permute(2, 0, 1)
+        b = torch.randn(5, 1, 1)
+
+    def fn(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + b) * 2
+
+    found = aten_stages(fn, x, b)
+    assert "tl.store(out_ptr0 + offsets, " in found.source
+    assert "tl.load(in_ptr0 + offsets, " in found.source
+    out = check(fn, x, b)
+    assert out.stride() == fn(x, b).stride()
