@@ -12,7 +12,9 @@ Each model is timed in one process: the median of `--repeats` calls (CUDA events
 warm-up, compile excluded) for eager, framejit and torch.compile, and the outputs of both
 compilers are checked against eager. Printed: medians and the ratios eager/framejit
 (speed-up, > 1 is faster than eager) and framejit/torch.compile (<= 1.10 meets the target
-"within 10% of torch.compile or ahead").
+"within 10% of torch.compile or ahead"). Also timed for framejit: every kernel launched through
+Triton's own `kernel[grid](...)`, and, for a model with convolutions, a second copy compiled
+with `config.conv_layout = "keep"` (no channels-last convolutions: what that pass is worth).
 
     python tools/bench/models.py [--models gpt2,resnet] [--dtype bfloat16] [--repeats 20]
                                  [--gpt2-batches 1,8] [--json results.json]
@@ -25,6 +27,7 @@ only, as the baseline being measured against.
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import json
 import os
@@ -170,6 +173,9 @@ class Result:
     # (config.direct_launch off), and the launches of one timed call by path
     framejit_via_triton_ms: float = 0.0
     launches_per_call: str = ""
+    # framejit with config.conv_layout = "keep" (no channels-last convolutions), for models
+    # with convolutions (None: not measured)
+    framejit_keep_layout_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -266,6 +272,15 @@ def measure(
             via_triton_ms = _time_ms(lambda: fast(*inputs), repeats, device)
         finally:
             framejit.config.direct_launch = True
+        keep_ms = None
+        if any(isinstance(m, nn.Conv2d) for m in model.modules()):
+            framejit.config.conv_layout = "keep"
+            try:  # a copy of the model: the compiled entry above stays as it is
+                plain = framejit.jit(copy.deepcopy(model), backend="triton")
+                _close(plain(*inputs), expected, f"{case}: framejit, conv_layout keep")
+                keep_ms = _time_ms(lambda: plain(*inputs), repeats, device)
+            finally:
+                framejit.config.conv_layout = "auto"
         tc_ms = None
         if kernels:
             _kernel_table(f"{case} eager", lambda: model(*inputs), device)
@@ -286,6 +301,7 @@ def measure(
         None if tc_ms is None else fj_ms / tc_ms,
         via_triton_ms,
         per_call,
+        keep_ms,
     )
 
 
@@ -372,6 +388,12 @@ def main(argv: list[str] | None = None) -> int:
             f" launches per call: {result.launches_per_call}",
             flush=True,
         )
+        if result.framejit_keep_layout_ms is not None:
+            print(
+                f"{'':24} framejit without channels-last convolutions (conv_layout keep) "
+                f"{result.framejit_keep_layout_ms:.2f}ms",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) | {"ok": r.ok} for r in results], f, indent=2)
