@@ -48,6 +48,16 @@ class IndexOutOfBounds(IndexError, RuntimeError):
     """An index read from memory was out of range in a generated kernel."""
 
 
+class DivisionByZero(RuntimeError):
+    """An integer division by zero in a generated kernel on the CPU, where eager's kernels
+    raise a RuntimeError saying "ZeroDivisionError"."""
+
+
+# The op name of a check table entry that is a zero-divisor check, not an index check: its
+# "index" is 1 where the divisor was 0 (ops/pointwise.py, `_int_division`).
+ZERO_DIVISOR = "zero divisor: "
+
+
 # An entry of the generated `call`'s check table: (aten op, dim, size, index was wrapped).
 Check = tuple[str, int, int, bool]
 
@@ -67,8 +77,14 @@ def check_indices(errors: torch.Tensor, checks: tuple[Check, ...]) -> None:
             raise error
 
 
-def out_of_bounds(check: Check, value: int, later: bool = False) -> IndexOutOfBounds:
+def out_of_bounds(
+    check: Check, value: int, later: bool = False
+) -> IndexOutOfBounds | DivisionByZero:
     op, dim, size, wrapped = check
+    if op.startswith(ZERO_DIVISOR):
+        return DivisionByZero(
+            f"ZeroDivisionError ({op.removeprefix(ZERO_DIVISOR)} in a framejit Triton kernel)"
+        )
     if wrapped and value < 0:  # `size` was added to a negative index before the check
         value -= size
     when = (

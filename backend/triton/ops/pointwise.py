@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from framejit.backend.triton.ir import Const, Expr, IndexValue, Ix, Op, compute_dtype
+from framejit.backend.triton.bounds import ZERO_DIVISOR
+from framejit.backend.triton.ir import BoundsCheck, Const, Expr, IndexValue, Ix, Op, compute_dtype
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import (
     BOOL,
@@ -224,7 +225,7 @@ def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: A
         return elementwise(ctx, out.shape, out.dtype, [a, b], _binary("truediv"))
     if not out.dtype.is_floating_point:
         divide = _binary("floordiv") if rounding_mode == "trunc" else _int_floordiv
-        return elementwise(ctx, out.shape, out.dtype, [a, b], divide)
+        return _int_division(ctx, node, a, b, divide)
     if rounding_mode == "trunc":
         return elementwise(
             ctx, out.shape, out.dtype, [a, b], lambda x, y: op("trunc", op("truediv", x, y))
@@ -249,7 +250,7 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     floor = node.target.overloadpacket is aten.remainder
     if not out.dtype.is_floating_point:
         remainder = _int_remainder if floor else _binary("mod")
-        return elementwise(ctx, out.shape, out.dtype, [a, b], remainder)
+        return _int_division(ctx, node, a, b, remainder)
     body = _float_remainder if floor else _float_fmod
     # eager's vectorized CPU loop (Sleef) gives NaN where x / y overflows (a denormal y); C's
     # fmod (CUDA's kernels, the CPU's scalar loop) gives the exact remainder
@@ -354,6 +355,36 @@ def _float_floordiv(x: Expr, y: Expr, dtype: torch.dtype) -> Expr:
 def _opposite_signs(x: Expr, y: Expr) -> Expr:
     zero = const(0, x.dtype)
     return op("ne", op("lt", x, zero, dtype=torch.bool), op("lt", y, zero, dtype=torch.bool))
+
+
+def _int_division(
+    ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, divide: Callable[[Expr, Expr], Expr]
+) -> Any:
+    """An integer division (`divide` of a by b). Eager's CPU kernels raise for a zero divisor
+    (RuntimeError "ZeroDivisionError"; CUDA's give a value and no error): on the CPU each lane
+    whose divisor may be zero checks it, and the wrapper raises as eager does (bounds.py: the
+    check is a `BoundsCheck` of `divisor == 0` against size 1, named ZERO_DIVISOR)."""
+    from framejit.backend.triton.ops.indexing import value_range
+
+    out = meta(node)
+    name = op_text(node)
+
+    def fn(x: Expr, y: Expr) -> Expr:
+        quotient = divide(x, y)
+        if ctx.graph.device != "cpu":
+            return quotient
+        bounds = value_range(y, ctx.graph)
+        if bounds is not None and (bounds[0] > 0 or bounds[1] < 0):
+            return quotient  # never zero
+        zero = convert(op("eq", y, const(0, y.dtype), dtype=torch.bool), torch.int64)
+        check = BoundsCheck(zero, 1, f"{ZERO_DIVISOR}{name}", 0)
+        return op("where", check, quotient, const(0, quotient.dtype))
+
+    return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
+
+
+def op_text(node: torch.fx.Node) -> str:
+    return str(node.target).removesuffix(".default")
 
 
 def _int_floordiv(x: Expr, y: Expr) -> Expr:

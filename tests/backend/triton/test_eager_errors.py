@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from framejit.backend.triton import compile_graph, stages
 from framejit.backend.triton.symbolic import Specializing
 from torch.fx.experimental.proxy_tensor import make_fx
-from triton_helpers import check, require_interpreter
+from framejit.backend import lookup_backend
+from triton_helpers import aten_stages, check, require_interpreter
 
 import framejit
 
@@ -163,3 +164,39 @@ ACCEPTED = {
 @pytest.mark.parametrize("name", sorted(ACCEPTED))
 def test_nearby_dtype_calls_eager_accepts_still_run(name: str) -> None:
     check(ACCEPTED[name], B)
+
+
+INT_DIVISIONS = {
+    "floor_divide": lambda a, b: a // b,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "remainder": lambda a, b: a % b,
+    "fmod": lambda a, b: torch.fmod(a, b),
+}
+
+
+@pytest.mark.interpreter_only  # CUDA's kernels give a value for a zero divisor, and no error
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+@pytest.mark.parametrize("name", sorted(INT_DIVISIONS))
+def test_integer_division_by_zero_raises_as_eager_on_the_cpu(name: str, dtype: torch.dtype) -> None:
+    """Eager's CPU kernels raise for an integer zero divisor; so do the kernels: the first
+    call (no zero) runs them, the second (a zero in a broadcast divisor) must raise there."""
+    require_interpreter()
+    fn = INT_DIVISIONS[name]
+    a = torch.tensor([[7, -7, 9], [5, -3, 0]], dtype=dtype)
+    good, bad = torch.tensor([2, -3, 4], dtype=dtype), torch.tensor([2, 0, 4], dtype=dtype)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(a, bad)
+    compiled = lookup_backend("triton")(torch.fx.symbolic_trace(fn), [a, good])
+    assert torch.equal(compiled(a, good)[0], fn(a, good))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError") as raised:
+        compiled(a, bad)
+    assert "framejit Triton kernel" in str(raised.value)  # raised by the kernels' check
+    assert torch.equal(compiled(a, good)[0], fn(a, good))  # and nothing is left flagged
+    check_raises(fn, a, bad)
+
+
+def test_a_divisor_that_cannot_be_zero_is_not_checked() -> None:
+    a, b = torch.tensor([7, -7, 9]), torch.tensor([2, 1, 3])
+    assert "err_ptr" not in aten_stages(lambda x: x // 3 + x % -2, a).source
+    assert "err_ptr" in aten_stages(lambda x, y: x // y, a, b).source
