@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from framejit.backend import lookup_backend
 from framejit.backend.triton import compile_graph, stages
 from framejit.backend.triton.symbolic import Specializing
 from torch.fx.experimental.proxy_tensor import make_fx
-from framejit.backend import lookup_backend
 from triton_helpers import aten_stages, check, require_interpreter
 
 import framejit
