@@ -81,7 +81,7 @@ if [ "$WHAT" = models ]; then
     # GPT-2 b=1 and ResNet-18: framejit (direct launches, then through Triton only) vs eager vs
     # torch.compile; the host-bound cases the direct launches are for
     # (--kernels: device time per call next to the wall time, and the costliest kernels)
-    step models "${MODELS_S:-150}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1 \
+    step models "${MODELS_S:-170}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1 \
         --kernels
 fi
 if [ "$WHAT" = recheck ]; then
@@ -97,13 +97,15 @@ if [ "$WHAT" = recheck ]; then
         --models gpt2 --gpt2-batches 8
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
-    step kernels "${KERNELS_S:-80}" python3 tools/bench/kernels.py --repeats 10
+    # (torch.compile's fractions too: its compiles take most of the step)
+    step kernels "${KERNELS_S:-150}" python3 tools/bench/kernels.py --repeats 10
     if [ -n "${WIDE:-}" ]; then  # the wide autotune: configs or code, for the reductions
-        FRAMEJIT_MAX_AUTOTUNE=1 step kernels_wide "${KERNELS_S:-80}" python3 \
-            tools/bench/kernels.py --repeats 10
+        FRAMEJIT_MAX_AUTOTUNE=1 step kernels_wide "${KERNELS_WIDE_S:-80}" python3 \
+            tools/bench/kernels.py --repeats 10 --no-compile
         { echo "== FRAMEJIT_MAX_AUTOTUNE=1"; cat "$OUT/kernels_wide.log"; } >> "$OUT/kernels.log"
         rm -f "$OUT/kernels_wide.log"
     fi
     step cudagraphs "${CUDAGRAPHS_S:-90}" python3 tools/bench/cudagraphs.py --repeats 10
-    step models "${MODELS_S:-170}" python3 tools/bench/models.py --repeats 10 --kernels
+    # (ResNet is compiled twice: with and without channels-last convolutions)
+    step models "${MODELS_S:-200}" python3 tools/bench/models.py --repeats 10 --kernels
 fi
