@@ -438,13 +438,13 @@ class OutputGraph:
         def run_op() -> Any:
             with self.fake_mode, _QUIET_FAKE_LOG:
                 if kind == "call_method":
-                    _check_in_place_dtype(fake_args, fake_kwargs, target)
+                    _check_in_place_result(fake_args, fake_kwargs, target)
                     return getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 if getattr(target, "__objclass__", None) in _TENSOR_CLASSES:
                     # a method called through its class (torch.Tensor.logit_(x))
-                    _check_in_place_dtype(fake_args, fake_kwargs, target.__name__)
+                    _check_in_place_result(fake_args, fake_kwargs, target.__name__)
                 elif target in _IN_PLACE_OPERATORS:  # `y *= 2.5`: the fake mul_ does not check
-                    _check_in_place_dtype(fake_args, fake_kwargs, _IN_PLACE_OPERATORS[target])
+                    _check_in_place_result(fake_args, fake_kwargs, _IN_PLACE_OPERATORS[target])
                 return target(*fake_args, **fake_kwargs)
 
         caught: list[warnings.WarningMessage] = []  # what the op said, for replay_op_warnings
@@ -860,17 +860,21 @@ def _wants_python_dispatch(kind: str, target: Any) -> bool:
     return any(target is f for f in _PYTHON_DISPATCH_FUNCTIONS)
 
 
-def _check_in_place_dtype(args: list[Any], kwargs: dict[str, Any], name: str) -> None:
-    """Raise as eager does for an in-place method whose result an integer or bool tensor cannot
-    hold (`x.logit_()`, `x.ldexp_(y)` on a long tensor): some fake kernels do not check it.
-    The out-of-place method's result dtype, when there is one, is what eager would cast."""
+def _check_in_place_result(args: list[Any], kwargs: dict[str, Any], name: str) -> None:
+    """Raise as eager does for an in-place method whose result its tensor cannot hold, which
+    some fake kernels do not check: a result an integer or bool tensor cannot hold
+    (`x.logit_()`, `x.ldexp_(y)` on a long tensor), or one of other sizes (`x.addr_(u, v)` on
+    a 0-d x: the meta kernel resizes x to the outer product's sizes; eager's in-place ops
+    keep their tensor's sizes). The out-of-place method's result, when there is one, is what
+    eager would write."""
     self = args[0] if args else None
     if (
         not isinstance(self, torch.Tensor)
-        or self.dtype.is_floating_point
         or self.dtype.is_complex
         or not name.endswith("_")
         or name.startswith("_")
+        or name in _RESIZING_IN_PLACE
+        or (self.dtype.is_floating_point and _elementwise_fit(self, args, kwargs))
     ):
         return
     method = getattr(self, name[:-1], None)
@@ -882,13 +886,53 @@ def _check_in_place_dtype(args: list[Any], kwargs: dict[str, Any], name: str) ->
             out = method(*args[1:], **kwargs)
     except Exception:  # noqa: BLE001 - no out-of-place form for these arguments: no check
         return
-    if isinstance(out, torch.Tensor) and not torch.can_cast(out.dtype, self.dtype):
+    if not isinstance(out, torch.Tensor):
+        return
+    if not self.dtype.is_floating_point and not torch.can_cast(out.dtype, self.dtype):
         raise RuntimeError(f"result type {out.dtype} can't be cast to {self.dtype} in {name}")
+    after, before = tuple(out.shape), tuple(self.shape)
+    if len(after) != len(before) or any(a is not b and a != b for a, b in zip(after, before)):
+        raise RuntimeError(f"{name}: a result of sizes {list(after)} into {list(before)}")
+
+
+def _elementwise_fit(self: torch.Tensor, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether every tensor argument is at most `self`'s rank and each of its sizes is 1 or
+    `self`'s (the same int, or the same size object): then no broadcast can give a result of
+    other sizes, and the sizes probe is skipped (an optimizer's `p.add_(g, alpha=-lr)`, which
+    is most in-place calls, costs no second fake op). Symbolic sizes are compared only by
+    identity, so the check adds no guard."""
+    for a in (*args[1:], *kwargs.values()):
+        if not isinstance(a, torch.Tensor):
+            continue
+        if a.dim() > self.dim():
+            return False
+        for n, m in zip(reversed(a.shape), reversed(self.shape)):
+            if n is m or (type(n) is int and type(m) is int and n in (1, m)):
+                continue
+            return False
+    return True
 
 
 # in-place methods whose name without "_" is another method (or one with side effects)
 _NOT_OUT_OF_PLACE = frozenset(
     {"resize", "resize_as", "set", "type", "requires_grad", "share_memory", "data"}
+)
+# in-place methods that change their tensor's sizes in eager too
+_RESIZING_IN_PLACE = frozenset(
+    {
+        "resize_",
+        "resize_as_",
+        "set_",
+        "as_strided_",
+        "t_",
+        "transpose_",
+        "swapdims_",
+        "swapaxes_",
+        "squeeze_",
+        "unsqueeze_",
+        "sparse_resize_",
+        "sparse_resize_and_clear_",
+    }
 )
 
 

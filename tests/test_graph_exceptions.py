@@ -432,6 +432,38 @@ def test_in_place_result_an_integer_tensor_cannot_hold(backend: str, call) -> No
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_place_op_that_would_resize_its_tensor(backend: str) -> None:
+    """Eager's in-place ops keep their tensor's sizes: `x.addr_(u, v)` on a 0-d x raises, where
+    torch's meta kernel resizes x to the outer product's sizes (framejit once wrote a [5, 10]
+    result into x). The op is a graph break, so eager raises its own error; ops that do
+    resize (`unsqueeze_`) are captured."""
+
+    def fn(x, u, v):
+        y = x * 2
+        x.addr_(u, v)
+        return y + 1
+
+    u, v = torch.ones(5), torch.ones(10)
+    with pytest.raises(RuntimeError) as eager:
+        fn(torch.tensor(1.0), u, v)
+    x = torch.tensor(1.0)
+    with pytest.raises(RuntimeError) as got:
+        framejit.jit(fn, backend=backend)(x, u, v)
+    assert str(got.value) == str(eager.value)
+    assert x.shape == ()
+
+    def resizes(x, u, v):
+        x.addr_(u, v)
+        x.unsqueeze_(0)
+        return x * 2
+
+    counter = CompileCounter()
+    got = framejit.jit(resizes, backend=counter)(torch.zeros(5, 10), u, v)
+    same(got, resizes(torch.zeros(5, 10), u, v))
+    assert counter.frame_count == 1
+
+
 def user_errors(x, items):
     try:
         v = items.pop()  # IndexError, as in eager

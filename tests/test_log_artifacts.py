@@ -39,7 +39,7 @@ def line_of(fn: Any, text: str) -> int:
 def artifact_lines(err: str, name: str) -> list[str]:
     """The lines of artifact `name`, without their `[framejit:name] ` prefix."""
     prefix = f"[framejit:{name}] "
-    return [line[len(prefix):] for line in err.splitlines() if line.startswith(prefix)]
+    return [line[len(prefix) :] for line in err.splitlines() if line.startswith(prefix)]
 
 
 def run_scaled_relu(*ns: int) -> None:
@@ -123,7 +123,8 @@ def test_bytecode_original_and_transformed(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_recompiles_names_the_guard_and_its_actual_value(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     framejit.set_logs(recompiles=True)
     jitted = framejit.jit(scaled_relu, backend=CompileCounter())
     x = torch.randn(3)
@@ -171,7 +172,8 @@ def test_graph_breaks_reason_with_file_and_line(capsys: pytest.CaptureFixture[st
 
 
 def test_graph_breaks_in_an_inlined_function_show_the_user_stack(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     def outer(x: torch.Tensor) -> torch.Tensor:
         return prints(x) * 2
 
@@ -216,8 +218,14 @@ def run_script(tmp_path: Path, logs: str) -> subprocess.CompletedProcess[str]:
     script.write_text(textwrap.dedent(SCRIPT))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FRAMEJIT")}
     env["FRAMEJIT_LOGS"] = logs
-    return subprocess.run([sys.executable, str(script)], check=False, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_framejit_logs_environment_variable(tmp_path: Path) -> None:

@@ -68,8 +68,9 @@ def assert_same(got: Any, want: Any) -> None:
         assert got == want
 
 
-def check(fn: Callable[..., Any], make_args: Callable[[], tuple[Any, ...]], *opnames: str,
-          graphs: int = 1) -> None:
+def check(
+    fn: Callable[..., Any], make_args: Callable[[], tuple[Any, ...]], *opnames: str, graphs: int = 1
+) -> None:
     """`fn`'s bytecode holds `opnames`; jit gives eager's result (and eager's mutations of the
     arguments) on two calls, compiling `graphs` graphs."""
     present = opnames_in(fn)
@@ -290,7 +291,7 @@ def test_build_const_key_map() -> None:
 
 
 def slices(x: torch.Tensor, n: int) -> torch.Tensor:
-    return x[::2][:n] + x[1:n + 1:1]
+    return x[::2][:n] + x[1 : n + 1 : 1]
 
 
 def test_build_slice() -> None:
@@ -433,8 +434,15 @@ def closure(x: torch.Tensor, k: float) -> torch.Tensor:
 
 
 def test_make_function_with_closure() -> None:
-    check(closure, lambda: (t(3), 2.0), "MAKE_FUNCTION", "LOAD_CLOSURE", "LOAD_DEREF",
-          "MAKE_CELL", "COPY_FREE_VARS")
+    check(
+        closure,
+        lambda: (t(3), 2.0),
+        "MAKE_FUNCTION",
+        "LOAD_CLOSURE",
+        "LOAD_DEREF",
+        "MAKE_CELL",
+        "COPY_FREE_VARS",
+    )
 
 
 def store_deref(x: torch.Tensor) -> torch.Tensor:
@@ -642,8 +650,14 @@ def branches(x: torch.Tensor, flag: bool, bias: Any) -> torch.Tensor:
 @only_311
 def test_pop_jump_forward_311() -> None:
     for args in (lambda: (t(3), True, None), lambda: (t(3), False, t(3))):
-        check(branches, args, "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
-              "POP_JUMP_FORWARD_IF_NOT_NONE", "JUMP_FORWARD")
+        check(
+            branches,
+            args,
+            "POP_JUMP_FORWARD_IF_FALSE",
+            "POP_JUMP_FORWARD_IF_NONE",
+            "POP_JUMP_FORWARD_IF_NOT_NONE",
+            "JUMP_FORWARD",
+        )
 
 
 @only_312
@@ -727,7 +741,7 @@ def deletes_a_cell(x: torch.Tensor) -> torch.Tensor:
     y = 1
 
     def read() -> torch.Tensor:
-        return y
+        return y  # noqa: F821 - a cell the function deletes (DELETE_DEREF)
 
     del y
     return x * 2
@@ -741,9 +755,13 @@ UNSUPPORTED_CASES = [
 
 
 @pytest.mark.parametrize(("fn", "make_args", "opname", "text"), UNSUPPORTED_CASES)
-def test_unsupported_opcode_runs_eagerly(fn: Callable[..., Any],
-                                         make_args: Callable[[], tuple[Any, ...]], opname: str,
-                                         text: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unsupported_opcode_runs_eagerly(
+    fn: Callable[..., Any],
+    make_args: Callable[[], tuple[Any, ...]],
+    opname: str,
+    text: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert opname in opnames_in(fn)
     assert opname in unsupported_opcodes() and opname not in HANDLERS
     framejit.set_logs(graph_breaks=True)
@@ -776,7 +794,8 @@ def test_raise_inside_try_runs_the_handler_as_python() -> None:
 
 
 def test_with_over_an_unknown_context_manager_enters_it_for_real_at_a_break(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     framejit.set_logs(graph_breaks=True)
     counter = CompileCounter()
     jitted = framejit.jit(with_block, backend=counter)
@@ -855,7 +874,8 @@ def test_generators_consumed_in_the_frame_are_captured() -> None:
 
 
 def test_global_and_attribute_writes_are_replayed_after_the_graph(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     framejit.set_logs(graph_breaks=True)
     assert "STORE_GLOBAL" in opnames_in(writes_a_global)
     assert "STORE_ATTR" in opnames_in(sets_an_attribute)

@@ -399,6 +399,12 @@ def _compile(
     results = list(joint.graph.output_node().args[0])  # forward values, then gradients
     grads = results[len(forward_values) :]
     gradless = [k for k, grad in zip(wants_grad, grads, strict=True) if grad is None]
+    if len(gradless) == len(wants_grad):
+        # no input gets a gradient, yet an output requires grad: a backward formula that
+        # gives none (`torch.norm(x, 0)`), not only `.detach()` (then no output would). Eager's
+        # output has a grad_fn (`.backward()` on it works); with every input detached, ours
+        # would have none
+        gradless = []
     # A double backward (`autograd.grad(..., create_graph=True)`, then a backward through the
     # gradients: a gradient penalty, MAML's inner step) runs the captured graph again with
     # autograd, on the same inputs. A graph that draws random numbers (dropout) runs again from

@@ -208,11 +208,12 @@ def _kernel_body(source: str, name: str) -> str:
 
 
 RESTRIDE = """\
-def _restride(t, stride):
-    # an extern's result with other strides than its kernels were written for
-    if t.stride() == stride:
+def _restride(t, stride, dtype):
+    # an extern's result with other strides, or another dtype (where torch's meta function
+    # and its kernel disagree), than its kernels were written for
+    if t.stride() == stride and t.dtype == dtype:
         return t
-    return empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)"""
+    return empty_strided(t.shape, stride, dtype=dtype, device=t.device).copy_(t)"""
 
 
 def _wrapper(
@@ -318,7 +319,8 @@ def _wrapper(
                 w.line(f"{target} = {linear or _call_text(step.op, args)}")
                 for name, layout in zip(step.outputs, step.layouts):
                     if name and name in kernel_reads:
-                        w.line(f"{name} = _restride({name}, {_tuple_text(layout[1])})")
+                        stride_text = _tuple_text(layout[1])
+                        w.line(f"{name} = _restride({name}, {stride_text}, {layout[2]})")
             dead = sorted(
                 (n for n in deaths.get(index, ()) if n not in returned),
                 key=lambda n: int(n[3:]) if n[3:].isdigit() else 0,

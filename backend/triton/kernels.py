@@ -328,6 +328,8 @@ class KernelCode:
                 self.tensor_literal(t, a.dtype) if is_literal and (helper or k == 0) else t
                 for k, (t, a, is_literal) in enumerate(zip(args, expr.args, literals))
             ]
+        if expr.name == "where":
+            args[1], args[2] = self.typed_branches(args[1], args[2], expr.dtype)
         if expr.name == "neg" and expr.dtype.is_floating_point:
             # `* -1.0`: Triton 3.6 writes `-x` as `0 - x`, which makes -(0.0) +0.0
             return self.emit(f"{args[0]} * -1.0", expr)
@@ -359,7 +361,17 @@ class KernelCode:
         finally:
             self.scopes.pop()
             self.guards.pop()
-        return self.emit(f"tl.where({cond}, {value}, {self.value(other)})", expr)
+        value, other_value = self.typed_branches(value, self.value(other), expr.dtype)
+        return self.emit(f"tl.where({cond}, {value}, {other_value})", expr)
+
+    def typed_branches(self, value: str, other: str, dtype: torch.dtype) -> tuple[str, str]:
+        """The two branches of a `tl.where` of `dtype`. When both are literals, the first
+        becomes a tensor of the dtype the kernel computes `dtype` in: `tl.where` of two
+        literals takes their type (int32, float32), so an int64 `where(c, 0, 1)` would then be
+        reduced with int64's extremes (an error) or multiplied past int32 (a wrong answer)."""
+        if _literal_number(value) is not None and _literal_number(other) is not None:
+            value = self.tensor_literal(value, dtype)
+        return value, other
 
     def bounds_check(self, check: BoundsCheck) -> str:
         """`0 <= value < size`; where it fails on a live lane (in range of the kernel, under the
@@ -424,9 +436,26 @@ class KernelCode:
         self.scopes[-1][("member", name)] = result
         return result
 
+    def member_read(self, name: str) -> str:
+        """A fused member's value as a later member of the kernel reads it: in the dtype a
+        load of its buffer would give. Its body may compute in another (`x.long()` is x's
+        float value until stored, `x.double()` x's float32 one). A float16/bfloat16 member
+        stays in float32, unrounded, as fused kernels keep their intermediates (rounding it
+        made a float16 vector_norm's sum of squares overflow where eager's does not)."""
+        value = self.member_value(name)
+        body_dtype = self.schedule.bodies[name].dtype
+        dtype = self.layouts[name][2]
+        if compute_dtype(body_dtype) == compute_dtype(dtype):
+            return value
+        found = self.lookup(("read", name))
+        if found is not None:
+            return found
+        text = f"{value} != 0" if dtype == torch.bool else self.cast(value, body_dtype, dtype)
+        return self.emit(text, ("read", name))
+
     def load(self, load: Load) -> str:
         if load.buffer in self.members:
-            return self.member_value(load.buffer)
+            return self.member_read(load.buffer)
         _, stride, dtype = self.layouts[load.buffer]
         ptr = self.in_ptrs.setdefault(load.buffer, f"in_ptr{len(self.in_ptrs)}")
         address = linear(load.index, stride)

@@ -587,3 +587,16 @@ def test_grad_mode_switches_inside_a_training_graph_are_traced():
     b.backward()
     torch.testing.assert_close((a, z), (b, z2))
     torch.testing.assert_close((x.grad, w.grad), (x2.grad, w2.grad))
+
+
+@pytest.mark.parametrize("backend", ["auto", "aot_eager"])
+def test_an_output_whose_backward_gives_no_gradient_still_requires_grad(backend):
+    # torch.norm(x, 0) counts the nonzeros: its backward gives x no gradient, yet eager's
+    # result has a grad_fn, and `.backward()` on it runs (x.grad stays None)
+    x = torch.randn(4, 5, requires_grad=True)
+    expected = torch.norm(x, 0)
+    got = framejit.jit(lambda x: torch.norm(x, 0), backend=backend)(x)
+    assert got.requires_grad == expected.requires_grad
+    torch.testing.assert_close(got, expected)
+    got.backward()
+    assert x.grad is None

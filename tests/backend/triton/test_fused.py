@@ -343,3 +343,20 @@ def test_a_pointwise_kernel_walks_its_output_in_memory_order(layout: str) -> Non
     assert "tl.load(in_ptr0 + offsets, " in found.source
     out = check(fn, x, b)
     assert out.stride() == fn(x, b).stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.bool])
+def test_a_stored_cast_read_in_its_kernel_is_the_stored_value(dtype: torch.dtype) -> None:
+    """`y = x.to(dtype)` returned and used again: y is stored, and the kernel's later nodes
+    read it from registers. Its body is x's float32 value until the store converts it; those
+    readers once saw that (`x.long() + 1` kept x's fraction, `x.double() * x.double()`
+    multiplied in float32, and float_power's gradient bitcast a float32 as an int64)."""
+    x = torch.randn(4, 5) * 3
+    x[0, :3] = torch.tensor([0.5, -2.5, 1e-3])
+
+    def fn(x):
+        y = x.to(dtype)
+        square = y * y  # float64: exact here, rounded to float32 once stored as float32
+        return y, y + 1, (y.float() - x) * 1e4, (square.double() - square.float().double()) * 1e6
+
+    check(fn, x)

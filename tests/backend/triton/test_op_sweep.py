@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import types
 from typing import Any
 
 import pytest
@@ -121,3 +122,39 @@ def test_report_written_as_it_goes(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "report.txt"
     sweep.write_report(str(path), ["MISMATCH sin float16 sample 0: x"], Counter(ok=3), "(running)")
     assert path.read_text().splitlines() == ["MISMATCH sin float16 sample 0: x", "ok 3 (running)"]
+
+
+def test_kernels_failing_at_their_first_run_are_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend runs the aten graph when the kernels fail at their first run: the answer is
+    eager's, so the sweep once sorted such a sample as ok. It is framejit's own failure."""
+    require_interpreter()
+    from framejit.backend.triton import cache
+
+    real_load = cache.load
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        module = real_load(*args, **kwargs)
+
+        def call(*values: Any) -> Any:
+            raise RuntimeError("a kernel Triton could not compile")
+
+        return types.SimpleNamespace(call=call, module=module)
+
+    monkeypatch.setattr(cache, "load", load)
+    (op,) = _ops("sin")
+    sample = sweep.samples_for(op, torch.float32, "forward", 1)[0]
+    outcome, why = sweep.run_one(op, sample, "triton")
+    assert outcome == "ERROR" and "a kernel Triton could not compile" in why, (outcome, why)
+
+
+def test_an_eager_overflow_is_judged_by_the_reference() -> None:
+    """Eager's float16 soft_margin_loss overflows (`exp(30.6)` in float16) and gives inf where
+    the exact value is 7.64; framejit's kernel computes in float32 and gives 7.64. Eager's
+    error bounds nothing there: framejit's value must be close to the reference's."""
+    reference = torch.tensor([7.640625, 1.0, float("nan")], dtype=torch.float64)
+    eager = torch.tensor([float("inf"), 1.0, float("nan")], dtype=torch.float16)
+    right = torch.tensor([7.640625, 1.0, float("nan")], dtype=torch.float16)
+    wrong = torch.tensor([9.0, 1.0, float("nan")], dtype=torch.float16)
+    assert sweep._no_worse(eager, right, reference)
+    assert not sweep._no_worse(eager, wrong, reference)
+    assert not sweep._no_worse(right, eager, reference)  # framejit's overflow is a mismatch

@@ -4,10 +4,14 @@ logical ops, where/clamp with scalars, and casts between every pair of dtypes.""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_helpers import check, check_lowered
+from triton_helpers import check, check_lowered, require_interpreter
+
+import framejit
 
 torch.manual_seed(0)
 
@@ -91,6 +95,24 @@ def test_where_and_clamp(dtype: torch.dtype) -> None:
     )
 
 
+def _no_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    assert not [r for r in caplog.records if "kernels failed" in r.getMessage()]
+
+
+def test_where_of_two_literals_keeps_its_dtype(caplog: pytest.LogCaptureFixture) -> None:
+    """`torch.where(c, 0, 1)` is int64, but `tl.where` of two literals is int32: its min was
+    taken with int64's extreme as identity (the kernels failed at their first run), and a
+    product past int32 wrapped around (a wrong answer). A float64 one was float32."""
+    x = torch.randn(3, 5)
+    x[1] = 1.0  # a row of one value only, so the min of that row is 0
+    with caplog.at_level(logging.WARNING, logger="framejit.backend"):
+        check(lambda x: torch.where(x > 0, 0, 1).amin(-1), x)
+        check(lambda x: torch.where(x > 0, 1 << 20, 0) * (1 << 20) + x.long(), x)
+        tenth = torch.full((5,), 0.1, dtype=torch.float64)  # float32's 0.1 is 1.5e-9 off
+        check(lambda x, t: (torch.full_like(t, 0.1).where(x > 0, 0.3) - t) * 1e10, x, tenth)
+    _no_fallback(caplog)
+
+
 @pytest.mark.parametrize("src", ALL)
 def test_casts(src: torch.dtype) -> None:
     x = sample(3, 7, dtype=src)
@@ -165,6 +187,28 @@ def test_batch_norm_inference() -> None:
     check_lowered(
         lambda x, m, v: F.batch_norm(x, m, v), x[:, :, 0], bn.running_mean, bn.running_var
     )
+
+
+def test_batch_norm_with_update_bfloat16(caplog: pytest.LogCaptureFixture) -> None:
+    """`_batch_norm_with_update` in bfloat16: torch's meta function says its running
+    statistics are float32, its CPU kernel gives bfloat16; the kernels that read them were
+    written for float32 and failed at their first run."""
+
+    def fn(x, w, b, m, v):
+        return torch.ops.aten._batch_norm_with_update(x, w, b, m, v, 0.1, 1e-5)[:3]
+
+    require_interpreter()
+    x = torch.randn(3, 2, 4).bfloat16()
+    w, b, m = (torch.randn(2).bfloat16() for _ in range(3))
+    v = torch.rand(2).bfloat16() + 0.5
+    eager_stats, stats = (m.clone(), v.clone()), (m.clone(), v.clone())
+    with caplog.at_level(logging.WARNING, logger="framejit.backend"):
+        expected = fn(x, w, b, *eager_stats)
+        got = framejit.jit(fn, backend="triton")(x, w, b, *stats)
+    _no_fallback(caplog)
+    for g, e in zip((*got, *stats), (*expected, *eager_stats)):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e, atol=2e-2, rtol=2e-2)
 
 
 def test_scalar_and_zero_size_ints() -> None:

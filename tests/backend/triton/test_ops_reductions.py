@@ -84,7 +84,9 @@ def test_reductions_of_a_constant(dynamic: bool, caplog: pytest.LogCaptureFixtur
             x = torch.randn(3, n)
             for got, want in zip(jitted(x), _constant_bodies(x)):
                 assert got.dtype == want.dtype
-                torch.testing.assert_close(got, want)
+                # a float32 sum of 5000 normal numbers: the kernels add in another order than
+                # eager (1e-5 relative apart, depending on the draw)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert not [r for r in caplog.records if "kernels failed" in r.getMessage()]
 
 
