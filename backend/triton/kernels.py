@@ -437,20 +437,27 @@ class KernelCode:
         return result
 
     def member_read(self, name: str) -> str:
-        """A fused member's value as a later member of the kernel reads it: in the dtype a
-        load of its buffer would give. Its body may compute in another (`x.long()` is x's
-        float value until stored, `x.double()` x's float32 one). A float16/bfloat16 member
-        stays in float32, unrounded, as fused kernels keep their intermediates (rounding it
-        made a float16 vector_norm's sum of squares overflow where eager's does not)."""
+        """A fused member's value as a later member of the kernel reads it: what a load of
+        its buffer would give. Its body may compute in another dtype (`x.long()` is x's float
+        value until stored, `x.double()` x's float32 one, a float16 member float32): the
+        value is converted, and a float16/bfloat16 one rounded, as an inlined node of that
+        dtype is (`y = x.half(); return y, y.float() - x` is the rounding error, not 0). So a
+        lowering's intermediate that eager keeps in float32 must be a float32 node (the
+        norms' sums of powers: ops/reductions.py)."""
         value = self.member_value(name)
         body_dtype = self.schedule.bodies[name].dtype
         dtype = self.layouts[name][2]
-        if compute_dtype(body_dtype) == compute_dtype(dtype):
+        if body_dtype == dtype or (
+            compute_dtype(body_dtype) == compute_dtype(dtype)
+            and dtype not in (torch.float16, torch.bfloat16)
+        ):
             return value
         found = self.lookup(("read", name))
         if found is not None:
             return found
         text = f"{value} != 0" if dtype == torch.bool else self.cast(value, body_dtype, dtype)
+        if dtype in (torch.float16, torch.bfloat16):  # computed in float32, as a load gives it
+            text = self.cast(text, dtype, torch.float32)
         return self.emit(text, ("read", name))
 
     def load(self, load: Load) -> str:

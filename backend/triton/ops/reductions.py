@@ -270,8 +270,12 @@ def _vector_norm(
     def magnitude(v: Expr) -> Expr:
         return op("abs", v)
 
+    # a sum of powers is kept in the dtype eager accumulates in (float32 for float16 and
+    # bfloat16): the norm is rounded once, and a sum that only float32 can hold (8.5 ** 6 in
+    # float16) does not overflow on its way to the root
+    acc = compute_dtype(out.dtype)
     if p == 2:
-        total = reduce(ctx, x, dims, keepdim, "sum", out.dtype, pre=lambda v: op("mul", v, v))
+        total = reduce(ctx, x, dims, keepdim, "sum", acc, pre=lambda v: op("mul", v, v))
         return elementwise(ctx, out.shape, out.dtype, [total], _unary("sqrt"))
     if p == 1:
         return reduce(ctx, x, dims, keepdim, "sum", out.dtype, pre=magnitude)
@@ -292,7 +296,7 @@ def _vector_norm(
     def power(v: Expr) -> Expr:  # |v| ** p, 0 for v == 0
         return op("exp", op("mul", op("log", op("abs", v)), const(p, v.dtype)))
 
-    total = reduce(ctx, x, dims, keepdim, "sum", out.dtype, pre=power)
+    total = reduce(ctx, x, dims, keepdim, "sum", acc, pre=power)
     return elementwise(
         ctx,
         out.shape,

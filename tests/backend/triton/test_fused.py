@@ -345,12 +345,15 @@ def test_a_pointwise_kernel_walks_its_output_in_memory_order(layout: str) -> Non
     assert out.stride() == fn(x, b).stride()
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.int64, torch.float64, torch.bool, torch.float16, torch.bfloat16]
+)
 def test_a_stored_cast_read_in_its_kernel_is_the_stored_value(dtype: torch.dtype) -> None:
     """`y = x.to(dtype)` returned and used again: y is stored, and the kernel's later nodes
     read it from registers. Its body is x's float32 value until the store converts it; those
     readers once saw that (`x.long() + 1` kept x's fraction, `x.double() * x.double()`
-    multiplied in float32, and float_power's gradient bitcast a float32 as an int64)."""
+    multiplied in float32, and float_power's gradient bitcast a float32 as an int64; a float16
+    y read unrounded, so `y.float() - x` was 0 where eager gives the rounding error)."""
     x = torch.randn(4, 5) * 3
     x[0, :3] = torch.tensor([0.5, -2.5, 1e-3])
 
@@ -360,3 +363,14 @@ def test_a_stored_cast_read_in_its_kernel_is_the_stored_value(dtype: torch.dtype
         return y, y + 1, (y.float() - x) * 1e4, (square.double() - square.float().double()) * 1e6
 
     check(fn, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("ord", [2, 6, 3.5])
+def test_a_half_norm_sums_its_powers_in_float32(dtype: torch.dtype, ord: float) -> None:
+    """Eager's norms accumulate float16/bfloat16 in float32 and round the norm once: 8.5 ** 6
+    is past float16's range, the norm (8.5) is not. The sum of powers stays float32 here
+    too (it was a float16 node, inf once rounded as its stored value)."""
+    x = torch.tensor([[8.5, 0.25, -3.0], [300.0, -2.0, 1.0]], dtype=dtype)
+    check(lambda x: torch.linalg.vector_norm(x, ord, dim=-1), x)
+    check(lambda x: torch.linalg.vector_norm(x, ord), x[0])
