@@ -1,7 +1,8 @@
 """The tools that tests load as modules (`tools/op_sweep.py`, `tools/module_sweep.py`) turn
 Triton's interpreter on for a CPU run, and leave it off in a GPU test run
 (`FRAMEJIT_TEST_DEVICE=cuda`): there the variable, set at collection, made every worker run
-the kernels of later tests in the interpreter."""
+the kernels of later tests in the interpreter. And `tools/bench/kernels.py` runs end to end
+with CUDA's timing calls faked, so its first run on a lent GPU is not its first run."""
 
 from __future__ import annotations
 
@@ -39,3 +40,59 @@ def test_loading_a_tool_sets_the_interpreter_only_off_the_gpu(tool, device, expe
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == expected
+
+
+# tools/bench/kernels.py on the CPU, with CUDA's timing calls faked by the host clock and the
+# cases shrunk: device time is scarce, so its code paths must not first run on a GPU.
+FAKE_CUDA_KERNELS = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import kernels
+
+class Event:
+    def __init__(self, enable_timing=False):
+        self.t = None
+    def record(self):
+        self.t = time.perf_counter()
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+torch.cuda.Event = Event
+torch.cuda._sleep = lambda cycles: time.sleep(cycles / 2e9)
+torch.cuda.synchronize = lambda: None
+torch.cuda.get_device_name = lambda: "fake"
+torch.cuda.is_available = lambda: True
+randn = torch.randn
+torch.randn = lambda *shape, device=None, dtype=torch.float32: randn(
+    *[min(s, 64) for s in shape], dtype=dtype
+)
+torch.empty = lambda n, dtype, device: torch.zeros(1024, dtype=dtype)
+code = kernels.main(["--repeats", "2", "--no-compile", "--json", sys.argv[2]])
+print("exit", code)
+"""
+
+
+def test_the_kernel_bandwidth_bench_runs_with_fake_cuda_timing(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("numpy")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
+    results = tmp_path / "kernels.json"
+    done = subprocess.run(
+        [sys.executable, "-c", FAKE_CUDA_KERNELS, str(TOOLS / "bench"), str(results)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    rows = json.loads(results.read_text())
+    assert [r["case"] for r in rows] == [
+        "pointwise", "gelu_bf16", "softmax", "softmax_4k", "layer_norm", "rms_norm",
+        "row_sum", "col_amax", "cat",
+    ]  # fmt: skip
+    for row in rows:  # every case timed both ways, for framejit and eager
+        assert set(row["kernel_ms"]) == set(row["call_ms"]) == {"framejit", "eager"}
+        assert all(ms > 0 for ms in row["kernel_ms"].values())

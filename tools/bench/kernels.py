@@ -152,13 +152,13 @@ def _cases() -> list[tuple[str, Callable[..., Any], list[torch.Tensor], float]]:
         ("softmax_4k", lambda x: torch.softmax(x, -1), [dev(8192, 4096)], 0.75),
         (
             "layer_norm",
-            lambda x, w, b: F.layer_norm(x, (1024,), w, b),
+            lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b),
             [dev(32768, 1024), dev(1024), dev(1024)],
             0.75,
         ),
         (
             "rms_norm",
-            lambda x, w: F.rms_norm(x, (4096,), w),
+            lambda x, w: F.rms_norm(x, x.shape[-1:], w),
             [dev(8192, 4096, dtype=torch.bfloat16), dev(4096, dtype=torch.bfloat16)],
             0.75,
         ),
