@@ -138,8 +138,7 @@ class Node:
         # strides) of a tensor in the recorded memory
         self.layout: list[Any] = []
         # made by hand_out's first call from `layout` (see _prepare)
-        self.places: list[Any] | None = None
-        self.tensor_places: tuple[Any, ...] = ()
+        self.tensor_places: tuple[Any, ...] | None = None
         self.block_specs: tuple[Any, ...] = ()
         self.all_tensors = False
         self.container: type = tuple
@@ -180,7 +179,7 @@ class Node:
         alias (an empty tensor of the output's dtype and device: cheaper than
         `torch.empty(0, dtype=..., device=...)`). Either way a tensor made under inference
         mode is an inference tensor, as eager's would be."""
-        if self.places is None:
+        if self.tensor_places is None:
             self._prepare()
         if _alias_outputs is not None:
             tensors, storages = _alias_outputs(self.block_specs, self.tensor_places)
@@ -197,7 +196,7 @@ class Node:
             made = iter(tensors)
             out = [
                 value if place is None else args[place] if place.__class__ is int else next(made)
-                for value, place in zip(self.outputs, self.places)
+                for value, place in zip(self.outputs, self.layout)
             ]
         if self.container is tuple:
             return tuple(out), storages
@@ -208,7 +207,6 @@ class Node:
     def _prepare(self) -> None:
         """What hand_out needs, from `layout`: per output in memory (block, prototype, offset,
         sizes, strides), and per block (address, nbytes, prototype)."""
-        self.places = self.layout
         self.tensor_places = tuple(
             (p[0], _prototype(p[1], self.blocks[p[0]].device), p[2], tuple(p[3]), tuple(p[4]))
             for p in self.layout
@@ -225,7 +223,7 @@ def _unwritten(a: torch.Tensor, before: int | torch.Tensor) -> bool:
     inference tensor; equal values count as unwritten, NaNs included)."""
     if isinstance(before, int):
         return a._version == before
-    return bool(torch.equal(a, before) or (a.isnan() & before.isnan() | (a == before)).all())
+    return bool(((a == before) | (a.isnan() & before.isnan())).all())
 
 
 _PROTOTYPES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}

@@ -77,7 +77,9 @@ def wanted(gm: torch.fx.GraphModule) -> bool:
 def channels_last(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:
     """A copy of `gm` with channels-last convolution inputs, or None if the pass does not apply
     (no 2-d convolution, symbolic sizes, or an op it cannot carry the new layout through)."""
-    if not _convolutions(gm.graph) or _symbolic(gm.graph):
+    from framejit.backend.triton.symbolic import is_symbolic
+
+    if not _convolutions(gm.graph) or is_symbolic(gm):
         return None
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -108,17 +110,6 @@ def _convolutions(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 
 def _val(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
-def _symbolic(graph: torch.fx.Graph) -> bool:
-    for n in graph.nodes:
-        vals = _val(n)
-        for v in vals if isinstance(vals, (list, tuple)) else [vals]:
-            if isinstance(v, torch.Tensor) and any(
-                isinstance(d, torch.SymInt) for d in (*v.shape, *v.stride())
-            ):
-                return True
-    return False
 
 
 def _fake_mode(graph: torch.fx.Graph) -> Any:

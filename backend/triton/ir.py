@@ -352,10 +352,13 @@ def linear(index: tuple[Ix, ...], strides: tuple[int, ...]) -> Ix:
     return out
 
 
-def unflatten(flat: Ix, shape: tuple[int, ...]) -> tuple[Ix, ...]:
-    """The index into `shape` (row-major) of the flat position `flat`."""
+def unflatten(
+    flat: Ix, shape: tuple[int, ...], strides: tuple[Size, ...] | None = None
+) -> tuple[Ix, ...]:
+    """The index into `shape` of the flat position `flat`, the dims walked row-major, or with
+    `strides` (each dim's step of the flat position, a permutation's contiguous strides)."""
     out = []
-    for n, s in zip(shape, contiguous_strides(shape)):
+    for n, s in zip(shape, contiguous_strides(shape) if strides is None else strides):
         out.append(flat.floordiv(s).mod(n) if more_than_one(n) else Ix())
     return tuple(out)
 

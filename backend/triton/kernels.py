@@ -60,7 +60,7 @@ from framejit.backend.triton.ir import (
     unflatten,
 )
 from framejit.backend.triton.schedule import Kernel, Schedule
-from framejit.backend.triton.sizes import Size, more_than_one
+from framejit.backend.triton.sizes import Size
 
 TL_DTYPES = {
     torch.float32: "tl.float32",
@@ -259,6 +259,8 @@ class KernelCode:
         # memory order, so that consecutive lanes store (and load from inputs laid out alike)
         # consecutive addresses; None: row-major (`_iteration_order`).
         self.order = None if self.reduction else _iteration_order(kernel, layouts)
+        # the address that is `offsets` itself: the loop variables walked in that order
+        self.flat = linear(loop_vars(kernel.xshape), _walk_strides(kernel.xshape, self.order))
 
     # -- values -----------------------------------------------------------------------------
 
@@ -503,11 +505,8 @@ class KernelCode:
         )
 
     def address(self, address: Ix) -> str:
-        if not self.reduction:
-            shape = self.kernel.xshape
-            flat = linear(loop_vars(shape), _walk_strides(shape, self.order))
-            if address == flat and not address.is_const:
-                return "offsets"
+        if not self.reduction and address == self.flat and not address.is_const:
+            return "offsets"
         text = self.ix_text(address)
         return f"({text})" if " " in text else text
 
@@ -803,13 +802,7 @@ def _sym_lines(
     numel = _numel(shape)
     position = Ix.of(Sym(flat, max(numel, 1) if is_static(numel) else numel))
     lines = []
-    if order is None:
-        indices = unflatten(position, shape)
-    else:
-        walk = _walk_strides(shape, order)
-        indices = tuple(
-            position.floordiv(w).mod(n) if more_than_one(n) else Ix() for n, w in zip(shape, walk)
-        )
+    indices = unflatten(position, shape, _walk_strides(shape, order))
     for var, index in zip(loop_vars(shape, prefix), indices):
         if var.is_const:
             continue

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from framejit.backend.aot.core_ops import op_name
 from framejit.backend.triton.bounds import ZERO_DIVISOR
 from framejit.backend.triton.ir import BoundsCheck, Const, Expr, IndexValue, Ix, Op, compute_dtype
 from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
@@ -367,7 +368,7 @@ def _int_division(
     from framejit.backend.triton.ops.indexing import value_range
 
     out = meta(node)
-    name = op_text(node)
+    name = op_name(node.target)
 
     def fn(x: Expr, y: Expr) -> Expr:
         quotient = divide(x, y)
@@ -381,10 +382,6 @@ def _int_division(
         return op("where", check, quotient, const(0, quotient.dtype))
 
     return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
-
-
-def op_text(node: torch.fx.Node) -> str:
-    return str(node.target).removesuffix(".default")
 
 
 def _int_floordiv(x: Expr, y: Expr) -> Expr:
