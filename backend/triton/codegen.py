@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -136,6 +137,8 @@ def codegen(schedule: Schedule, max_autotune: bool = False) -> tuple[str, list[A
             w.line("], __file__)")
     wrapper = Writer()
     _wrapper(wrapper, schedule, kernels, names, layouts, constants, max_autotune, checks)
+    if "alias(" in wrapper.text():
+        w.line("from framejit.backend.triton.runtime import alias")
     if " linear(" in wrapper.text():
         w.line()
         w.line("linear = torch.nn.functional.linear")
@@ -171,15 +174,22 @@ _PURE_VIEWS = {
 }
 
 
-def _collapsed_view(value: ExternArg, layouts: dict[str, Any]) -> str | None:
-    """A chain of view ops over a buffer as one `as_strided` call (each aten call in the
-    wrapper costs microseconds of host time per run: a bmm's operands are often six views
-    deep), or None where the chain is short, symbolic or not made of pure views. The view's
-    sizes, strides and offset are computed here on a meta tensor of the buffer's layout; the
-    offset is relative to the buffer's own at run time. The text is `<view> if <the buffer has
-    that layout>`: the caller adds `else <the chain>` for a buffer laid out otherwise at run
-    time (an extern's result whose strides differ from its fake's)."""
-    if len(value.views) < 2 or value.buffer not in layouts:
+def _collapsed_view(value: ExternArg, layouts: dict[str, Any], known: set[str]) -> str | None:
+    """A chain of view ops over a buffer as one call (each aten call in the wrapper costs
+    microseconds of host time per run: a bmm's operands are often six views deep), or None where
+    the chain is symbolic or not made of pure views. The view's sizes, strides and offset are
+    computed here on a meta tensor of the buffer's layout; the offset is relative to the
+    buffer's own at run time.
+
+    Where the buffer is in `known` (its run-time layout is the one in `layouts`), the text is
+    `alias(<buffer>, sizes, strides, offset)`: the view made without dispatch (runtime.py), for
+    an extern's argument that does not escape the wrapper. Otherwise it is
+    `alias(...) if <the buffer has that layout>`, and the caller adds `else <the chain>` for a
+    buffer laid out otherwise at run time (an extern's result whose strides differ from its
+    fake's); a chain of one view over such a buffer stays as it is (None)."""
+    if not value.views or value.buffer not in layouts:
+        return None
+    if len(value.views) < 2 and value.buffer not in known:
         return None
     shape, stride, dtype = layouts[value.buffer]
     if not all(is_static(n) for n in (*shape, *stride)):
@@ -196,8 +206,9 @@ def _collapsed_view(value: ExternArg, layouts: dict[str, Any]) -> str | None:
     except Exception:  # noqa: BLE001 - eager raises the same at run time: keep the chain
         return None
     size, strides, offset = tuple(view.shape), view.stride(), view.storage_offset()
-    where = f"{value.buffer}.storage_offset()" + (f" + {offset}" if offset else "")
-    view_text = f"{value.buffer}.as_strided({_tuple_text(size)}, {_tuple_text(strides)}, {where})"
+    view_text = f"alias({value.buffer}, {_tuple_text(size)}, {_tuple_text(strides)}, {offset})"
+    if value.buffer in known:
+        return view_text
     return f"{view_text} if {value.buffer}.stride() == {_tuple_text(tuple(stride))}"
 
 
@@ -237,20 +248,29 @@ def _wrapper(
     reuse = _reuse_plan(schedule, layouts, last_use, returned)
     reused = set(reuse.values())
     kernel_reads = {name for code in codes.values() for name in code.in_ptrs}
+    # the buffers whose run-time layout is sure to be the one in `layouts`: what kernels store
+    # (allocated so), extern results a kernel reads (restrided) and sure contiguous results
+    contiguous = _contiguous_results(schedule)
+    stored = {name for step in schedule.steps if isinstance(step, Kernel) for name in step.stores}
+    known = stored | contiguous | (kernel_reads - {n.name for n in inputs})
 
-    def py(value: Any) -> str:
+    def py(value: Any, private: bool = False) -> str:
+        """`value` as the wrapper's text; `private`: an argument of an extern whose result
+        does not alias it (a view there may be made without dispatch: `_collapsed_view`)."""
         if isinstance(value, ExternArg):
             text = value.buffer
             for op, args in value.views:
                 text = _call_text(op, [text, *map(py, _unpacked(op, args))])
-            collapsed = _collapsed_view(value, layouts)
-            return text if collapsed is None else f"({collapsed} else {text})"
+            collapsed = _collapsed_view(value, layouts, known) if private else None
+            if collapsed is None or value.buffer in known:
+                return collapsed or text
+            return f"({collapsed} else {text})"
         if isinstance(value, torch.fx.Node):
             raise NotLowered(f"an fx node {value} in an extern's arguments")
         if _is_size_expr(value):
             return size_text(value)
         if isinstance(value, (list, tuple)):
-            items = ", ".join(py(v) for v in value)
+            items = ", ".join(py(v, private) for v in value)
             if isinstance(value, tuple):
                 return f"({items}{',' if len(value) == 1 else ''})"
             return f"[{items}]"
@@ -312,13 +332,15 @@ def _wrapper(
                     grid = f"(triton.cdiv({size_text(xnumel)}, {candidates[0]['XBLOCK']}),)"
                     w.line(f"{kernel}_run.launch({', '.join([grid, *args])})")
             else:
-                args = [py(a) for a in step.args] + [f"{k}={py(v)}" for k, v in step.kwargs]
+                private = not _may_alias(step.op)
+                args = [py(a, private) for a in step.args]
+                args += [f"{k}={py(v, private)}" for k, v in step.kwargs]
                 names = ", ".join(n or "_" for n in step.outputs)
                 target = names if step.single else f"{names}{',' if len(step.outputs) == 1 else ''}"
-                linear = _as_linear(step, py)
+                linear = _as_linear(step, functools.partial(py, private=private))
                 w.line(f"{target} = {linear or _call_text(step.op, args)}")
                 for name, layout in zip(step.outputs, step.layouts):
-                    if name and name in kernel_reads:
+                    if name and name in kernel_reads and name not in contiguous:
                         stride_text = _tuple_text(layout[1])
                         w.line(f"{name} = _restride({name}, {stride_text}, {layout[2]})")
             dead = sorted(
@@ -589,6 +611,25 @@ def _may_alias(op: Any) -> bool:
     if schema is None:
         return True
     return any(r.alias_info is not None for r in schema.returns)
+
+
+# Ops whose result is always a new contiguous tensor of their inputs' dtype (ATen allocates it
+# so, on every device), as their meta functions say too: their results need no `_restride`.
+_CONTIGUOUS_RESULTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+
+
+def _contiguous_results(schedule: Schedule) -> set[str]:
+    """The extern results sure to be laid out as their fakes say with no `_restride`: static
+    contiguous results of `_CONTIGUOUS_RESULTS`."""
+    found: set[str] = set()
+    for step in schedule.steps:
+        if isinstance(step, Kernel) or step.op not in _CONTIGUOUS_RESULTS:
+            continue
+        for name, (shape, stride, _) in zip(step.outputs, step.layouts):
+            static = all(is_static(n) for n in (*shape, *stride))
+            if name and static and tuple(stride) == contiguous_strides(tuple(shape)):
+                found.add(name)
+    return found
 
 
 def _last_uses(schedule: Schedule, codes: dict[int, KernelCode]) -> dict[str, int]:

@@ -243,8 +243,8 @@ def test_rms_norm_swiglu_mlp() -> None:
 
 def test_repeated_layers_share_kernels_and_views_are_one_call() -> None:
     """The same block three times: each distinct kernel is compiled once and launched per
-    layer; a matmul operand seen through several views is one `as_strided` (guarded by the
-    buffer's strides, the view ops as they were otherwise)."""
+    layer; a matmul operand seen through several views is one `alias` call (made without
+    dispatch), unchecked where the buffer is a matmul's result (always contiguous)."""
 
     def blocks(x, w1, w2, w3):
         for w in (w1, w2, w3):
@@ -258,8 +258,54 @@ def test_repeated_layers_share_kernels_and_views_are_one_call() -> None:
     defs = [line for line in found.source.splitlines() if line.startswith("def fj_")]
     launches = [line for line in found.source.splitlines() if line.lstrip().startswith("fj_")]
     assert len(launches) > len(defs) and len({d.split("(")[0] for d in defs}) == len(defs)
-    assert ".as_strided((2, 4, 8), (8, 16, 1)" in found.source
+    call = found.source[found.source.index("def call(") :]
+    views = [line for line in call.splitlines() if "(2, 4, 8), (8, 16, 1)" in line]
+    assert views and all("alias(buf" in line and " if " not in line for line in views), call
+    assert ".transpose(" not in call and ".as_strided(" not in call, call
     check(blocks, *args)
+
+
+_TWISTED = torch.library.Library("fjtest_twisted", "DEF")
+_TWISTED.define("twisted(Tensor x) -> Tensor")
+# a kernel that returns another layout (column-major) than its fake function says (row-major),
+# as some of torch's do for some inputs
+_TWISTED.impl("twisted", lambda x: (x * 2).t().contiguous().t(), "CPU")
+_TWISTED.impl("twisted", lambda x: (x * 2).t().contiguous().t(), "CUDA")
+torch.library.register_fake("fjtest_twisted::twisted", lambda x: torch.empty_like(x), lib=_TWISTED)
+
+
+@pytest.mark.parametrize("read_by_a_kernel", [True, False])
+def test_views_of_an_extern_result_laid_out_otherwise_than_its_fake(read_by_a_kernel) -> None:
+    """An extern's result whose run-time strides may differ from its fake's: read by a kernel,
+    it is restrided first (then its views are unchecked); otherwise its collapsed view is taken
+    only where its strides are the fake's, and the view ops run as they are elsewhere."""
+
+    def fn(x, w):
+        y = torch.ops.fjtest_twisted.twisted(x)
+        q = y.view(4, 2, 16).transpose(0, 1) @ w
+        return (q, (y + 1).sum(0)) if read_by_a_kernel else q  # eager's y + 1 is column-major
+
+    found = aten_stages(fn, torch.randn(8, 16), torch.randn(16, 3))
+    call = found.source[found.source.index("def call(") :]
+    bmm = next(line for line in call.splitlines() if "torch.bmm(" in line)
+    if read_by_a_kernel:
+        assert "_restride(buf0" in call and "alias(buf0, (2, 4, 16), (16, 32, 1), 0)," in bmm
+    else:
+        assert "_restride(" not in call
+        assert "alias(buf0, (2, 4, 16), (16, 32, 1), 0) if buf0.stride() == (16, 1) else " in bmm
+        assert "else buf0.view(4, 2, 16).permute(" in bmm
+    check(fn, torch.randn(8, 16), torch.randn(16, 3))
+
+
+def test_a_matmul_read_by_a_kernel_is_not_restrided() -> None:
+    """mm/addmm/bmm always return a new contiguous tensor: no stride check follows them."""
+
+    def fn(x, w, b):
+        return torch.relu(torch.addmm(b, x, w)) + torch.bmm(x[None], w[None])[0]
+
+    found = aten_stages(fn, torch.randn(4, 8), torch.randn(8, 5), torch.randn(5))
+    assert "_restride(" not in found.source and "torch.addmm(" in found.source
+    check(fn, torch.randn(4, 8), torch.randn(8, 5), torch.randn(5))
 
 
 def test_dead_buffers_are_reused_by_later_kernels() -> None:
