@@ -2,7 +2,8 @@
 Triton's interpreter on for a CPU run, and leave it off in a GPU test run
 (`FRAMEJIT_TEST_DEVICE=cuda`): there the variable, set at collection, made every worker run
 the kernels of later tests in the interpreter. And `tools/bench/kernels.py` runs end to end
-with CUDA's timing calls faked, so its first run on a lent GPU is not its first run."""
+with CUDA's timing calls faked, and `tools/bench/models.py` with its smoke shapes, so their first
+run on a lent GPU is not their first run."""
 
 from __future__ import annotations
 
@@ -96,3 +97,29 @@ def test_the_kernel_bandwidth_bench_runs_with_fake_cuda_timing(tmp_path: pathlib
     for row in rows:  # every case timed both ways, for framejit and eager
         assert set(row["kernel_ms"]) == set(row["call_ms"]) == {"framejit", "eager"}
         assert all(ms > 0 for ms in row["kernel_ms"].values())
+
+
+def test_the_model_bench_runs_its_smoke_shapes(tmp_path: pathlib.Path) -> None:
+    """tools/bench/models.py --smoke on the CPU (Triton's interpreter): every code path but the
+    CUDA timing (which is kernels.py's, run above with CUDA faked) and torch.compile's."""
+    pytest.importorskip("numpy")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
+    results = tmp_path / "models.json"
+    done = subprocess.run(
+        [sys.executable, str(TOOLS / "bench" / "models.py"), "--smoke", "--models", "gpt2"]
+        + ["--host-profile", "--json", str(results)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "host profile of 20 calls" in done.stdout
+    import json
+
+    rows = json.loads(results.read_text())
+    assert [r["case"] for r in rows] == ["gpt2 b=1 t=8", "gpt2 b=2 t=8"]
+    for row in rows:
+        assert set(row["host_device_ms"]) == {"eager", "framejit"}
+        assert all(ms > 0 for pair in row["host_device_ms"].values() for ms in pair)

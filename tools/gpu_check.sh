@@ -17,7 +17,7 @@
 #   bash tools/gpu_check.sh tests    the suite on 3.12 (CPU paths, 7 workers) beside the GPU
 #                                    battery (FRAMEJIT_TEST_DEVICE=cuda, 8 workers)
 #   bash tools/gpu_check.sh bench    kernels.py (WIDE=1: again with the wide autotune),
-#                                    cudagraphs.py, models.py --kernels
+#                                    cudagraphs.py, models.py --kernels --host-profile
 #   bash tools/gpu_check.sh recheck  models (GPT-2 b=1, ResNet), cudagraphs.py, the graph-tree
 #                                    tests on CUDA, GPT-2 b=8: a short second run
 #   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
@@ -82,7 +82,7 @@ if [ "$WHAT" = models ]; then
     # torch.compile; the host-bound cases the direct launches are for
     # (--kernels: device time per call next to the wall time, and the costliest kernels)
     step models "${MODELS_S:-170}" python3 tools/bench/models.py --repeats 10 --gpt2-batches 1 \
-        --kernels
+        --kernels --host-profile
 fi
 if [ "$WHAT" = recheck ]; then
     # a short second look after fixes (about 4 minutes): the end-to-end models, the graph
@@ -106,6 +106,8 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
         rm -f "$OUT/kernels_wide.log"
     fi
     step cudagraphs "${CUDAGRAPHS_S:-90}" python3 tools/bench/cudagraphs.py --repeats 10
-    # (ResNet is compiled twice: with and without channels-last convolutions)
-    step models "${MODELS_S:-200}" python3 tools/bench/models.py --repeats 10 --kernels
+    # (ResNet is compiled twice: with and without channels-last convolutions; each case prints
+    # host vs device ms per call, and where framejit's host time goes)
+    step models "${MODELS_S:-200}" python3 tools/bench/models.py --repeats 10 --kernels \
+        --host-profile
 fi

@@ -87,29 +87,41 @@ INNER = 10  # calls per timed batch in kernel_time_ms
 
 
 def kernel_time_ms(fn: Callable[[], Any], repeats: int) -> float:
-    """Median device milliseconds per call of `fn`: the GPU spins (`torch.cuda._sleep`) while
-    the host enqueues INNER calls behind the start event, so no host time falls between the
-    events as long as the spin outlasts the host's work (it is sized from a first batch)."""
+    """Median device milliseconds per call of `fn` (`device_and_host_ms`)."""
+    return device_and_host_ms(fn, repeats)[0]
+
+
+def device_and_host_ms(
+    fn: Callable[[], Any], repeats: int, inner: int = INNER
+) -> tuple[float, float]:
+    """Medians of the device's milliseconds per call of `fn` and of the host's milliseconds to
+    enqueue one: the GPU spins (`torch.cuda._sleep`) while the host enqueues `inner` calls
+    behind the start event, so no host time falls between the events as long as the spin
+    outlasts the host's work (it is sized from a first batch). Host time above device time is
+    a host-bound call: the GPU would wait for the host between kernels."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     spin = 1_000_000  # cycles; doubled until the spin outlasts the host's enqueueing
-    times = []
-    while len(times) < repeats:
+    device, host = [], []
+    while len(device) < repeats:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(spin)
-        host = time.perf_counter()
+        began = time.perf_counter()
         start.record()
-        for _ in range(INNER):
+        for _ in range(inner):
             fn()
         end.record()
-        host_ms = (time.perf_counter() - host) * 1e3
+        host_ms = (time.perf_counter() - began) * 1e3
         torch.cuda.synchronize()
-        if host_ms > 0.8 * spun_ms(spin):  # the GPU may have waited on the host: spin longer
+        # the GPU may have waited on the host: spin longer (up to ~0.5 s: a host that is blocked,
+        # by a full launch queue, say, waits for the spin whatever its length)
+        if host_ms > 0.8 * spun_ms(spin) and spin < 2**30:
             spin *= 2
             continue
-        times.append(start.elapsed_time(end) / INNER)
-    return statistics.median(times)
+        device.append(start.elapsed_time(end) / inner)
+        host.append(host_ms / inner)
+    return statistics.median(device), statistics.median(host)
 
 
 _SPIN_MS: dict[int, float] = {}

@@ -15,9 +15,14 @@ compilers are checked against eager. Printed: medians and the ratios eager/frame
 "within 10% of torch.compile or ahead"). Also timed for framejit: every kernel launched through
 Triton's own `kernel[grid](...)`, and, for a model with convolutions, a second copy compiled
 with `config.conv_layout = "keep"` (no channels-last convolutions: what that pass is worth).
+For each of the three, the host's time to enqueue one call beside the device's time per call
+(the GPU kept busy meanwhile): a call whose host time is above its device time is host-bound,
+and then only host work (guards, the wrapper, launches) makes it faster. `--host-profile`
+prints where framejit's host time goes (cProfile of 20 calls).
 
     python tools/bench/models.py [--models gpt2,resnet] [--dtype bfloat16] [--repeats 20]
-                                 [--gpt2-batches 1,8] [--json results.json]
+                                 [--gpt2-batches 1,8] [--kernels] [--host-profile]
+                                 [--json results.json]
     TRITON_INTERPRET=1 python tools/bench/models.py --smoke   # tiny shapes, checks only (CPU)
 
 Without a CUDA device (and without --smoke) it says so and exits 0. torch.compile is used here
@@ -36,7 +41,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -44,7 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import cuda_time_ms  # noqa: E402 - the same CUDA-event timing
+from kernels import cuda_time_ms, device_and_host_ms  # noqa: E402 - the same timing
 
 # ---------------------------------------------------------------------------------------------
 # Models
@@ -176,6 +181,9 @@ class Result:
     # framejit with config.conv_layout = "keep" (no channels-last convolutions), for models
     # with convolutions (None: not measured)
     framejit_keep_layout_ms: float | None = None
+    # {implementation: (host ms to enqueue one call, device ms per call)}, the GPU kept busy
+    # while the host enqueues (kernels.device_and_host_ms): host > device is a host-bound call
+    host_device_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -195,6 +203,29 @@ def _time_ms(fn: Callable[[], Any], repeats: int, device: torch.device) -> float
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+def _host_and_device_ms(
+    fn: Callable[[], Any], repeats: int, device: torch.device
+) -> tuple[float, float]:
+    """(host ms to enqueue one call, device ms per call); on the CPU both are the call's time."""
+    if device.type == "cuda":
+        device_ms, host_ms = device_and_host_ms(fn, repeats, inner=2)
+        return host_ms, device_ms
+    ms = _time_ms(fn, repeats, device)
+    return ms, ms
+
+
+def _host_profile(label: str, call: Callable[[], Any], calls: int = 20) -> None:
+    """cProfile of `calls` steady-state calls, by own time: where the host's time goes."""
+    call()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    profiler.disable()
+    print(f"{label}: host profile of {calls} calls, by own time", flush=True)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def _close(got: Any, expected: torch.Tensor, what: str) -> None:
@@ -241,6 +272,7 @@ def measure(
     with_compile: bool,
     profile_first: bool = False,
     kernels: bool = False,
+    host_profile: bool = False,
 ) -> Result:
     from framejit.backend.triton import launch
 
@@ -282,15 +314,20 @@ def measure(
             finally:
                 framejit.config.conv_layout = "auto"
         tc_ms = None
+        calls = {"eager": lambda: model(*inputs), "framejit": lambda: fast(*inputs)}
         if kernels:
-            _kernel_table(f"{case} eager", lambda: model(*inputs), device)
-            _kernel_table(f"{case} framejit", lambda: fast(*inputs), device)
+            _kernel_table(f"{case} eager", calls["eager"], device)
+            _kernel_table(f"{case} framejit", calls["framejit"], device)
+        if host_profile:
+            _host_profile(f"{case} framejit", calls["framejit"])
         if with_compile:
             compiled = torch.compile(model)
             _close(compiled(*inputs), expected, f"{case}: torch.compile")
             tc_ms = _time_ms(lambda: compiled(*inputs), repeats, device)
+            calls["torch.compile"] = lambda: compiled(*inputs)
             if kernels:
-                _kernel_table(f"{case} torch.compile", lambda: compiled(*inputs), device)
+                _kernel_table(f"{case} torch.compile", calls["torch.compile"], device)
+        split = {impl: _host_and_device_ms(call, repeats, device) for impl, call in calls.items()}
     return Result(
         case,
         eager_ms,
@@ -302,6 +339,7 @@ def measure(
         via_triton_ms,
         per_call,
         keep_ms,
+        split,
     )
 
 
@@ -352,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also profile 3 calls of eager, framejit and torch.compile: device time per call "
         "(host-bound or not) and the kernels that take the most",
     )
+    parser.add_argument(
+        "--host-profile",
+        action="store_true",
+        help="also print a cProfile of 20 steady-state framejit calls (where host time goes)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (CPU: checks only)")
     parser.add_argument("--json", help="also write the results to this file")
@@ -372,7 +415,14 @@ def main(argv: list[str] | None = None) -> int:
     for case, model, inputs in found:
         repeats = 3 if args.smoke else args.repeats
         result = measure(
-            case, model, inputs, repeats, with_compile, args.profile_first, args.kernels
+            case,
+            model,
+            inputs,
+            repeats,
+            with_compile,
+            args.profile_first,
+            args.kernels,
+            args.host_profile,
         )
         results.append(result)
         tc = "-" if result.compile_ms is None else f"{result.compile_ms:8.2f}ms"
@@ -388,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
             f" launches per call: {result.launches_per_call}",
             flush=True,
         )
+        split = ", ".join(
+            f"{impl} {host:.2f}/{dev:.2f}" for impl, (host, dev) in result.host_device_ms.items()
+        )
+        print(f"{'':24} host/device ms per call (host > device: host-bound): {split}", flush=True)
         if result.framejit_keep_layout_ms is not None:
             print(
                 f"{'':24} framejit without channels-last convolutions (conv_layout keep) "
