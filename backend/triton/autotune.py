@@ -127,7 +127,7 @@ class Launcher:
         self.candidates = candidates
         self.record = Path(module_file[:-3] + ".tune.json") if module_file else None
         self.timer = timer
-        self.grid: tuple[int] | None = None
+        self.grid: tuple[int, int, int] | None = None
         self.config: Config = candidates[0]
         self.launches = Launches(kernel, self.config)
 
@@ -139,8 +139,8 @@ class Launcher:
     def launch(self, grid: tuple[int, ...], *args: Any) -> None:
         self.launches.launch(grid, args)
 
-    def _grid(self, config: Config) -> tuple[int]:
-        return (_cdiv(self.xnumel, config["XBLOCK"]),)
+    def _grid(self, config: Config) -> tuple[int, int, int]:
+        return (_cdiv(self.xnumel, config["XBLOCK"]), 1, 1)
 
     def _choose(self, args: tuple[Any, ...]) -> None:
         device = next((a.device for a in args if hasattr(a, "device")), None)

@@ -71,15 +71,33 @@ def _key_text(index: int, value: Any) -> str:
     return f"{a}.__class__"
 
 
-def key_function(args: tuple[Any, ...]) -> Callable[..., tuple]:
-    """A function of the launch's arguments giving their key, made for arguments of the types
+def key_function(args: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    """A function of a launch's argument tuple giving its key, made for arguments of the types
     of `args` (another type at a place gives another key or raises)."""
-    names = ", ".join(f"a{k}" for k in range(len(args)))
+    names = "".join(f"a{k}, " for k in range(len(args)))
     parts = ", ".join(_key_text(k, value) for k, value in enumerate(args))
-    source = f"def key({names}):\n    return ({parts},)\n"
+    source = f"def key(args):\n    ({names}) = args\n    return ({parts},)\n"
     namespace: dict[str, Any] = {}
     exec(compile(source, "<framejit launch key>", "exec"), namespace)  # noqa: S102
     return namespace["key"]
+
+
+def _find_native_key() -> Callable[[tuple[Any, ...]], Any] | None:
+    """The same key computed by framejit's C++ extension (`launch_key`, about a half of the
+    Python key's cost), or None where it is not built: each kernel's key is then written in
+    Python. Either one is checked against Triton's specialization (`_key_refines`)."""
+    from framejit.guards import guard
+
+    return getattr(guard._tensor_check, "launch_key", None)
+
+
+_native_key = _find_native_key()
+
+
+def make_key(args: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    """The key function for launches with arguments like `args`: the extension's, or one
+    written in Python for their types."""
+    return _native_key or key_function(args)
 
 
 def _key_refines(specialize: Callable[[Any], Any]) -> bool:
@@ -92,7 +110,9 @@ def _key_refines(specialize: Callable[[Any], Any]) -> bool:
     values += [buffer[k:].view(torch.float32) for k in range(0, 65, 4)]
     seen: dict[tuple, Any] = {}
     for value in values:
-        key = key_function((value,))(value)
+        key = make_key((value,))((value,))
+        if key is None:  # no key: such an argument always takes Triton's path
+            continue
         if seen.setdefault(key, specialize(value)) != specialize(value):
             return False
     return True
@@ -129,17 +149,20 @@ def direct_launch_supported(backend: Any) -> bool:
 
 
 def _hooks_off() -> bool:
-    runtime = _runtime()
+    runtime = _RUNTIME[0] if _RUNTIME else _runtime()
     for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
             return False
     return True
 
 
-@functools.cache
+_RUNTIME: list[Any] = []  # Triton's runtime knobs, once looked up (hooks are read per launch)
+
+
 def _runtime() -> Any:
     from triton import knobs
 
+    _RUNTIME[:] = [knobs.runtime]
     return knobs.runtime
 
 
@@ -162,23 +185,25 @@ class Launches:
     def __init__(self, kernel: Any, config: dict[str, int]) -> None:
         self.kernel = kernel
         self.config = config
-        self.key: Callable[..., tuple] | None = None
+        self.key: Callable[[tuple[Any, ...]], Any] | None = None
         self.known: dict[tuple, _Direct] = {}
         self.tail: tuple[Any, ...] | None = None  # the constexpr values after the arguments
         self.enabled = True
 
     def launch(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
-        if self.key is not None and config.direct_launch:
+        """`grid`: 1 to 3 sizes (3 is the fast one: what `Launcher` passes)."""
+        key = self.key
+        if key is not None and config.direct_launch:
             try:
-                direct = self.known.get(self.key(*args))
+                direct = self.known.get(key(args))
             except Exception:  # noqa: BLE001 - an argument of another type: Triton decides
                 direct = None
             if direct is not None and _device() == direct.device and _hooks_off():
                 STATS["direct"] += 1
+                if len(grid) != 3:
+                    grid = (*grid, 1, 1)[:3]
                 direct.run(
-                    grid[0],
-                    grid[1] if len(grid) > 1 else 1,
-                    grid[2] if len(grid) > 2 else 1,
+                    *grid,
                     _stream(direct.device),
                     direct.function,
                     direct.metadata,
@@ -204,7 +229,9 @@ class Launches:
             self.enabled = False
             return
         with contextlib.suppress(Exception):  # unexpected arguments: Triton's path for them
-            self.known[self.key(*args)] = _Direct(compiled, _device())
+            key = self.key(args)
+            if key is not None:
+                self.known[key] = _Direct(compiled, _device())
 
     def _setup(self, args: tuple[Any, ...]) -> bool:
         names = list(getattr(self.kernel, "arg_names", []))
@@ -215,7 +242,7 @@ class Launches:
         if backend is None or not direct_launch_supported(backend):
             return False
         self.tail = tuple(self.config[name] for name in rest)
-        self.key = key_function(args)
+        self.key = make_key(args)
         return True
 
 

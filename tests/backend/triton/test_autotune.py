@@ -70,8 +70,8 @@ def test_launcher_times_on_cuda_and_remembers(tmp_path: Path, monkeypatch) -> No
     launcher = autotune.Launcher(kernel, 4096, candidates, module_file, timer=timer)
     launcher(arg)
     launcher(arg)
-    assert launcher.config == candidates[1] and launcher.grid == (4,)
-    assert kernel.launches[-1] == ((4,), candidates[1])
+    assert launcher.config == candidates[1] and launcher.grid == (4, 1, 1)
+    assert kernel.launches[-1] == ((4, 1, 1), candidates[1])
     record = tmp_path / "fj_abc.tune.json"
     assert record.exists()
     # A second process (a new Launcher on the same module file) takes the record, no timing.

@@ -21,7 +21,15 @@ def _tritons(value: Any) -> Any:
     return native_specialize_impl(BaseBackend, value, False, True, True)
 
 
-def test_the_key_refines_the_installed_tritons_specialization() -> None:
+def _keys() -> list:
+    marks = [] if launch._native_key else [pytest.mark.skip(reason="C++ extension not built")]
+    return [pytest.param("python", id="python"), pytest.param("native", marks=marks, id="native")]
+
+
+@pytest.mark.parametrize("which", _keys())
+def test_the_key_refines_the_installed_tritons_specialization(monkeypatch, which) -> None:
+    if which == "python":
+        monkeypatch.setattr(launch, "_native_key", None)
     assert launch._launch_matches_triton()
     assert launch._key_refines(_tritons)
 
@@ -30,8 +38,32 @@ def test_a_key_that_ignores_alignment_is_refused(monkeypatch) -> None:
     def coarse(index: int, value: Any) -> str:
         return f"a{index}.dtype" if isinstance(value, torch.Tensor) else f"a{index}.__class__"
 
+    monkeypatch.setattr(launch, "_native_key", None)
     monkeypatch.setattr(launch, "_key_text", coarse)
     assert not launch._key_refines(_tritons)
+
+
+def test_the_native_key_tells_apart_what_the_python_key_does() -> None:
+    """The C++ key (guards/_tensor_check.cpp, launch_key) and the key written in Python split
+    the same argument tuples into the same classes; the C++ one gives None (Triton's path)
+    for an argument it has no key for."""
+    if launch._native_key is None:
+        pytest.skip("framejit's C++ extension is not built here")
+    buffer = torch.zeros(256, dtype=torch.uint8)
+    values: list[Any] = [*launch._INT_SAMPLES, *launch._SCALAR_SAMPLES]
+    values += [buffer[k:] for k in range(0, 40, 3)]
+    values += [buffer[k:].view(torch.float32) for k in range(0, 40, 4)]
+    values += [torch.zeros(3, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.int64)]
+    pairs = [(a, b) for a in values for b in (0, 16, 1.5, buffer)]
+    native = [launch._native_key(p) for p in pairs]
+    python = [launch.key_function(p)(p) for p in pairs]
+    for i in range(len(pairs)):
+        for j in range(len(pairs)):
+            if native[i] is None or native[j] is None or type(pairs[i][0]) is not type(pairs[j][0]):
+                continue
+            assert (native[i] == native[j]) == (python[i] == python[j]), (pairs[i], pairs[j])
+    assert launch._native_key((2**64,)) is None and launch._native_key(("text",)) is None
+    assert launch._native_key((-(2**63) - 1,)) is None and launch._native_key(()) == ()
 
 
 class FakeCompiled:
