@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 
 import torch
 from framejit.backend.triton.ir import (
+    BoundsCheck,
     Expr,
     Extern,
     ExternArg,
+    IndexValue,
     InputBuffer,
     Ix,
     Load,
@@ -215,13 +217,45 @@ def _x_major(kernel: Kernel, bodies: dict[str, Expr], nodes: dict[str, object]) 
     return along_x and not along_r
 
 
+def _live(graph: LoopGraph, must_realize: set[str]) -> set[str]:
+    """The buffers the graph's outputs and externs need, and what they read, transitively; a
+    node that checks an index read from memory is needed too (a bad index raises, as in
+    eager, even where the value is unused)."""
+    live = {o.buffer for o in graph.outputs if isinstance(o, ExternArg)} | set(must_realize)
+    for node in reversed(graph.nodes):
+        if isinstance(node, Extern):
+            live.update(n for n in node.outputs if n)
+            live.update(extern_buffers(node))
+        elif isinstance(node, (Pointwise, Reduction)):
+            if node.name in live or _checks(node.body):
+                live.add(node.name)
+                live.update(load.buffer for load in expr_loads(node.body))
+    return live
+
+
+def _checks(expr: Expr) -> bool:
+    """Whether `expr` checks an index read from memory (a `BoundsCheck` anywhere in it)."""
+    if isinstance(expr, BoundsCheck):
+        return True
+    if isinstance(expr, Load):
+        return any(_checks(a.expr) for i in expr.index for a in i.indirects())
+    if isinstance(expr, IndexValue):
+        return any(_checks(a.expr) for a in expr.index.indirects())
+    if isinstance(expr, Op):
+        return any(_checks(arg) for arg in expr.args)
+    return False
+
+
 def _inline(
     graph: LoopGraph, must_realize: set[str], hints: list[str]
 ) -> tuple[dict[str, Expr], dict[str, list[str]]]:
-    """Bodies of the nodes that stay, with inlinable pointwise producers substituted."""
+    """Bodies of the nodes that stay, with inlinable pointwise producers substituted. A node
+    nothing needs (a max pool's indices in inference) gets no body: it is not computed, and
+    it does not count as a reader of what it reads."""
+    live = _live(graph, must_realize)
     consumers: dict[str, set[str]] = {}
     for node in graph.nodes:
-        if isinstance(node, (Pointwise, Reduction)):
+        if isinstance(node, (Pointwise, Reduction)) and node.name in live:
             for load in expr_loads(node.body):
                 consumers.setdefault(load.buffer, set()).add(node.name)
     bodies: dict[str, Expr] = {}
@@ -229,7 +263,7 @@ def _inline(
     inlined_into: dict[str, list[str]] = {}
     inlinable: dict[str, Pointwise] = {}
     for node in graph.nodes:
-        if not isinstance(node, (Pointwise, Reduction)):
+        if not isinstance(node, (Pointwise, Reduction)) or node.name not in live:
             continue
         used: list[str] = []
 

@@ -109,6 +109,106 @@ def _pad(ctx: Lowering, node: torch.fx.Node, x: TensorValue, pad: Sequence[int],
     return ctx.pointwise(out.shape, out.dtype, body)
 
 
+# The largest pooling window unrolled into a kernel's body (a larger one stays torch's kernel).
+MAX_POOL_TAPS = 49
+
+
+def _pair(value: Any, default: Sequence[int] | None = None) -> tuple[int, int]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values and default is not None:
+        values = list(default)
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or not all(isinstance(v, int) for v in values):
+        raise NotLowered(f"pooling parameter {value!r}")
+    return values[0], values[1]
+
+
+@lowering("max_pool2d_with_indices", dtype="same")
+def _max_pool2d(
+    ctx: Lowering,
+    node: torch.fx.Node,
+    x: TensorValue,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = 0,
+    dilation: Sequence[int] = 1,
+    ceil_mode: bool = False,
+):
+    """A 2-d max pool as a loop over its output, each element a scan of its window (unrolled),
+    in eager's order and with eager's rule (an element is taken if it is the window's first in
+    the input, greater than the best so far, or NaN), so the values and the indices (flat in
+    the input's plane, int64) are eager's, ties and NaNs included. A kernel that only needs the
+    values (inference) never computes the indices: they are a separate loop that is dropped
+    when unused. `ceil_mode` needs nothing here: the output's size says how many windows there
+    are, and taps outside the input are skipped."""
+    values_meta, indices_meta = meta(node)
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, default=(kh, kw))
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    if kh * kw > MAX_POOL_TAPS:
+        raise NotLowered(f"a pooling window of {kh * kw} elements (more than {MAX_POOL_TAPS})")
+    if not x.dtype.is_floating_point:
+        raise NotLowered(f"a max pool of {x.dtype}")
+    height, width = x.shape[-2], x.shape[-1]
+    if not all(is_static(n) for n in (height, width)):
+        raise NotLowered("a max pool over a plane of symbolic size")
+    dt = compute_dtype(x.dtype)
+
+    def taps(index: tuple[Ix, ...]) -> list[tuple[Expr | None, Expr, Expr]]:
+        """(in the input, value or -inf, flat index) of each tap that may be in the input."""
+        *lead, oh, ow = index
+        found = []
+        for a in range(kh):
+            for b in range(kw):
+                ih, iw = oh * sh + (a * dh - ph), ow * sw + (b * dw - pw)
+                inside = all_of([in_range(ih, 0, height), in_range(iw, 0, width)])
+                if isinstance(inside, Const) and not inside.value:
+                    continue
+                value = masked(inside, convert(x.load((*lead, ih, iw)), dt), -math.inf)
+                found.append((inside, value, IndexValue(ih * width + iw, torch.int64)))
+        if not found:
+            raise NotLowered("a pooling window entirely outside its input")
+        return found
+
+    def largest(index: tuple[Ix, ...]) -> Expr:
+        # NaN wins and stays; of equal values (0.0 and -0.0) the earlier (`maximum` gives its
+        # second operand for equal ones)
+        best: Expr | None = None
+        for _, value, _ in taps(index):
+            best = value if best is None else op("maximum", value, best)
+        assert best is not None
+        return best
+
+    def where_largest(index: tuple[Ix, ...]) -> Expr:
+        found = taps(index)
+        # eager starts at the window's first tap in the input (its index even if every value
+        # is -inf), then takes a tap greater than the best so far, or NaN
+        where = found[-1][2]
+        for inside, _, flat in reversed(found[:-1]):
+            where = flat if inside is None else op("where", inside, flat, where)
+        best = found[0][1]
+        for inside, value, flat in found[1:]:
+            take = op(
+                "or",
+                op("gt", value, best, dtype=torch.bool),
+                op("ne", value, value, dtype=torch.bool),
+                dtype=torch.bool,
+            )
+            if inside is not None:
+                take = op("and", inside, take, dtype=torch.bool)
+            where = op("where", take, flat, where)
+            best = op("maximum", value, best)
+        return where
+
+    values = ctx.pointwise(
+        values_meta.shape, values_meta.dtype, lambda index: convert(largest(index), x.dtype)
+    )
+    indices = ctx.pointwise(indices_meta.shape, torch.int64, where_largest)
+    return values, indices
+
+
 @lowering("flip", dtype="same")
 def _flip(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims: Sequence[int]):
     rank = len(x.shape)

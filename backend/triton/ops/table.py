@@ -86,7 +86,6 @@ EXTERN_OPS = frozenset(
         "_scaled_dot_product_cudnn_attention_backward",
         "avg_pool2d",
         "avg_pool2d_backward",
-        "max_pool2d_with_indices",
         "max_pool2d_with_indices_backward",
         "native_layer_norm_backward",
         "embedding_dense_backward",

@@ -1,0 +1,97 @@
+"""2-d max pooling lowered as a loop over the output (ops/indexing.py, `_max_pool2d`): values
+and indices equal eager's for every parameter (kernel, stride, padding, dilation, ceil_mode),
+for ties, NaN, infinities and signed zeros, and the pool fuses with the pointwise ops before it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_helpers import aten_stages, check, check_lowered
+
+# (kernel, stride, padding, dilation, ceil_mode)
+PARAMS = [
+    (3, 2, 1, 1, False),  # ResNet's stem
+    (2, None, 0, 1, False),
+    (2, 2, 0, 1, True),  # a last window that hangs off the input
+    ((2, 3), (1, 2), (1, 1), (2, 1), False),
+    (3, 3, 1, 2, True),
+    ((1, 4), (1, 3), (0, 2), 1, True),
+]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=[str(p) for p in PARAMS])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 10), (3, 7, 8)])
+def test_max_pool2d_values_and_indices(params, shape) -> None:
+    kernel, stride, padding, dilation, ceil_mode = params
+
+    def pool(x):
+        values, indices = F.max_pool2d(
+            x, kernel, stride, padding, dilation, ceil_mode, return_indices=True
+        )
+        return values, indices
+
+    check_lowered(pool, torch.randn(*shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_max_pool2d_ties_nans_and_infinities(dtype) -> None:
+    """Eager takes a window's first largest element, the last NaN, and the window's first
+    element in the input where all of it is -inf (even at a padded edge)."""
+    x = torch.randint(-2, 3, (2, 2, 8, 9)).to(dtype)  # many ties
+    x[0, 0, 0, :] = float("-inf")
+    x[0, 0, 1, :3] = float("-inf")  # a corner window of -inf only
+    x[0, 1, 3, 3] = x[0, 1, 3, 4] = float("nan")  # two NaNs in one window
+    x[1, 0, 5, 5] = float("inf")
+    x[1, 1] = torch.where(torch.rand(8, 9) > 0.5, 0.0, -0.0).to(dtype)  # signed zeros
+    for kernel, stride, padding, dilation, ceil_mode in PARAMS[:3]:
+
+        def pool(x, k=kernel, s=stride, p=padding, d=dilation, c=ceil_mode):
+            values, indices = F.max_pool2d(x, k, s, p, d, c, return_indices=True)
+            return values, indices
+
+        got = check_lowered(pool, x)
+        zeros = pool(x)[0][1, 1]
+        assert torch.equal(got[0][1, 1].signbit(), zeros.signbit())  # -0.0 where eager has it
+
+
+def test_max_pool2d_channels_last_and_fused_with_the_ops_before_it() -> None:
+    """BatchNorm + ReLU + max pool (a ResNet stem after its convolution) is one kernel that
+    writes only the pooled values (no indices in inference)."""
+
+    def stem(x, mean, var, weight, bias):
+        return F.max_pool2d(torch.relu(F.batch_norm(x, mean, var, weight, bias)), 3, 2, 1)
+
+    x = torch.randn(2, 4, 12, 12).to(memory_format=torch.channels_last)
+    stats = (torch.randn(4), torch.rand(4) + 0.5, torch.randn(4), torch.randn(4))
+    found = aten_stages(stem, x, *stats)
+    call = found.source[found.source.index("def call(") :]
+    launches = [line for line in call.splitlines() if line.lstrip().startswith("fj_")]
+    assert len(launches) == 1 and "int64" not in call, call
+    check(stem, x, *stats)
+
+
+def test_max_pool2d_trains_through_its_indices() -> None:
+    pool = torch.nn.MaxPool2d(3, 2, 1)
+    import framejit
+
+    x = torch.randn(2, 3, 9, 9, requires_grad=True)
+    fast = framejit.jit(lambda x: (pool(x * 2) ** 2).sum(), backend="triton")
+    loss = fast(x)
+    (grad,) = torch.autograd.grad(loss, x)
+    x2 = x.detach().clone().requires_grad_()
+    (expected,) = torch.autograd.grad((pool(x2 * 2) ** 2).sum(), x2)
+    torch.testing.assert_close(loss, (pool(x2 * 2) ** 2).sum())
+    torch.testing.assert_close(grad, expected)
+
+
+def test_a_window_too_large_to_unroll_runs_torchs_kernel() -> None:
+    from framejit.backend.triton.ops.indexing import MAX_POOL_TAPS
+
+    def pool(x):
+        return F.max_pool2d(x, 8)  # 64 elements per window
+
+    assert 64 > MAX_POOL_TAPS
+    found = aten_stages(pool, torch.randn(1, 2, 16, 16))
+    assert "extern(aten.max_pool2d_with_indices" in found.lowered
+    check(pool, torch.randn(1, 2, 16, 16))
