@@ -226,10 +226,9 @@ def _live(graph: LoopGraph, must_realize: set[str]) -> set[str]:
         if isinstance(node, Extern):
             live.update(n for n in node.outputs if n)
             live.update(extern_buffers(node))
-        elif isinstance(node, (Pointwise, Reduction)):
-            if node.name in live or _checks(node.body):
-                live.add(node.name)
-                live.update(load.buffer for load in expr_loads(node.body))
+        elif isinstance(node, (Pointwise, Reduction)) and (node.name in live or _checks(node.body)):
+            live.add(node.name)
+            live.update(load.buffer for load in expr_loads(node.body))
     return live
 
 
