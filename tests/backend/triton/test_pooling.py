@@ -95,3 +95,29 @@ def test_a_window_too_large_to_unroll_runs_torchs_kernel() -> None:
     found = aten_stages(pool, torch.randn(1, 2, 16, 16))
     assert "extern(aten.max_pool2d_with_indices" in found.lowered
     check(pool, torch.randn(1, 2, 16, 16))
+
+
+def test_only_needed_nodes_are_computed_and_index_checks_always_are() -> None:
+    """schedule._live: what the outputs and externs read, transitively, and any node that
+    checks an index read from memory (eager raises for a bad index even if the value is
+    unused); nothing else."""
+    from framejit.backend.triton import ir
+    from framejit.backend.triton.schedule import _live
+
+    i0 = ir.loop_vars((4,))[0]
+    f32, i64 = torch.float32, torch.int64
+    x = ir.InputBuffer("x", (4,), (1,), f32, 0)
+    idx = ir.InputBuffer("idx", (4,), (1,), i64, 1)
+    used = ir.Pointwise("buf0", (4,), (1,), f32, ir.Load("x", (i0,), f32), "neg")
+    dead = ir.Pointwise("buf1", (4,), (1,), f32, ir.Load("buf0", (i0,), f32), "exp")
+    checked = ir.Pointwise(
+        "buf2",
+        (4,),
+        (1,),
+        torch.bool,
+        ir.BoundsCheck(ir.Load("idx", (i0,), i64), 4, "aten.gather", 0),
+        "gather",
+    )
+    graph = ir.LoopGraph(nodes=[x, idx, used, dead, checked], outputs=[ir.ExternArg("buf0", ())])
+    assert _live(graph, set()) == {"buf0", "x", "buf2", "idx"}
+    assert "buf1" in _live(graph, {"buf1"})
