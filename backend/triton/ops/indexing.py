@@ -209,6 +209,68 @@ def _max_pool2d(
     return values, indices
 
 
+@lowering("avg_pool2d", dtype="same")
+def _avg_pool2d(
+    ctx: Lowering,
+    node: torch.fx.Node,
+    x: TensorValue,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+):
+    """A 2-d average pool as a loop over the output, each element the sum of its window in
+    row-major order (as eager adds it, in float32 for half types) divided by eager's count:
+    `divisor_override`, else the window's taps inside the padded input
+    (`count_include_pad`), else those inside the input. The counts are sums of the taps'
+    conditions, so windows cut by the edges or by `ceil_mode` need no case of their own."""
+    out = meta(node)
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, default=(kh, kw))
+    ph, pw = _pair(padding)
+    if kh * kw > MAX_POOL_TAPS:
+        raise NotLowered(f"a pooling window of {kh * kw} elements (more than {MAX_POOL_TAPS})")
+    if not x.dtype.is_floating_point:
+        raise NotLowered(f"an average pool of {x.dtype}")
+    height, width = x.shape[-2], x.shape[-1]
+    if not all(is_static(n) for n in (height, width)):
+        raise NotLowered("an average pool over a plane of symbolic size")
+    dt = compute_dtype(x.dtype)
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        *lead, oh, ow = index
+        total: Expr = const(0, dt)  # eager's sum starts at 0 (so a sum of -0.0s is 0.0)
+        count: Expr | None = None
+        for a in range(kh):
+            for b in range(kw):
+                ih, iw = oh * sh + (a - ph), ow * sw + (b - pw)
+                inside = all_of([in_range(ih, 0, height), in_range(iw, 0, width)])
+                counted = inside
+                if count_include_pad:
+                    counted = all_of(
+                        [in_range(ih, -ph, height + ph), in_range(iw, -pw, width + pw)]
+                    )
+                if not (isinstance(inside, Const) and not inside.value):
+                    value = masked(inside, convert(x.load((*lead, ih, iw)), dt), 0)
+                    total = op("add", total, value)
+                if divisor_override is None and not (
+                    isinstance(counted, Const) and not counted.value
+                ):
+                    one = (
+                        const(1, dt)
+                        if counted is None
+                        else op("where", counted, const(1, dt), const(0, dt))
+                    )
+                    count = one if count is None else op("add", count, one)
+        divisor = const(divisor_override, dt) if divisor_override is not None else count
+        assert divisor is not None
+        return convert(op("truediv", total, divisor), x.dtype)
+
+    return ctx.pointwise(out.shape, out.dtype, body)
+
+
 @lowering("flip", dtype="same")
 def _flip(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims: Sequence[int]):
     rank = len(x.shape)

@@ -84,7 +84,6 @@ EXTERN_OPS = frozenset(
         "_scaled_dot_product_flash_attention_backward",
         "_scaled_dot_product_cudnn_attention",
         "_scaled_dot_product_cudnn_attention_backward",
-        "avg_pool2d",
         "avg_pool2d_backward",
         "max_pool2d_with_indices_backward",
         "native_layer_norm_backward",

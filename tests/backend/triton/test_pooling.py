@@ -121,3 +121,41 @@ def test_only_needed_nodes_are_computed_and_index_checks_always_are() -> None:
     graph = ir.LoopGraph(nodes=[x, idx, used, dead, checked], outputs=[ir.ExternArg("buf0", ())])
     assert _live(graph, set()) == {"buf0", "x", "buf2", "idx"}
     assert "buf1" in _live(graph, {"buf1"})
+
+
+# (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_PARAMS = [
+    (3, 2, 1, False, True, None),
+    (2, None, 0, False, True, None),
+    (3, 2, 1, True, False, None),
+    ((2, 3), (1, 2), (1, 1), True, True, None),
+    ((3, 1), (2, 1), (1, 0), False, False, 3),
+    (3, 3, 1, True, True, None),  # a last window past the padding (ceil_mode)
+]
+
+
+@pytest.mark.parametrize("params", AVG_PARAMS, ids=[str(p) for p in AVG_PARAMS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avg_pool2d(params, dtype) -> None:
+    kernel, stride, padding, ceil_mode, include_pad, divisor = params
+
+    def pool(x):
+        return F.avg_pool2d(x, kernel, stride, padding, ceil_mode, include_pad, divisor)
+
+    check_lowered(pool, torch.randn(2, 3, 9, 10).to(dtype))
+    check_lowered(pool, torch.randn(3, 8, 7).to(dtype))  # no batch dim
+
+
+def test_avg_pool2d_channels_last_signed_zeros_and_training() -> None:
+    x = torch.randn(2, 4, 8, 8).to(memory_format=torch.channels_last)
+    x[0, 0] = -0.0  # eager's sum starts at +0.0: a window of -0.0 averages to 0.0
+    got = check_lowered(lambda x: F.avg_pool2d(torch.relu(x) - x, 2), x)
+    assert not got[0, 0].signbit().any()
+    import framejit
+
+    w = torch.randn(2, 4, 8, 8, requires_grad=True)
+    fast = framejit.jit(lambda w: (F.avg_pool2d(w, 3, 2, 1) ** 2).sum(), backend="triton")
+    (grad,) = torch.autograd.grad(fast(w), w)
+    w2 = w.detach().clone().requires_grad_()
+    (expected,) = torch.autograd.grad((F.avg_pool2d(w2, 3, 2, 1) ** 2).sum(), w2)
+    torch.testing.assert_close(grad, expected)
