@@ -124,6 +124,24 @@ def _pair(value: Any, default: Sequence[int] | None = None) -> tuple[int, int]:
     return values[0], values[1]
 
 
+def _window(
+    x: TensorValue, kind: str, kernel_size: Any, stride: Any, padding: Any
+) -> tuple[tuple[int, int], ...]:
+    """A 2-d pool's (kernel, stride, padding, input plane) sizes, or NotLowered where the
+    pool stays torch's kernel (a large window, integers, a plane of symbolic size)."""
+    kernel = _pair(kernel_size)
+    steps, pads = _pair(stride, default=kernel), _pair(padding)
+    if kernel[0] * kernel[1] > MAX_POOL_TAPS:
+        taps = kernel[0] * kernel[1]
+        raise NotLowered(f"a pooling window of {taps} elements (more than {MAX_POOL_TAPS})")
+    if not x.dtype.is_floating_point:
+        raise NotLowered(f"{kind} pooling of {x.dtype}")
+    plane = (x.shape[-2], x.shape[-1])
+    if not all(is_static(n) for n in plane):
+        raise NotLowered(f"{kind} pooling over a plane of symbolic size")
+    return kernel, steps, pads, plane
+
+
 @lowering("max_pool2d_with_indices", dtype="same")
 def _max_pool2d(
     ctx: Lowering,
@@ -143,17 +161,8 @@ def _max_pool2d(
     when unused. `ceil_mode` needs nothing here: the output's size says how many windows there
     are, and taps outside the input are skipped."""
     values_meta, indices_meta = meta(node)
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, default=(kh, kw))
-    ph, pw = _pair(padding)
+    (kh, kw), (sh, sw), (ph, pw), (height, width) = _window(x, "max", kernel_size, stride, padding)
     dh, dw = _pair(dilation)
-    if kh * kw > MAX_POOL_TAPS:
-        raise NotLowered(f"a pooling window of {kh * kw} elements (more than {MAX_POOL_TAPS})")
-    if not x.dtype.is_floating_point:
-        raise NotLowered(f"a max pool of {x.dtype}")
-    height, width = x.shape[-2], x.shape[-1]
-    if not all(is_static(n) for n in (height, width)):
-        raise NotLowered("a max pool over a plane of symbolic size")
     dt = compute_dtype(x.dtype)
 
     def taps(index: tuple[Ix, ...]) -> list[tuple[Expr | None, Expr, Expr]]:
@@ -227,16 +236,9 @@ def _avg_pool2d(
     (`count_include_pad`), else those inside the input. The counts are sums of the taps'
     conditions, so windows cut by the edges or by `ceil_mode` need no case of their own."""
     out = meta(node)
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, default=(kh, kw))
-    ph, pw = _pair(padding)
-    if kh * kw > MAX_POOL_TAPS:
-        raise NotLowered(f"a pooling window of {kh * kw} elements (more than {MAX_POOL_TAPS})")
-    if not x.dtype.is_floating_point:
-        raise NotLowered(f"an average pool of {x.dtype}")
-    height, width = x.shape[-2], x.shape[-1]
-    if not all(is_static(n) for n in (height, width)):
-        raise NotLowered("an average pool over a plane of symbolic size")
+    (kh, kw), (sh, sw), (ph, pw), (height, width) = _window(
+        x, "average", kernel_size, stride, padding
+    )
     dt = compute_dtype(x.dtype)
 
     def body(index: tuple[Ix, ...]) -> Expr:
