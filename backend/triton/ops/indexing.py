@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -181,6 +181,22 @@ def _max_pool2d(
             raise NotLowered("a pooling window entirely outside its input")
         return found
 
+    return _max_pool_outputs(ctx, values_meta, indices_meta, x.dtype, taps)
+
+
+# A pool's taps at one output element: (in the input (None: always), value, flat index).
+Taps = Callable[[tuple[Ix, ...]], list[tuple[Expr | None, Expr, Expr]]]
+
+
+def _max_pool_outputs(
+    ctx: Lowering, values_meta: Any, indices_meta: Any, dtype: torch.dtype, taps: Taps
+) -> tuple[TensorValue, TensorValue]:
+    """A max pool's values and indices, two loops over the output: values and indices are
+    eager's, by eager's rule (start at the window's first tap in the input, its index even if
+    every value is -inf; take a tap greater than the best so far, or NaN). Each tap's value is
+    -inf outside the input. Expression trees grow as taps**2, not 2**taps: each step reads the
+    previous best once in the values' chain and once in the indices' condition."""
+
     def largest(index: tuple[Ix, ...]) -> Expr:
         # NaN wins and stays; of equal values (0.0 and -0.0) the earlier (`maximum` gives its
         # second operand for equal ones)
@@ -188,12 +204,10 @@ def _max_pool2d(
         for _, value, _ in taps(index):
             best = value if best is None else op("maximum", value, best)
         assert best is not None
-        return best
+        return convert(best, dtype)
 
     def where_largest(index: tuple[Ix, ...]) -> Expr:
         found = taps(index)
-        # eager starts at the window's first tap in the input (its index even if every value
-        # is -inf), then takes a tap greater than the best so far, or NaN
         where = found[-1][2]
         for inside, _, flat in reversed(found[:-1]):
             where = flat if inside is None else op("where", inside, flat, where)
@@ -211,11 +225,104 @@ def _max_pool2d(
             best = op("maximum", value, best)
         return where
 
-    values = ctx.pointwise(
-        values_meta.shape, values_meta.dtype, lambda index: convert(largest(index), x.dtype)
-    )
+    values = ctx.pointwise(values_meta.shape, values_meta.dtype, largest)
     indices = ctx.pointwise(indices_meta.shape, torch.int64, where_largest)
     return values, indices
+
+
+def _adaptive_spans(n: int, out: int) -> tuple[int, int]:
+    """(fewest, most) input elements in the windows of an adaptive pool from `n` to `out`:
+    window i covers [i*n // out, ceil((i+1)*n / out))."""
+    sizes = [-(-(i + 1) * n // out) - i * n // out for i in range(out)]
+    return min(sizes), max(sizes)
+
+
+def _adaptive_taps(x: TensorValue, out_shape: Sequence[int], fill: float, dt: torch.dtype) -> Taps:
+    """The taps of an adaptive 2-d pool: per dim, window i starts at i*n // out and ends at
+    ceil((i+1)*n / out); a tap past the fewest elements any window has is tested against its
+    window's end. A tap outside its window reads nothing and gives `fill`."""
+    height, width = x.shape[-2], x.shape[-1]
+    out_h, out_w = out_shape[-2], out_shape[-1]
+    if not all(is_static(n) for n in (height, width, out_h, out_w)):
+        raise NotLowered("adaptive pooling with symbolic sizes")
+    (few_h, most_h), (few_w, most_w) = _adaptive_spans(height, out_h), _adaptive_spans(width, out_w)
+    if most_h * most_w > MAX_POOL_TAPS:
+        raise NotLowered(f"an adaptive pool window of up to {most_h * most_w} elements")
+
+    def taps(index: tuple[Ix, ...]) -> list[tuple[Expr | None, Expr, Expr]]:
+        *lead, oh, ow = index
+        h0, w0 = (oh * height).floordiv(out_h), (ow * width).floordiv(out_w)
+        h1 = (oh * height + (height + out_h - 1)).floordiv(out_h)
+        w1 = (ow * width + (width + out_w - 1)).floordiv(out_w)
+        found = []
+        for a in range(most_h):
+            for b in range(most_w):
+                ih, iw = h0 + a, w0 + b
+                conds = []
+                if a >= few_h:
+                    conds.append(
+                        op(
+                            "lt",
+                            IndexValue(ih, torch.int64),
+                            IndexValue(h1, torch.int64),
+                            dtype=torch.bool,
+                        )
+                    )
+                if b >= few_w:
+                    conds.append(
+                        op(
+                            "lt",
+                            IndexValue(iw, torch.int64),
+                            IndexValue(w1, torch.int64),
+                            dtype=torch.bool,
+                        )
+                    )
+                inside = all_of(conds)
+                value = masked(inside, convert(x.load((*lead, ih, iw)), dt), fill)
+                found.append((inside, value, IndexValue(ih * width + iw, torch.int64)))
+        return found
+
+    return taps
+
+
+@lowering("adaptive_max_pool2d", dtype="same")
+def _adaptive_max_pool2d(
+    ctx: Lowering, node: torch.fx.Node, x: TensorValue, output_size: Sequence[int]
+):
+    """An adaptive 2-d max pool: `_max_pool_outputs` over each output element's window."""
+    values_meta, indices_meta = meta(node)
+    if not x.dtype.is_floating_point:
+        raise NotLowered(f"max pooling of {x.dtype}")
+    taps = _adaptive_taps(x, values_meta.shape, -math.inf, compute_dtype(x.dtype))
+    return _max_pool_outputs(ctx, values_meta, indices_meta, x.dtype, taps)
+
+
+@lowering("_adaptive_avg_pool2d", dtype="same")
+def _adaptive_avg_pool2d(
+    ctx: Lowering, node: torch.fx.Node, x: TensorValue, output_size: Sequence[int]
+):
+    """An adaptive 2-d average pool: each output element the sum of its window (row-major,
+    from +0.0) divided by the window's height, then by its width, as eager divides."""
+    out = meta(node)
+    if not x.dtype.is_floating_point:
+        raise NotLowered(f"average pooling of {x.dtype}")
+    dt = compute_dtype(x.dtype)
+    taps = _adaptive_taps(x, out.shape, 0.0, dt)
+    height, width = x.shape[-2], x.shape[-1]
+    out_h, out_w = out.shape[-2], out.shape[-1]
+
+    def body(index: tuple[Ix, ...]) -> Expr:
+        *_, oh, ow = index
+        total: Expr = const(0, dt)
+        for _, value, _ in taps(index):
+            total = op("add", total, value)
+        sizes = []
+        for o, n, m in ((oh, height, out_h), (ow, width, out_w)):
+            start, end = (o * n).floordiv(m), (o * n + (n + m - 1)).floordiv(m)
+            sizes.append(convert(IndexValue(end + start * -1, torch.int64), dt))
+        return convert(op("truediv", op("truediv", total, sizes[0]), sizes[1]), x.dtype)
+
+    return ctx.pointwise(out.shape, out.dtype, body)
 
 
 @lowering("avg_pool2d", dtype="same")

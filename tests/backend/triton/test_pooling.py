@@ -159,3 +159,32 @@ def test_avg_pool2d_channels_last_signed_zeros_and_training() -> None:
     w2 = w.detach().clone().requires_grad_()
     (expected,) = torch.autograd.grad((F.avg_pool2d(w2, 3, 2, 1) ** 2).sum(), w2)
     torch.testing.assert_close(grad, expected)
+
+
+# (input plane, output size): windows of one size, of two sizes, overlapping, 1x1, identity
+ADAPTIVE = [((6, 6), (3, 3)), ((7, 5), (3, 2)), ((10, 9), (4, 7)), ((5, 5), (5, 5)), ((8, 3), 1)]
+
+
+@pytest.mark.parametrize(("plane", "size"), ADAPTIVE, ids=[str(a) for a in ADAPTIVE])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adaptive_pools(plane, size, dtype) -> None:
+    """Values and indices bit-equal to eager's (the average divided by the window's height,
+    then its width, as eager does; a global average pool is a mean, a reduction of its own)."""
+
+    def pools(x):
+        values, indices = F.adaptive_max_pool2d(x, size, return_indices=True)
+        return values, indices, F.adaptive_avg_pool2d(x, size)
+
+    x = torch.randn(2, 3, *plane).to(dtype)
+    x[0, 0, 0, 0] = float("nan")
+    x[1, 1] = x[1, 1].round()  # ties
+    got = check_lowered(pools, x)
+    expected = pools(x)
+    assert torch.equal(got[1], expected[1])
+    if size != 1:
+        assert torch.equal(got[2].nan_to_num(), expected[2].nan_to_num())  # bit-equal
+
+
+def test_an_adaptive_pool_with_large_windows_runs_torchs_kernel() -> None:
+    found = aten_stages(lambda x: F.adaptive_max_pool2d(x, 2), torch.randn(1, 2, 20, 20))
+    assert "extern(aten.adaptive_max_pool2d" in found.lowered  # windows of 100 elements
