@@ -174,22 +174,25 @@ _PURE_VIEWS = {
 }
 
 
-def _collapsed_view(value: ExternArg, layouts: dict[str, Any], known: set[str]) -> str | None:
+def _collapsed_view(
+    value: ExternArg, layouts: dict[str, Any], known: set[str], private: bool
+) -> str | None:
     """A chain of view ops over a buffer as one call (each aten call in the wrapper costs
     microseconds of host time per run: a bmm's operands are often six views deep), or None where
     the chain is symbolic or not made of pure views. The view's sizes, strides and offset are
     computed here on a meta tensor of the buffer's layout; the offset is relative to the
     buffer's own at run time.
 
-    Where the buffer is in `known` (its run-time layout is the one in `layouts`), the text is
-    `alias(<buffer>, sizes, strides, offset)`: the view made without dispatch (runtime.py), for
-    an extern's argument that does not escape the wrapper. Otherwise it is
-    `alias(...) if <the buffer has that layout>`, and the caller adds `else <the chain>` for a
-    buffer laid out otherwise at run time (an extern's result whose strides differ from its
-    fake's); a chain of one view over such a buffer stays as it is (None)."""
+    `private` (an argument of an extern whose result does not alias it, so the view does not
+    escape the wrapper): `alias(<buffer>, sizes, strides, offset)`, the view made without
+    dispatch (runtime.py); else one `as_strided` call (a chain of one view stays as it is).
+    Where the buffer is in `known` (its run-time layout is the one in `layouts`) that is the
+    text; otherwise it is `<view> if <the buffer has that layout>`, and the caller adds
+    `else <the chain>` for a buffer laid out otherwise at run time (an extern's result whose
+    strides differ from its fake's)."""
     if not value.views or value.buffer not in layouts:
         return None
-    if len(value.views) < 2 and value.buffer not in known:
+    if len(value.views) < 2 and not (private and value.buffer in known):
         return None
     shape, stride, dtype = layouts[value.buffer]
     if not all(is_static(n) for n in (*shape, *stride)):
@@ -206,7 +209,13 @@ def _collapsed_view(value: ExternArg, layouts: dict[str, Any], known: set[str]) 
     except Exception:  # noqa: BLE001 - eager raises the same at run time: keep the chain
         return None
     size, strides, offset = tuple(view.shape), view.stride(), view.storage_offset()
-    view_text = f"alias({value.buffer}, {_tuple_text(size)}, {_tuple_text(strides)}, {offset})"
+    if private:
+        view_text = f"alias({value.buffer}, {_tuple_text(size)}, {_tuple_text(strides)}, {offset})"
+    else:
+        where = f"{value.buffer}.storage_offset()" + (f" + {offset}" if offset else "")
+        view_text = (
+            f"{value.buffer}.as_strided({_tuple_text(size)}, {_tuple_text(strides)}, {where})"
+        )
     if value.buffer in known:
         return view_text
     return f"{view_text} if {value.buffer}.stride() == {_tuple_text(tuple(stride))}"
@@ -261,7 +270,7 @@ def _wrapper(
             text = value.buffer
             for op, args in value.views:
                 text = _call_text(op, [text, *map(py, _unpacked(op, args))])
-            collapsed = _collapsed_view(value, layouts, known) if private else None
+            collapsed = _collapsed_view(value, layouts, known, private)
             if collapsed is None or value.buffer in known:
                 return collapsed or text
             return f"({collapsed} else {text})"

@@ -265,6 +265,35 @@ def test_repeated_layers_share_kernels_and_views_are_one_call() -> None:
     check(blocks, *args)
 
 
+def test_collapsed_views_by_use_and_layout() -> None:
+    """A view chain is one call: `alias` for an extern's argument (no view bookkeeping, so
+    never for what the graph returns), `as_strided` elsewhere; unchecked over a buffer whose
+    layout is sure, else taken only where the buffer has its expected strides."""
+    from framejit.backend.triton.codegen import _collapsed_view
+    from framejit.backend.triton.ir import ExternArg
+
+    aten = torch.ops.aten
+    views = ((aten.view.default, ([4, 2, 8],)), (aten.transpose.int, (0, 1)))
+    value = ExternArg("buf0", views)
+    layouts = {"buf0": ((8, 8), (8, 1), torch.float32)}
+    texts = {
+        (private, sure): _collapsed_view(value, layouts, {"buf0"} if sure else set(), private)
+        for private in (True, False)
+        for sure in (True, False)
+    }
+    assert texts[True, True] == "alias(buf0, (2, 4, 8), (8, 16, 1), 0)"
+    assert texts[False, True] == "buf0.as_strided((2, 4, 8), (8, 16, 1), buf0.storage_offset())"
+    assert texts[True, False] == f"{texts[True, True]} if buf0.stride() == (8, 1)"
+    assert texts[False, False] == f"{texts[False, True]} if buf0.stride() == (8, 1)"
+    one_view = ExternArg("buf0", views[:1])  # a single view: only an alias is cheaper
+    assert (
+        _collapsed_view(one_view, layouts, {"buf0"}, True)
+        == "alias(buf0, (4, 2, 8), (16, 8, 1), 0)"
+    )
+    assert _collapsed_view(one_view, layouts, {"buf0"}, False) is None
+    assert _collapsed_view(one_view, layouts, set(), True) is None
+
+
 _TWISTED = torch.library.Library("fjtest_twisted", "DEF")
 _TWISTED.define("twisted(Tensor x) -> Tensor")
 # a kernel that returns another layout (column-major) than its fake function says (row-major),
