@@ -237,6 +237,15 @@ def _adaptive_spans(n: int, out: int) -> tuple[int, int]:
     return min(sizes), max(sizes)
 
 
+def _adaptive_span(o: Ix, n: int, out: int) -> tuple[Ix, Ix]:
+    """Where window `o` of an adaptive pool from `n` to `out` starts and ends (exclusive)."""
+    return (o * n).floordiv(out), (o * n + (n + out - 1)).floordiv(out)
+
+
+def _before(ix: Ix, end: Ix) -> Expr:
+    return op("lt", IndexValue(ix, torch.int64), IndexValue(end, torch.int64), dtype=torch.bool)
+
+
 def _adaptive_taps(x: TensorValue, out_shape: Sequence[int], fill: float, dt: torch.dtype) -> Taps:
     """The taps of an adaptive 2-d pool: per dim, window i starts at i*n // out and ends at
     ceil((i+1)*n / out); a tap past the fewest elements any window has is tested against its
@@ -251,33 +260,17 @@ def _adaptive_taps(x: TensorValue, out_shape: Sequence[int], fill: float, dt: to
 
     def taps(index: tuple[Ix, ...]) -> list[tuple[Expr | None, Expr, Expr]]:
         *lead, oh, ow = index
-        h0, w0 = (oh * height).floordiv(out_h), (ow * width).floordiv(out_w)
-        h1 = (oh * height + (height + out_h - 1)).floordiv(out_h)
-        w1 = (ow * width + (width + out_w - 1)).floordiv(out_w)
+        (h0, h1), (w0, w1) = _adaptive_span(oh, height, out_h), _adaptive_span(ow, width, out_w)
         found = []
         for a in range(most_h):
             for b in range(most_w):
                 ih, iw = h0 + a, w0 + b
-                conds = []
-                if a >= few_h:
-                    conds.append(
-                        op(
-                            "lt",
-                            IndexValue(ih, torch.int64),
-                            IndexValue(h1, torch.int64),
-                            dtype=torch.bool,
-                        )
-                    )
-                if b >= few_w:
-                    conds.append(
-                        op(
-                            "lt",
-                            IndexValue(iw, torch.int64),
-                            IndexValue(w1, torch.int64),
-                            dtype=torch.bool,
-                        )
-                    )
-                inside = all_of(conds)
+                inside = all_of(
+                    [
+                        _before(ih, h1) if a >= few_h else None,
+                        _before(iw, w1) if b >= few_w else None,
+                    ]
+                )
                 value = masked(inside, convert(x.load((*lead, ih, iw)), dt), fill)
                 found.append((inside, value, IndexValue(ih * width + iw, torch.int64)))
         return found
@@ -318,7 +311,7 @@ def _adaptive_avg_pool2d(
             total = op("add", total, value)
         sizes = []
         for o, n, m in ((oh, height, out_h), (ow, width, out_w)):
-            start, end = (o * n).floordiv(m), (o * n + (n + m - 1)).floordiv(m)
+            start, end = _adaptive_span(o, n, m)
             sizes.append(convert(IndexValue(end + start * -1, torch.int64), dt))
         return convert(op("truediv", op("truediv", total, sizes[0]), sizes[1]), x.dtype)
 
