@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -109,41 +110,52 @@ def _pad(ctx: Lowering, node: torch.fx.Node, x: TensorValue, pad: Sequence[int],
     return ctx.pointwise(out.shape, out.dtype, body)
 
 
+aten = torch.ops.aten
+
 # The largest pooling window unrolled into a kernel's body (a larger one stays torch's kernel).
 MAX_POOL_TAPS = 49
 
 
-def _pair(value: Any, default: Sequence[int] | None = None) -> tuple[int, int]:
+def _sizes(value: Any, n: int, default: Sequence[int] | None = None) -> tuple[int, ...]:
+    """A pooling parameter as `n` ints (one given for all dims, or one per dim)."""
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     if not values and default is not None:
         values = list(default)
     if len(values) == 1:
-        values = values * 2
-    if len(values) != 2 or not all(isinstance(v, int) for v in values):
+        values = values * n
+    if len(values) != n or not all(isinstance(v, int) for v in values):
         raise NotLowered(f"pooling parameter {value!r}")
-    return values[0], values[1]
+    return tuple(values)
 
 
 def _window(
-    x: TensorValue, kind: str, kernel_size: Any, stride: Any, padding: Any
-) -> tuple[tuple[int, int], ...]:
-    """A 2-d pool's (kernel, stride, padding, input plane) sizes, or NotLowered where the
-    pool stays torch's kernel (a large window, integers, a plane of symbolic size)."""
-    kernel = _pair(kernel_size)
-    steps, pads = _pair(stride, default=kernel), _pair(padding)
-    if kernel[0] * kernel[1] > MAX_POOL_TAPS:
-        taps = kernel[0] * kernel[1]
+    x: TensorValue, kind: str, n: int, kernel_size: Any, stride: Any, padding: Any
+) -> tuple[tuple[int, ...], ...]:
+    """An n-d pool's (kernel, stride, padding, input extent) sizes, or NotLowered where the
+    pool stays torch's kernel (a large window, integers, an extent of symbolic size)."""
+    kernel = _sizes(kernel_size, n)
+    steps, pads = _sizes(stride, n, default=kernel), _sizes(padding, n)
+    if math.prod(kernel) > MAX_POOL_TAPS:
+        taps = math.prod(kernel)
         raise NotLowered(f"a pooling window of {taps} elements (more than {MAX_POOL_TAPS})")
     if not x.dtype.is_floating_point:
         raise NotLowered(f"{kind} pooling of {x.dtype}")
-    plane = (x.shape[-2], x.shape[-1])
-    if not all(is_static(n) for n in plane):
-        raise NotLowered(f"{kind} pooling over a plane of symbolic size")
-    return kernel, steps, pads, plane
+    extent = tuple(x.shape[-n:])
+    if not all(is_static(k) for k in extent):
+        raise NotLowered(f"{kind} pooling over an input of symbolic size")
+    return kernel, steps, pads, extent
 
 
-@lowering("max_pool2d_with_indices", dtype="same")
-def _max_pool2d(
+def _flat(index: Sequence[Ix], extent: Sequence[int]) -> IndexValue:
+    """The position of `index` in a row-major volume of `extent` (a max pool's indices)."""
+    flat = Ix()
+    for i, size in zip(index, extent):
+        flat = flat * size + i
+    return IndexValue(flat, torch.int64)
+
+
+@lowering("max_pool2d_with_indices", "max_pool3d_with_indices", dtype="same")
+def _max_pool(
     ctx: Lowering,
     node: torch.fx.Node,
     x: TensorValue,
@@ -153,30 +165,32 @@ def _max_pool2d(
     dilation: Sequence[int] = 1,
     ceil_mode: bool = False,
 ):
-    """A 2-d max pool as a loop over its output, each element a scan of its window (unrolled),
-    in eager's order and with eager's rule (an element is taken if it is the window's first in
-    the input, greater than the best so far, or NaN), so the values and the indices (flat in
-    the input's plane, int64) are eager's, ties and NaNs included. A kernel that only needs the
-    values (inference) never computes the indices: they are a separate loop that is dropped
-    when unused. `ceil_mode` needs nothing here: the output's size says how many windows there
-    are, and taps outside the input are skipped."""
+    """A 2-d or 3-d max pool as a loop over its output, each element a scan of its window
+    (unrolled), in eager's order and with eager's rule (an element is taken if it is the
+    window's first in the input, greater than the best so far, or NaN), so the values and the
+    indices (flat in the input's plane or volume, int64) are eager's, ties and NaNs included.
+    A kernel that only needs the values (inference) never computes the indices: they are a
+    separate loop that is dropped when unused. `ceil_mode` needs nothing here: the output's
+    size says how many windows there are, and taps outside the input are skipped."""
     values_meta, indices_meta = meta(node)
-    (kh, kw), (sh, sw), (ph, pw), (height, width) = _window(x, "max", kernel_size, stride, padding)
-    dh, dw = _pair(dilation)
+    n = 3 if node.target.overloadpacket is aten.max_pool3d_with_indices else 2
+    kernel, steps, pads, extent = _window(x, "max", n, kernel_size, stride, padding)
+    dilations = _sizes(dilation, n)
     dt = compute_dtype(x.dtype)
 
     def taps(index: tuple[Ix, ...]) -> list[tuple[Expr | None, Expr, Expr]]:
         """(in the input, value or -inf, flat index) of each tap that may be in the input."""
-        *lead, oh, ow = index
+        lead, out = index[:-n], index[-n:]
         found = []
-        for a in range(kh):
-            for b in range(kw):
-                ih, iw = oh * sh + (a * dh - ph), ow * sw + (b * dw - pw)
-                inside = all_of([in_range(ih, 0, height), in_range(iw, 0, width)])
-                if isinstance(inside, Const) and not inside.value:
-                    continue
-                value = masked(inside, convert(x.load((*lead, ih, iw)), dt), -math.inf)
-                found.append((inside, value, IndexValue(ih * width + iw, torch.int64)))
+        for offsets in itertools.product(*(range(k) for k in kernel)):
+            at = [
+                o * st + (a * d - p) for o, st, a, d, p in zip(out, steps, offsets, dilations, pads)
+            ]
+            inside = all_of([in_range(i, 0, size) for i, size in zip(at, extent)])
+            if isinstance(inside, Const) and not inside.value:
+                continue
+            value = masked(inside, convert(x.load((*lead, *at)), dt), -math.inf)
+            found.append((inside, value, _flat(at, extent)))
         if not found:
             raise NotLowered("a pooling window entirely outside its input")
         return found
@@ -318,8 +332,8 @@ def _adaptive_avg_pool2d(
     return ctx.pointwise(out.shape, out.dtype, body)
 
 
-@lowering("avg_pool2d", dtype="same")
-def _avg_pool2d(
+@lowering("avg_pool2d", "avg_pool3d", dtype="same")
+def _avg_pool(
     ctx: Lowering,
     node: torch.fx.Node,
     x: TensorValue,
@@ -330,42 +344,40 @@ def _avg_pool2d(
     count_include_pad: bool = True,
     divisor_override: int | None = None,
 ):
-    """A 2-d average pool as a loop over the output, each element the sum of its window in
-    row-major order (as eager adds it, in float32 for half types) divided by eager's count:
-    `divisor_override`, else the window's taps inside the padded input
+    """A 2-d or 3-d average pool as a loop over the output, each element the sum of its
+    window in row-major order (as eager adds it, in float32 for half types) divided by eager's
+    count: `divisor_override`, else the window's taps inside the padded input
     (`count_include_pad`), else those inside the input. The counts are sums of the taps'
     conditions, so windows cut by the edges or by `ceil_mode` need no case of their own."""
     out = meta(node)
-    (kh, kw), (sh, sw), (ph, pw), (height, width) = _window(
-        x, "average", kernel_size, stride, padding
-    )
+    n = 3 if node.target.overloadpacket is aten.avg_pool3d else 2
+    if n == 3 and out.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+        raise NotLowered(f"avg_pool3d of {x.dtype} on the CPU (eager's kernel raises)")
+    kernel, steps, pads, extent = _window(x, "average", n, kernel_size, stride, padding)
     dt = compute_dtype(x.dtype)
 
     def body(index: tuple[Ix, ...]) -> Expr:
-        *lead, oh, ow = index
+        lead, outs = index[:-n], index[-n:]
         total: Expr = const(0, dt)  # eager's sum starts at 0 (so a sum of -0.0s is 0.0)
         count: Expr | None = None
-        for a in range(kh):
-            for b in range(kw):
-                ih, iw = oh * sh + (a - ph), ow * sw + (b - pw)
-                inside = all_of([in_range(ih, 0, height), in_range(iw, 0, width)])
-                counted = inside
-                if count_include_pad:
-                    counted = all_of(
-                        [in_range(ih, -ph, height + ph), in_range(iw, -pw, width + pw)]
-                    )
-                if not (isinstance(inside, Const) and not inside.value):
-                    value = masked(inside, convert(x.load((*lead, ih, iw)), dt), 0)
-                    total = op("add", total, value)
-                if divisor_override is None and not (
-                    isinstance(counted, Const) and not counted.value
-                ):
-                    one = (
-                        const(1, dt)
-                        if counted is None
-                        else op("where", counted, const(1, dt), const(0, dt))
-                    )
-                    count = one if count is None else op("add", count, one)
+        for offsets in itertools.product(*(range(k) for k in kernel)):
+            at = [o * st + (a - p) for o, st, a, p in zip(outs, steps, offsets, pads)]
+            inside = all_of([in_range(i, 0, size) for i, size in zip(at, extent)])
+            counted = inside
+            if count_include_pad:
+                counted = all_of(
+                    [in_range(i, -p, size + p) for i, size, p in zip(at, extent, pads)]
+                )
+            if not (isinstance(inside, Const) and not inside.value):
+                value = masked(inside, convert(x.load((*lead, *at)), dt), 0)
+                total = op("add", total, value)
+            if divisor_override is None and not (isinstance(counted, Const) and not counted.value):
+                one = (
+                    const(1, dt)
+                    if counted is None
+                    else op("where", counted, const(1, dt), const(0, dt))
+                )
+                count = one if count is None else op("add", count, one)
         divisor = const(divisor_override, dt) if divisor_override is not None else count
         assert divisor is not None
         return convert(op("truediv", total, divisor), x.dtype)

@@ -188,3 +188,35 @@ def test_adaptive_pools(plane, size, dtype) -> None:
 def test_an_adaptive_pool_with_large_windows_runs_torchs_kernel() -> None:
     found = aten_stages(lambda x: F.adaptive_max_pool2d(x, 2), torch.randn(1, 2, 20, 20))
     assert "extern(aten.adaptive_max_pool2d" in found.lowered  # windows of 100 elements
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        (3, 2, 1, 1, False),
+        (2, None, 0, 1, True),
+        ((1, 2, 3), (1, 2, 1), (0, 1, 1), (1, 1, 2), True),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_3d_pools(params, dtype) -> None:
+    """max_pool3d (values and indices, flat in the input's volume) and avg_pool3d."""
+    kernel, stride, padding, dilation, ceil_mode = params
+
+    def pools(x):
+        values, indices = F.max_pool3d(
+            x, kernel, stride, padding, dilation, ceil_mode, return_indices=True
+        )
+        average = F.avg_pool3d(x, kernel, stride, padding, ceil_mode, count_include_pad=False)
+        return values, indices, average
+
+    x = torch.randn(2, 3, 5, 6, 7).to(dtype)
+    x[0, 0, 0, 0, :3] = float("nan")
+    if dtype == torch.bfloat16 and x.device.type == "cpu":
+        import framejit
+
+        with pytest.raises(NotImplementedError, match="avg_pool3d"):  # as eager's CPU kernel
+            framejit.jit(pools, backend="triton")(x)
+        return
+    check_lowered(pools, x)
+    check_lowered(pools, x[0])  # no batch dim
