@@ -175,6 +175,18 @@ PyObject* swap_storage_data(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   Py_RETURN_NONE;
 }
 
+// A tensor over `storage` with `prototype`'s dispatch keys and dtype and the given sizes,
+// strides and storage offset, made directly (no dispatch): a TensorImpl whose constructor drops
+// or adds the autograd keys as the current inference mode says, as for any new tensor.
+at::Tensor tensor_over(const c10::Storage& storage, const at::Tensor& prototype,
+                       c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(storage), prototype.key_set(), prototype.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+  t.unsafeGetTensorImpl()->set_storage_offset(offset);
+  return t;
+}
+
 // alias_outputs(blocks, places) -> (tensors, storages): the tensors one CUDA-graph replay hands
 // out (cudagraphs/tree.py, Node.hand_out). blocks: a tuple of (address, nbytes, prototype) of the
 // recorded output memory; places: a tuple of (block index, prototype, storage offset, sizes,
@@ -246,14 +258,9 @@ PyObject* alias_outputs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         }
         if (PyErr_Occurred()) return fail();
       }
-      // made directly (no dispatch): a TensorImpl over the storage with the prototype's
-      // dispatch keys and dtype (its constructor drops or adds the autograd keys as the
-      // current inference mode says, as for any new tensor), then sizes, strides and offset
       const at::Tensor& prototype = THPVariable_Unpack(PyTuple_GET_ITEM(place, 1));
-      at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
-          c10::Storage(storages[static_cast<size_t>(k)]), prototype.key_set(), prototype.dtype());
-      t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
-      t.unsafeGetTensorImpl()->set_storage_offset(offset);
+      at::Tensor t = tensor_over(storages[static_cast<size_t>(k)], prototype, sizes, strides,
+                                 offset);
       PyObject* tensor = THPVariable_Wrap(std::move(t));
       if (tensor == nullptr) return fail();
       PyTuple_SET_ITEM(tensors, i, tensor);
@@ -307,10 +314,7 @@ PyObject* alias_view(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (base.layout() == c10::kStrided && base.has_storage() &&
         !base.key_set().has(c10::DispatchKey::Python) &&
         !base.key_set().has(c10::DispatchKey::PythonTLSSnapshot)) {
-      t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()), base.key_set(),
-                                                   base.dtype());
-      t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
-      t.unsafeGetTensorImpl()->set_storage_offset(offset);
+      t = tensor_over(base.storage(), base, sizes, strides, offset);
     } else {
       t = base.as_strided(sizes, strides, offset);
     }

@@ -149,20 +149,17 @@ def direct_launch_supported(backend: Any) -> bool:
 
 
 def _hooks_off() -> bool:
-    runtime = _RUNTIME[0] if _RUNTIME else _runtime()
+    runtime = _runtime()
     for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
             return False
     return True
 
 
-_RUNTIME: list[Any] = []  # Triton's runtime knobs, once looked up (hooks are read per launch)
-
-
+@functools.cache
 def _runtime() -> Any:
     from triton import knobs
 
-    _RUNTIME[:] = [knobs.runtime]
     return knobs.runtime
 
 

@@ -205,17 +205,6 @@ def _time_ms(fn: Callable[[], Any], repeats: int, device: torch.device) -> float
     return statistics.median(times)
 
 
-def _host_and_device_ms(
-    fn: Callable[[], Any], repeats: int, device: torch.device
-) -> tuple[float, float]:
-    """(host ms to enqueue one call, device ms per call); on the CPU both are the call's time."""
-    if device.type == "cuda":
-        device_ms, host_ms = device_and_host_ms(fn, repeats, inner=2)
-        return host_ms, device_ms
-    ms = _time_ms(fn, repeats, device)
-    return ms, ms
-
-
 def _host_profile(label: str, call: Callable[[], Any], calls: int = 20) -> None:
     """cProfile of `calls` steady-state calls, by own time: where the host's time goes."""
     call()
@@ -327,7 +316,15 @@ def measure(
             calls["torch.compile"] = lambda: compiled(*inputs)
             if kernels:
                 _kernel_table(f"{case} torch.compile", calls["torch.compile"], device)
-        split = {impl: _host_and_device_ms(call, repeats, device) for impl, call in calls.items()}
+        # (host ms to enqueue one call, device ms per call); on the CPU both are the call's
+        # time, measured above
+        measured = {"eager": eager_ms, "framejit": fj_ms, "torch.compile": tc_ms}
+        split = {
+            impl: device_and_host_ms(call, repeats, inner=2)[::-1]
+            if device.type == "cuda"
+            else (measured[impl], measured[impl])
+            for impl, call in calls.items()
+        }
     return Result(
         case,
         eager_ms,

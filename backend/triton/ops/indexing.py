@@ -286,7 +286,7 @@ def _adaptive_taps(x: TensorValue, out_shape: Sequence[int], fill: float, dt: to
                     ]
                 )
                 value = masked(inside, convert(x.load((*lead, ih, iw)), dt), fill)
-                found.append((inside, value, IndexValue(ih * width + iw, torch.int64)))
+                found.append((inside, value, _flat((ih, iw), (height, width))))
         return found
 
     return taps
