@@ -114,13 +114,23 @@ def _warning_action(text: str, category: type[Warning], module: str, lineno: int
     finds it)."""
     for action, message, kind, mod, line in warnings.filters:
         if (
-            (message is None or message.match(text))
+            _matches(message, text)
             and issubclass(category, kind)
-            and (mod is None or mod.match(module))
+            and _matches(mod, module)
             and (line == 0 or line == lineno)
         ):
             return action
     return warnings.defaultaction
+
+
+def _matches(pattern: Any, text: str) -> bool:
+    """A filter's message or module test: None matches anything, a plain string (Python's own
+    default filters hold `'__main__'`) only itself, a compiled pattern by `match`."""
+    if pattern is None:
+        return True
+    if type(pattern) is str:
+        return pattern == text
+    return bool(pattern.match(text))
 
 
 class OutputGraph:
