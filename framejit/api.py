@@ -33,6 +33,7 @@ from framejit.backend import lookup_backend
 from framejit.backend.registry import with_cudagraphs
 from framejit.config import MODES as _CONFIG_MODES
 from framejit.config import config
+from framejit.frontend.breaks import resumes
 from framejit.frontend.codegen import argnames_of, rebind, same_cells
 from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
@@ -296,6 +297,12 @@ class JitFunction:
         self._target = fn if target is None else target
         self._binds = target is None
         self._wrapped: weakref.WeakKeyDictionary[Any, JitFunction] = weakref.WeakKeyDictionary()
+        # resume code -> its jit, shared by this function and every resume function of its
+        # (resume functions are remade at each compile; their code is the same, see
+        # breaks._to_root, so a loop that breaks in every iteration compiles its body once)
+        self._resumes: weakref.WeakKeyDictionary[types.CodeType, JitFunction] = (
+            weakref.WeakKeyDictionary()
+        )
         self._follow_code()
 
     def _follow_code(self) -> None:
@@ -415,6 +422,12 @@ class JitFunction:
             and not isinstance(type(fn).__call__, types.FunctionType)
         ):
             return fn  # a class __call__ the translator cannot inline: as it is, not again
+        if isinstance(fn, types.FunctionType) and resumes(fn.__code__):
+            wrapped = self._resumes.get(fn.__code__)
+            if wrapped is None:
+                wrapped = self._resumes[fn.__code__] = JitFunction(fn, self._settings)
+                wrapped._resumes = self._resumes
+            return wrapped
         wrapped = self._wrapped.get(fn)
         if wrapped is None:
             if isinstance(fn, torch.nn.Module):

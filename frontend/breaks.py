@@ -14,6 +14,17 @@ A resume function is the original code with a prologue that pushes the saved sta
 the instruction after the break (for a conditional jump: one resume function per branch). It is
 handed to `wrap_resume` (jit) so it is compiled in its turn when it first runs.
 
+Loops. A break inside a resume function, at an instruction it copied from the user's code, gets
+the resume function of the user's code at that instruction (`_to_root`), so a loop whose body
+breaks in every iteration resumes in one and the same code (its compiled entries reused, its
+ints symbolic after automatic dynamic) instead of a new resume function per iteration. A `for`
+loop over a range hands over the range it has left (`RangeIteratorVariable`: a guard on the
+next bound, not on each value); an iterator over other known items is passed as its items and
+keeps the old way (a new resume function per iteration, up to `config.max_resume_depth`). The
+call is made without nesting: the user's frame calls its resume function through
+`codegen.run_resumes`, and a resume function returns the next call (`codegen.ResumeCall`)
+instead of making it, so a loop of any length runs at a constant Python stack depth.
+
 Breaks inside `try` and `with` blocks. The resume function is the whole original code, so the
 rest of a protected block keeps its handlers. The instruction that runs for real in the
 transformed code is protected too: it sits in a `try` range whose handler is a copy of the
@@ -50,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from bytecode import Bytecode, CellVar, Instr, Label, TryBegin, TryEnd
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.sources import LocalSource
+from framejit.frontend.sources import RANGE_SUFFIX, LocalSource
 from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
 
 if TYPE_CHECKING:
@@ -275,11 +286,18 @@ def resume_code(
     local_names: tuple[str, ...],
 ) -> types.CodeType:
     """`code` restarted at the instruction at `offset` with a stack of len(kinds) items, then
-    `local_names`, then the frame's cells (every cell variable, as the cell object) as
-    arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed as argument
-    ___stack<i>) or "iter" (passed as a tuple of the items left; the prologue turns it back into
-    an iterator, so a loop that broke resumes capturable). The cells keep their slots and get no
-    MAKE_CELL, so closures made before the break share them with the resumed frame."""
+        `local_names`, then the frame's cells (every cell variable, as the cell object) as
+        arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed as argument
+        ___stack<i>) or "iter" (passed as a tuple of the items left; the prologue turns it back into
+        an iterator, so a loop that broke resumes capturable) or "range" (what a loop over a range
+    has left, passed as a range: ___stack<i>_range; the translator walks it lazily,
+    RangeIteratorVariable). The cells keep their slots and get no
+        MAKE_CELL, so closures made before the break share them with the resumed frame."""
+    depth = _resume_origin.get(code, ("", "", 0))[2]
+    if "iter" not in kinds:
+        # an iterator of known items would be guarded item by item: its loop keeps making new
+        # resume functions, up to config.max_resume_depth
+        code, offset = _to_root(code, offset)
     key = (offset, kinds, local_names)
     per_code = _resume_cache.setdefault(code, {})
     cached = per_code.get(key)
@@ -287,7 +305,11 @@ def resume_code(
         return cached
     index = _instruction_index(code, offset)
     body, target, _ = _body(code, index)
-    stack_args = [f"___stack{i}" for i, kind in enumerate(kinds) if kind != "null"]
+    stack_args = [
+        f"___stack{i}{RANGE_SUFFIX if kind == 'range' else ''}"
+        for i, kind in enumerate(kinds)
+        if kind != "null"
+    ]
     prologue: list[Any] = []
     if code.co_freevars:
         prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
@@ -296,12 +318,12 @@ def resume_code(
         if kind == "null":
             prologue.append(Instr("PUSH_NULL"))
         else:
-            prologue.append(Instr("LOAD_FAST", f"___stack{i}"))
-            if kind == "iter":
+            prologue.append(Instr("LOAD_FAST", f"___stack{i}{RANGE_SUFFIX * (kind == 'range')}"))
+            if kind in ("iter", "range"):
                 prologue.append(Instr("GET_ITER"))
     prologue.append(Instr("JUMP_FORWARD", target))
     bc = Bytecode()
-    root_name, root_qualname, depth = _resume_origin.get(code, (code.co_name, code.co_qualname, 0))
+    root_name, root_qualname, _ = _resume_origin.get(code, (code.co_name, code.co_qualname, 0))
     real = list(dis.get_instructions(code))
     start = next(k for k, i in enumerate(real) if i.offset == offset)
     line = next(
@@ -329,7 +351,48 @@ def resume_code(
     per_code[key] = new
     _resume_origin[new] = (root_name, root_qualname, depth + 1)
     _passed_cells[new] = tuple(code.co_cellvars)
+    offsets = _offset_map(new, code, len(prologue))
+    if offsets is not None:
+        _resume_root[new] = (code, offsets)
     return new
+
+
+# resume code -> (the code it was made from, its offsets -> that code's offsets)
+_resume_root: weakref.WeakKeyDictionary[types.CodeType, tuple[types.CodeType, dict[int, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _to_root(code: types.CodeType, offset: int) -> tuple[types.CodeType, int]:
+    """The user's code and offset that a resume function's instruction is a copy of (`code`
+    and `offset` themselves for the user's code). A break at an instruction of a resume
+    function then gets the resume function of the user's code at that instruction: a loop
+    that breaks in every iteration resumes in the same code each time (compiled once, its
+    entries reused) instead of in a new resume function of the last one."""
+    while (root := _resume_root.get(code)) is not None and offset in root[1]:
+        code, offset = root[0], root[1][offset]
+    return code, offset
+
+
+def _offset_map(new: types.CodeType, root: types.CodeType, prologue: int) -> dict[int, int] | None:
+    """Offsets in `new` past its first `prologue` instructions -> the offsets of the
+    instructions of `root` they copy (past root's own MAKE_CELL/COPY_FREE_VARS/RESUME). An
+    EXTENDED_ARG's offset names the instruction it prefixes, as in `_instruction_index`. None
+    when the two do not line up instruction for instruction."""
+    ours: list[tuple[list[int], str]] = []  # (offsets naming it, opname) per instruction
+    prefixes: list[int] = []
+    for inst in dis.get_instructions(new):
+        prefixes.append(inst.offset)
+        if inst.opname != "EXTENDED_ARG":
+            ours.append((prefixes, inst.opname))
+            prefixes = []
+    theirs = [i for i in dis.get_instructions(root) if i.opname != "EXTENDED_ARG"]
+    while theirs and theirs[0].opname in _PROLOGUE:
+        theirs.pop(0)
+    ours = ours[prologue:]
+    if len(ours) != len(theirs) or any(op != t.opname for (_, op), t in zip(ours, theirs)):
+        return None
+    return {at: t.offset for (names, _), t in zip(ours, theirs) for at in names}
 
 
 _RESUME_MARK = ".<resume at line "
@@ -360,11 +423,40 @@ def resume_function(fn: types.FunctionType, code: types.CodeType) -> types.Funct
 
 def stack_kind(item: VariableTracker | None) -> str:
     from framejit.frontend.variables.containers import IteratorVariable
-    from framejit.frontend.variables.generators import LazyIteratorVariable
+    from framejit.frontend.variables.generators import LazyIteratorVariable, RangeIteratorVariable
 
     if item is NULL:
         return "null"
+    if isinstance(item, RangeIteratorVariable) or (
+        type(item) is IteratorVariable and item.private and _int_steps(item.items[item.index :])
+    ):
+        return "range"
     return "iter" if isinstance(item, (IteratorVariable, LazyIteratorVariable)) else "value"
+
+
+def _int_steps(items: list[VariableTracker]) -> bool:
+    """Constant ints at equal, nonzero steps: what a loop over a range has left."""
+    from framejit.frontend.variables.base import ConstantVariable
+
+    if not items or not all(type(i) is ConstantVariable and type(i.value) is int for i in items):
+        return False
+    values = [i.value for i in items]
+    step = values[1] - values[0] if len(values) > 1 else 1
+    return step != 0 and all(b - a == step for a, b in zip(values, values[1:]))
+
+
+def left_as_range(it: Any) -> range:
+    """What iterator `it` has left, as a range (it is a range's iterator, or one over ints at
+    equal steps: `stack_kind` "range")."""
+    if type(it) is _RANGE_ITERATOR:
+        _, (whole,), *done = it.__reduce__()  # 3.11: (range, index); 3.12: (range left, None)
+        return whole[done[0] or 0 :] if done else whole
+    values = tuple(it)
+    step = values[1] - values[0] if len(values) > 1 else 1
+    return range(values[0], values[-1] + step, step) if values else range(0)
+
+
+_RANGE_ITERATOR = type(iter(range(0)))
 
 
 def kept_stack(gb: GraphBreak) -> list[VariableTracker]:

@@ -37,6 +37,7 @@ import torch
 from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, TryBegin, TryEnd
 from bytecode.instr import InstrLocation
 from framejit.frontend import versions
+from framejit.frontend.breaks import left_as_range, resumes
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
 from framejit.frontend.variables.base import VariableTracker
@@ -84,6 +85,27 @@ def same_cells(a: tuple | None, b: tuple | None) -> bool:
     """The same cell objects (cells compare by their contents under `==`)."""
     a, b = a or (), b or ()
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+class ResumeCall:
+    """What a resume function's transformed code returns instead of calling the next resume
+    function: the call, for `run_resumes` to make. A loop whose body breaks then resumes
+    iteration after iteration without nesting one Python call per iteration."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn = fn
+        self.args = args
+
+
+def run_resumes(fn: Any, *args: Any) -> Any:
+    """Call a resume function as the user's frame's tail call, then each resume function the
+    resumed code hands back (`ResumeCall`), until one returns the frame's result."""
+    result = fn(*args)
+    while type(result) is ResumeCall:
+        result = result.fn(*result.args)
+    return result
 
 
 def with_closure(target: Any, closure: tuple) -> Any:
@@ -422,6 +444,9 @@ class CodeGen:
         for i in reversed(range(len(kinds))):
             self._emit(Instr("STORE_FAST", f"___save{i}"))
         self.push_null()
+        # A resume function's own code hands the call back to the `run_resumes` that called
+        # it; the user's frame makes the calls through one
+        self.load_const(ResumeCall if resumes(self.code) else run_resumes)
         if self.code.co_freevars:
             # this frame's own cells, not those of the function it was compiled for: a nested
             # function is made again, with new cells, at each call of its parent
@@ -438,6 +463,9 @@ class CodeGen:
             if kind == "iter":  # what the iterator has left, as a tuple
                 load = Instr("LOAD_FAST", f"___save{i}")
                 self.call_const(tuple, lambda load=load: self._emit(load), 1)
+            elif kind == "range":  # a range's, as a range
+                load = Instr("LOAD_FAST", f"___save{i}")
+                self.call_const(left_as_range, lambda load=load: self._emit(load), 1)
             elif kind == "value":
                 self._emit(Instr("LOAD_FAST", f"___save{i}"))
         for vt in local_values:
@@ -449,7 +477,7 @@ class CodeGen:
             self._emit(Instr("LOAD_CLOSURE", CellVar(name)))
         self._clear_locals()
         nargs = len(kinds) - kinds.count("null") + len(local_values) + len(self.code.co_cellvars)
-        self._emit(*versions.emit_call(nargs))
+        self._emit(*versions.emit_call(nargs + 1))
         self._emit(Instr("RETURN_VALUE"))
 
     def _clear_locals(self) -> None:

@@ -185,9 +185,8 @@ class DynamicInputs:
         specialized like sizes."""
         if self.dynamic is False:
             return False
-        if not isinstance(source, LocalSource) and (
-            self.dynamic is not None or not _counter_source(source)
-        ):
+        argument = isinstance(source, LocalSource) or _resumed_range_bound(source)
+        if not argument and (self.dynamic is not None or not _counter_source(source)):
             return False
         if self.dynamic is None:
             previous = self.history.ints.get(source)
@@ -251,6 +250,14 @@ def _float_source(source: Source) -> bool:
     if isinstance(root, (GlobalSource, FreeVarSource)):
         return True
     return isinstance(root, LocalSource) and not is_module_state(source)
+
+
+def _resumed_range_bound(source: Source) -> bool:
+    """The start or stop of the range a resume function gets for a broken `for` loop: as much
+    an argument of the frame as the loop's index was."""
+    from framejit.frontend.sources import AttrSource, resumed_range
+
+    return type(source) is AttrSource and source.attr != "step" and resumed_range(source.base)
 
 
 def _counter_source(source: Source) -> bool:

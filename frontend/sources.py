@@ -73,6 +73,19 @@ class LocalSource(Source):
         cg.load_local(self.name, self.is_cell)
 
 
+RANGE_SUFFIX = "_range"
+
+
+def resumed_range(source: Source) -> bool:
+    """Is `source` the argument in which a resume function gets what a broken `for` loop over
+    a range had left (a `range`; breaks.resume_code)?"""
+    return (
+        type(source) is LocalSource
+        and source.name.startswith("___stack")
+        and source.name.endswith(RANGE_SUFFIX)
+    )
+
+
 @dataclass(frozen=True)
 class FreeVarSource(Source):
     """A free variable of the frame being compiled (a cell of its closure)."""

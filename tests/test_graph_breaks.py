@@ -153,6 +153,111 @@ def test_break_inside_a_while_loop(scale: float) -> None:
     run_both(while_with_break, torch.ones(3) * scale, 5)
 
 
+def decode_loop(w, x, n):
+    outs = []
+    for i in range(n):
+        x = torch.tanh(x @ w) + i
+        if x.sum() > 1e9:  # a condition on values: a break in every iteration
+            break
+        outs.append(x * 2)
+    return torch.stack(outs)
+
+
+def test_a_range_loop_that_breaks_every_iteration_compiles_its_body_a_few_times() -> None:
+    # The resume function of iteration 2 is the same code as that of iteration 1 (the break
+    # maps back to the user's instruction), its range's start becomes symbolic once it has
+    # changed, so 40 iterations make 4 graphs: before the loop, start == 1 (0 and 1 stay
+    # specialized), start symbolic, and the loop's exit.
+    w, x = torch.randn(4, 4) * 0.3, torch.randn(1, 4)
+    counter = run_both(decode_loop, w, x, 40)
+    assert counter.frame_count == 4
+    # another length: the loop's stop becomes symbolic too, at most one graph more
+    run_both(decode_loop, w, x, 25, calls=1)
+    assert counter.frame_count <= 5
+
+
+def step_loop(x, start, stop, step):
+    seen = []
+    for i in range(start, stop, step):
+        x = x * 0.5 + i
+        if x.max() > 1e9:
+            break
+        seen.append(i)
+    else:
+        seen.append("done")
+    return x, seen
+
+
+# (start, stop, step), most graphs: symbolic ints are kept for values >= 2 (0 and 1 stay
+# specialized, negative values too), so a loop counting down below 2 compiles per value there
+@pytest.mark.parametrize(
+    "bounds, most",
+    [((0, 30, 3), 5), ((40, 10, -2), 5), ((20, -7, -2), 12), ((5, 5, 1), 1), ((3, 4, 1), 3)],
+)
+def test_range_loops_resumed_with_any_step_give_eagers_values(bounds, most) -> None:
+    counter = run_both(step_loop, torch.randn(3), *bounds)
+    assert counter.frame_count <= most
+
+
+def early_exit(x, n):
+    for i in range(n):
+        x = x + i
+        if x.sum() > 40:  # a real `break` after a few iterations
+            break
+    return x, i
+
+
+def test_a_range_loop_left_by_break_in_a_resume_function() -> None:
+    run_both(early_exit, torch.zeros(4), 30)
+
+
+def while_decode(x, n):
+    steps = 0
+    while steps < n:
+        x = x.roll(1) * 1.01
+        if bool(x.sum() > 1e9):
+            break
+        steps += 1
+    return x, steps
+
+
+def test_a_while_loop_that_breaks_every_iteration_reuses_its_resume_function() -> None:
+    counter = run_both(while_decode, torch.randn(5), 30)
+    assert counter.frame_count <= 5
+
+
+def stack_depths(x, n):
+    depths = []
+    for _ in range(n):
+        x = x + 1
+        if x.sum() > 1e12:
+            break
+        depths.append(len(__import__("inspect").stack(0)))
+    return x, depths
+
+
+def test_resumed_iterations_do_not_nest_python_calls() -> None:
+    # 1500 iterations, each resumed after a break: more than the recursion limit would allow
+    # if each resume function called the next one
+    jitted = framejit.jit(stack_depths, backend=CompileCounter())
+    _, depths = jitted(torch.zeros(2), 1500)
+    assert len(depths) == 1500
+    assert len(set(depths[2:])) == 1  # one depth from the third iteration on
+
+
+def test_range_loops_resume_under_dynamic_true_and_false() -> None:
+    w, x = torch.randn(4, 4) * 0.3, torch.randn(1, 4)
+    for dynamic, most in ((True, 4), (False, 30)):
+        counter = CompileCounter()
+        jitted = framejit.jit(decode_loop, backend=counter, dynamic=dynamic)
+        framejit.config.recompile_limit, old = 64, framejit.config.recompile_limit
+        try:
+            same(jitted(w, x, 20), decode_loop(w, x, 20))
+        finally:
+            framejit.config.recompile_limit = old
+        assert counter.frame_count <= most
+
+
 def helper_that_prints(t):
     print("inside the helper")
     return t * 2

@@ -337,6 +337,21 @@ def test_a_torch_ops_warning_is_given_on_every_call_at_the_users_line(backend: s
                 fn(x)
 
 
+def test_plain_string_filters_as_pythons_own_defaults_hold() -> None:
+    # Python's default filters hold the module as a plain string ('__main__'), matched
+    # exactly; a torch op that warns while the trace runs must read them without failing
+    jitted = framejit.jit(softmax_without_dim, backend="eager")
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filters.insert(0, ("ignore", None, UserWarning, "__main__", 0))
+        warnings.filters.insert(0, ("ignore", "Implicit", UserWarning, None, 0))
+        same(jitted(x), F.softmax(x, dim=1) * 2)
+        breaks = framejit.explain(softmax_without_dim, x).graph_break_count
+    assert breaks == 0
+    assert [str(w.message)[:25] for w in caught][:1] == ["Implicit dimension choice"]
+
+
 def resizes_its_out(x, out):
     return torch.add(x, 1, out=out)
 

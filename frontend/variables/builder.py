@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
-from framejit.frontend.sources import AttrSource, ItemSource, Source
+from framejit.frontend.sources import AttrSource, ItemSource, Source, resumed_range
 from framejit.frontend.variables.base import (
     ConstantVariable,
     ExternalCallableVariable,
@@ -45,6 +45,7 @@ from framejit.frontend.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
 )
+from framejit.frontend.variables.generators import RangeIteratorVariable
 from framejit.frontend.variables.objects import (
     ClassVariable,
     EnvironVariable,
@@ -174,6 +175,14 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if t is int and tx.output.int_is_dynamic(source, value):  # dynamic shapes: a graph input
         _guard(tx, source, GuardKind.TYPE_MATCH, int)
         return tx.output.add_sym_input(source, value)
+    if t is range and resumed_range(source):
+        # a broken `for` loop's iterator, handed over as the range it had left: lazy, so
+        # its start and stop follow automatic dynamic like any int argument
+        _guard(tx, source, GuardKind.TYPE_MATCH, range)
+        start, stop = (wrap_source(tx, AttrSource(source, a)) for a in ("start", "stop"))
+        return RangeIteratorVariable(
+            start, stop, wrap_source(tx, AttrSource(source, "step")).as_constant()
+        )
     if t in CONSTANT_TYPES or is_numpy_scalar(value) or is_type_annotation(value):
         _guard(tx, source, GuardKind.CONSTANT_MATCH, value)
         return ConstantVariable(value, source)

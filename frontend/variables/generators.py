@@ -19,6 +19,7 @@ then the graph break, and the resume function iterates over a real generator.
 
 from __future__ import annotations
 
+import operator
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -326,6 +327,45 @@ def _pull_row(tx: Translator, inners: list[Any]) -> tuple[list[VariableTracker],
             return row, False
         row.append(item)
     return row, True
+
+
+class RangeIteratorVariable(LazyIteratorVariable):
+    """`iter(range(start, stop, step))` with a start and stop that may be symbolic ints: the
+    loop iterator a resume function gets when a `for ... in range(...)` loop broke (passed as
+    the `range` of what was left, see breaks.stack_kind). Its next item costs a guard on
+    `start < stop`, not one on each value, so a loop whose body breaks in every iteration
+    resumes in the same compiled code once the start is symbolic (automatic dynamic)."""
+
+    def __init__(self, start: VariableTracker, stop: VariableTracker, step: int) -> None:
+        self.start = start
+        self.stop = stop
+        self.step = step
+
+    def __repr__(self) -> str:
+        return f"RangeIterator({self.start}, {self.stop}, {self.step})"
+
+    def python_type(self) -> type:
+        return type(iter(range(0)))
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.start, self.stop]
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        before = operator.lt if self.step > 0 else operator.gt
+        if not tx.compare_op(before, self.start, self.stop).truth(tx):
+            return None
+        item = self.start
+        self.start = tx.binary_op(operator.add, item, ConstantVariable(self.step))
+        note_undoable(lambda: setattr(self, "start", item))
+        return item
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def bounds() -> None:
+            cg.reconstruct(self.start)  # a symbolic one is a graph output
+            cg.reconstruct(self.stop)
+            cg.load_const(self.step)
+
+        cg.call_const(iter, lambda: cg.call_const(range, bounds, 3), 1)
 
 
 class LazyEnumerate(LazyIteratorVariable):

@@ -80,6 +80,31 @@ def test_a_graph_break_resumes_in_a_compiled_frame(capsys):
     assert _compiled(f)
 
 
+def test_a_decode_loop_that_breaks_every_step_compiles_its_body_a_few_times():
+    """A greedy decoding loop as model libraries write it: a `while` loop that grows its
+    sequence and stops on a value (`bool(tensor)`, a break in every step). The break in step 2
+    resumes in step 1's resume function, whose sizes become symbolic: a few graphs for 30
+    steps, not one per step."""
+
+    def generate(w, ids, steps):
+        done, n = False, 0
+        while not done:
+            h = torch.nn.functional.one_hot(ids, 8).float() @ w
+            nxt = h[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+            n += 1
+            done = bool((nxt == 99).all()) or n >= steps
+        return ids
+
+    w, ids = torch.randn(8, 8), torch.tensor([[1, 2, 3]])
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        got = generate(w, ids, 30)
+    torch.testing.assert_close(got, generate(w, ids, 30))
+    assert got.shape == (1, 33)
+    assert counter.frame_count <= 6
+
+
 def test_recompiles_on_new_shapes_and_after_reset():
     def f(x):
         return x.sin() + 1
