@@ -396,7 +396,7 @@ class JitFunction:
             or inside_torch_dispatch()
         ):
             return fn(*args, **kwargs)
-        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, stacklevel=4):
+        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__):
             return fn(*args, **kwargs)
         if getattr(self, "_framejit_disabled", False):  # framejit.disable(this) after jit
             return fn(*args, **kwargs)

@@ -434,7 +434,7 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         if entry is not None:
             return cache, entry
         summary.recompiles += 1
-        if cache.record_miss(fn, args, code.co_qualname, stacklevel=2, warn=False):
+        if cache.record_miss(fn, args, code.co_qualname, warn=False):
             return _skip("recompile limit")
     settings = current_settings()
     backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)

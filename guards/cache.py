@@ -9,6 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from collections.abc import Callable
@@ -53,9 +54,7 @@ class CodeCache:
         """Why each entry rejected these arguments, most recently used entry first."""
         return [e.guards.why_failed(fn, *args) or "(guard holds)" for e in self.entries]
 
-    def record_miss(
-        self, fn: Any, args: tuple[Any, ...], qualname: str, stacklevel: int, warn: bool = True
-    ) -> bool:
+    def record_miss(self, fn: Any, args: tuple[Any, ...], qualname: str, warn: bool = True) -> bool:
         """Log why every entry rejected these arguments (`recompiles`); True when
         `config.recompile_limit` is reached: the code is then marked eager, with one warning
         (`warn`; else, in whole-script mode, where no one asked for this function to be
@@ -79,7 +78,7 @@ class CodeCache:
             logs.artifact("recompiles", lambda: message)
             return True
         try:
-            warnings.warn(message, stacklevel=stacklevel + 1)
+            warnings.warn(message, stacklevel=_user_level())
         except Warning:  # `-W error`: the program must not fail because framejit is on
             logs.get_logger("guards").warning("%s", message)
         return True
@@ -90,6 +89,19 @@ class CodeCache:
     def mark_eager(self, reason: str) -> None:
         self.eager = True
         self.eager_reason = reason
+
+
+def _user_level() -> int:
+    """The `stacklevel` that blames the innermost frame outside framejit for a warning given
+    by this module's caller: the line that called the jitted function, or, for a resume
+    function, the user's frame whose transformed code resumed it."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if name != "framejit" and not name.startswith("framejit."):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
 
 
 _caches: weakref.WeakKeyDictionary[CodeType, CodeCache] = weakref.WeakKeyDictionary()

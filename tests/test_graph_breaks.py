@@ -457,6 +457,36 @@ def test_a_loop_that_breaks_every_iteration_stops_compiling_after_the_limit(caps
     assert counter.frame_count <= 5
 
 
+def shapes_then_breaks(x, n):
+    for _ in range(n):
+        x = torch.cat([x, x[-1:] * 0.5])  # a new size at every step
+        print(x.shape[0])
+    return x
+
+
+def shape_of_first(x):
+    return x.reshape(-1)[: x.shape[0]] * 2
+
+
+def test_the_recompile_limit_warning_names_the_users_line(capsys, monkeypatch) -> None:
+    # for the jitted function: the line that called it; for a resume function: the user's
+    # frame that resumed it (not framejit's own code)
+    monkeypatch.setattr(framejit.config, "recompile_limit", 2)
+    jitted = framejit.jit(shape_of_first, backend="eager", dynamic=False)
+    with pytest.warns(UserWarning, match="recompiled 2 times") as caught:
+        for n in (2, 3, 4):
+            jitted(torch.randn(n, 3))  # the line blamed
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, _this_line() - 1)]
+    jitted = framejit.jit(shapes_then_breaks, backend="eager", dynamic=False)
+    with pytest.warns(UserWarning, match="recompiled 2 times") as caught:
+        same(jitted(torch.ones(1, 2), 6), shapes_then_breaks(torch.ones(1, 2), 6))
+    assert all(w.filename == __file__ for w in caught)
+
+
+def _this_line() -> int:
+    return sys._getframe(1).f_lineno
+
+
 def mutates_then_breaks(x):
     items = []
     items.append(x * 2)
