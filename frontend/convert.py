@@ -366,8 +366,8 @@ def _compile_graph(
     cg: CodeGen,
 ) -> list[CapturedGraph]:
     """Compile the graph captured so far (if it does anything) and emit the code calling it."""
-    if output.op_count() == 0 and not outputs:
-        return []
+    if not outputs and output.only_symbolic_ops():
+        return []  # nothing, or only conditions on sizes the trace already decided
     in_python = output.sizes_in_python(outputs)
     if in_python is not None:  # integer arithmetic only: computed by the code, no graph
         cg.python_values.update(in_python)

@@ -723,6 +723,13 @@ class OutputGraph:
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
 
+    def only_symbolic_ops(self) -> bool:
+        """No op but symbolic-size arithmetic (none at all, or a condition on sizes the trace
+        decided, such as a resumed loop's `start < stop`): with no outputs, no graph."""
+        return all(
+            _is_sym_node(n) for n in self.graph.nodes if n.op in ("call_function", "call_method")
+        )
+
     def sizes_in_python(self, outputs: list[Any]) -> dict[torch.fx.Node, tuple[Any, list]] | None:
         """For a graph that would only do integer arithmetic on symbolic ints (a counter read
         from an attribute, `self.step += 1`, under automatic dynamic): each output's value as a
