@@ -52,6 +52,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,6 +62,8 @@ from framejit.cudagraphs.recorder import CaptureError, SyncWatch, syncing_reason
 
 from framejit import logs
 from framejit.config import config
+
+_data_ptr = torch.Tensor.data_ptr
 
 _ids = itertools.count()
 _kept_alive: list[Any] = []  # see CUDAGraphTreeManager.close
@@ -129,6 +132,7 @@ class Node:
         self.serial = 0  # recordings of the manager before this one
         self.graph: Any = None
         self.static_ptrs: list[tuple[int, int]] = []  # parameters/buffers: (index, address)
+        self._static_check: tuple[Callable[..., Any], list[int]] | None = None
         self.path_ptrs: list[tuple[int, int]] = []  # outputs of earlier nodes, used in place
         self.copies: list[tuple[int, torch.Tensor]] = []  # (index, input buffer)
         self.constants: list[tuple[int, Any]] = []  # non-tensor arguments, baked in
@@ -155,9 +159,16 @@ class Node:
 
     def mismatch(self, args: Sequence[Any]) -> str | None:
         """Why this recording cannot replay `args` (None: it can)."""
-        for i, ptr in self.static_ptrs:
-            if args[i].data_ptr() != ptr:
-                return f"static input {i} (a parameter or buffer) moved"
+        if self.static_ptrs:
+            if self._static_check is None:  # recorded by now: made once
+                idx = [i for i, _ in self.static_ptrs]
+                pick = operator.itemgetter(*idx) if len(idx) > 1 else lambda a: (a[idx[0]],)
+                self._static_check = (pick, [ptr for _, ptr in self.static_ptrs])
+            pick, expected = self._static_check
+            if list(map(_data_ptr, pick(args))) != expected:  # no Python frame per tensor
+                for i, ptr in self.static_ptrs:
+                    if args[i].data_ptr() != ptr:
+                        return f"static input {i} (a parameter or buffer) moved"
         for i, ptr in self.path_ptrs:
             if not isinstance(args[i], torch.Tensor) or args[i].data_ptr() != ptr:
                 return f"input {i} is no longer the output of an earlier graph of the step"

@@ -120,12 +120,22 @@ class InferenceRunner:
         # up to the op that raises. Running the captured graph gives eager's writes and error.
         self.on_error = on_error
         self.num_computed = len(info.computed)
+        # the graph takes the first len(unique) arguments in order: with no others, the call's
+        # arguments as they are (no duplicates, no non-tensors to drop)
+        self.in_order = info.unique == list(range(len(info.unique)))
 
     def __call__(self, *args: Any) -> tuple:
         info = self.info
+        if self.in_order and len(args) == len(info.unique):
+            inputs: Any = args
+        else:
+            inputs = [args[i] for i in info.unique]
         try:
-            with torch.no_grad():
-                results = self.compiled(*[args[i] for i in info.unique])
+            if torch.is_grad_enabled():
+                with torch.no_grad():
+                    results = self.compiled(*inputs)
+            else:  # an inference loop under no_grad: no context to enter per call
+                results = self.compiled(*inputs)
         except Exception:
             if self.on_error is None:
                 raise
