@@ -36,7 +36,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from framejit.frontend.sources import ItemSource, LocalSource, Source, is_module_state
+from framejit.frontend.sources import (
+    ItemSource,
+    LocalSource,
+    Source,
+    is_module_state,
+    resumed_range,
+)
 
 from framejit import logs
 
@@ -154,6 +160,7 @@ class DynamicInputs:
                     and bool(self.history.sizes or self.history.ints or self.history.floats)
                 )
                 or any(_has_marks(v) for v in frame_args.values())
+                or any(resumed_range(LocalSource(n)) for n in frame_args)
             )
         )
 
@@ -185,9 +192,13 @@ class DynamicInputs:
         specialized like sizes."""
         if self.dynamic is False:
             return False
-        argument = isinstance(source, LocalSource) or _resumed_range_bound(source)
+        argument = isinstance(source, LocalSource) or resumed_range_bound(source)
         if not argument and (self.dynamic is not None or not _counter_source(source)):
             return False
+        if self.dynamic is None and getattr(source, "attr", None) == "start" and argument:
+            # where a resumed loop goes on from: it changes at every step by design, so it is
+            # symbolic from the first resume (no graph for the second step alone)
+            return shape_env is not None and resumed_range_bound(source)
         if self.dynamic is None:
             previous = self.history.ints.get(source)
             self.history.ints[source] = value
@@ -195,7 +206,8 @@ class DynamicInputs:
                 self.history.dynamic_ints.add(source)
             if source not in self.history.dynamic_ints:
                 return False
-        return shape_env is not None and value >= 2
+        # a loop's range bound may be any int (`make_index`); other ints are sizes to torch
+        return shape_env is not None and (value >= 2 or resumed_range_bound(source))
 
     def float_is_lazy(self, source: Source, value: float) -> bool:
         """Whether float argument `value` is guarded only where the trace uses its value (a
@@ -221,6 +233,16 @@ class DynamicInputs:
         symbol = shape_env.create_unspecified_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
         self.symbols.setdefault(symbol, (source, None))
         return shape_env.create_symfloatnode(symbol, hint=value, source=src)
+
+    def make_index(self, shape_env: Any, source: Source, value: int) -> Any:
+        """A SymInt for an int that is no size (a resumed loop's range bound): any value, 0, 1
+        and negative ones included, so a loop's steps share one graph from its third on."""
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        src = _source_class()(str(source))
+        symbol = shape_env.create_unspecified_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
+        self.symbols.setdefault(symbol, (source, None))
+        return shape_env.create_symintnode(symbol, hint=value, source=src)
 
     def make_size(self, shape_env: Any, source: Source, dim: int | None, size: int) -> Any:
         from torch.fx.experimental.symbolic_shapes import DimDynamic
@@ -252,7 +274,7 @@ def _float_source(source: Source) -> bool:
     return isinstance(root, LocalSource) and not is_module_state(source)
 
 
-def _resumed_range_bound(source: Source) -> bool:
+def resumed_range_bound(source: Source) -> bool:
     """The start or stop of the range a resume function gets for a broken `for` loop: as much
     an argument of the frame as the loop's index was."""
     from framejit.frontend.sources import AttrSource, resumed_range
@@ -374,7 +396,11 @@ def shape_guard_checks(
         vr = shape_env.var_to_range.get(symbol)
         low = bound(vr.lower) if vr is not None else None
         high = bound(vr.upper) if vr is not None else None
-        check(symbol >= max(low or 2, 2), "symbolic size range (0 and 1 are specialized)")
+        if resumed_range_bound(symbols[symbol][0]):  # any int (make_index)
+            if low is not None:
+                check(symbol >= low, "symbolic index range")
+        else:
+            check(symbol >= max(low or 2, 2), "symbolic size range (0 and 1 are specialized)")
         if high is not None:
             check(symbol <= high, "symbolic size range")
     ranges = dict(shape_env.var_to_range)

@@ -29,6 +29,7 @@ from framejit.frontend.dynamic import (
     ShapeCheck,
     dynamic_fake,
     new_shape_env,
+    resumed_range_bound,
     shape_guard_checks,
     takes_float_operands,
 )
@@ -288,6 +289,8 @@ class OutputGraph:
         node = self._new_placeholder(source)
         if isinstance(value, float):
             sym = self.dynamic.make_float(self.shape_env, source, value)
+        elif resumed_range_bound(source):
+            sym = self.dynamic.make_index(self.shape_env, source, value)
         else:
             sym = self.dynamic.make_size(self.shape_env, source, None, value)
         node.meta["val"] = sym
