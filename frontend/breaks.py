@@ -421,12 +421,18 @@ def resume_function(fn: types.FunctionType, code: types.CodeType) -> types.Funct
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
 
 
-def stack_kind(item: VariableTracker | None) -> str:
+def stack_kind(item: VariableTracker | None, held: frozenset[int] = frozenset()) -> str:
+    """How a stack item reaches a resume function (see `resume_code`). `held`: ids of the
+    trackers the frame's locals hold."""
     from framejit.frontend.variables.containers import IteratorVariable
     from framejit.frontend.variables.generators import LazyIteratorVariable, RangeIteratorVariable
 
     if item is NULL:
         return "null"
+    if isinstance(item, (IteratorVariable, LazyIteratorVariable)) and id(item) in held:
+        # `it = iter(xs)` looped over: a local holds it too, so the resume function gets the
+        # real iterator itself, the one object both hold (its loop then runs as Python)
+        return "value"
     if isinstance(item, RangeIteratorVariable) or (
         type(item) is IteratorVariable and item.private and _int_steps(item.items[item.index :])
     ):

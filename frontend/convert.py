@@ -543,7 +543,8 @@ def _finish_break(
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
 
     def resume_at(offset: int, layout: list[VariableTracker | None]) -> None:
-        kinds = tuple(stack_kind(item) for item in layout)
+        held = frozenset(id(vt) for _, vt in live)  # an iterator a local holds too
+        kinds = tuple(stack_kind(item, held) for item in layout)
         rcode = resume_code(code, offset, kinds, tuple(name for name, _ in live))
         target = resume_function(fn, rcode)
         if resume_depth(rcode) <= config.max_resume_depth:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import warnings
 from typing import Any
 
 import pytest
@@ -165,12 +166,11 @@ def decode_loop(w, x, n):
 
 def test_a_range_loop_that_breaks_every_iteration_compiles_its_body_a_few_times() -> None:
     # The resume function of iteration 2 is the same code as that of iteration 1 (the break
-    # maps back to the user's instruction), its range's start becomes symbolic once it has
-    # changed, so 40 iterations make 4 graphs: before the loop, start == 1 (0 and 1 stay
-    # specialized), start symbolic, and the loop's exit.
+    # maps back to the user's instruction) and its range's start is symbolic from the first
+    # resume, so 40 iterations make 3 graphs: before the loop, the steps, the loop's exit.
     w, x = torch.randn(4, 4) * 0.3, torch.randn(1, 4)
     counter = run_both(decode_loop, w, x, 40)
-    assert counter.frame_count == 4
+    assert counter.frame_count == 3
     # another length: the loop's stop becomes symbolic too, at most one graph more
     run_both(decode_loop, w, x, 25, calls=1)
     assert counter.frame_count <= 5
@@ -188,15 +188,49 @@ def step_loop(x, start, stop, step):
     return x, seen
 
 
-# (start, stop, step), most graphs: symbolic ints are kept for values >= 2 (0 and 1 stay
-# specialized, negative values too), so a loop counting down below 2 compiles per value there
+# (start, stop, step), most graphs. The range's bounds may be any int; the loop variable `i`,
+# read after the break, is an int argument of the resume function, symbolic for values >= 2
+# only (ints are sizes to torch): counting down through 1, 0 and below compiles those steps.
 @pytest.mark.parametrize(
     "bounds, most",
-    [((0, 30, 3), 5), ((40, 10, -2), 5), ((20, -7, -2), 12), ((5, 5, 1), 1), ((3, 4, 1), 3)],
+    [((0, 30, 3), 3), ((40, 10, -2), 3), ((20, -7, -2), 6), ((5, 5, 1), 0), ((3, 4, 1), 1)],
 )
 def test_range_loops_resumed_with_any_step_give_eagers_values(bounds, most) -> None:
     counter = run_both(step_loop, torch.randn(3), *bounds)
     assert counter.frame_count <= most
+
+
+def nested_range_loops(x, n, m):
+    for i in range(n):
+        for j in range(m):
+            x = x + i * j
+            if x.sum() > 1e12:  # a break in the inner body
+                return x
+    return x
+
+
+def test_nested_range_loops_that_break_compile_a_few_graphs_without_warning() -> None:
+    # a graph per combination of the two loops' paths (body, inner exit, outer exit), not per step
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit warning
+        counter = run_both(nested_range_loops, torch.zeros(3), 6, 7)
+    assert counter.frame_count <= 6
+
+
+def loop_over_a_held_iterator(x, n):
+    it = iter(range(n))
+    for i in it:
+        x = x + i
+        print(i)  # a break while a local holds the loop's iterator too
+        if i == 2:
+            x = x * next(it)  # advances the loop's own iterator
+    return x
+
+
+def test_a_loop_over_an_iterator_a_local_holds_keeps_one_iterator(capsys) -> None:
+    # the resume function gets the real iterator itself (were the loop handed its items, the
+    # local would be another iterator, and next(it) would skip nothing, or raise)
+    run_both(loop_over_a_held_iterator, torch.ones(2), 6, capsys=capsys)
 
 
 def early_exit(x, n):
