@@ -286,13 +286,14 @@ def resume_code(
     local_names: tuple[str, ...],
 ) -> types.CodeType:
     """`code` restarted at the instruction at `offset` with a stack of len(kinds) items, then
-        `local_names`, then the frame's cells (every cell variable, as the cell object) as
-        arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed as argument
-        ___stack<i>) or "iter" (passed as a tuple of the items left; the prologue turns it back into
-        an iterator, so a loop that broke resumes capturable) or "range" (what a loop over a range
-    has left, passed as a range: ___stack<i>_range; the translator walks it lazily,
-    RangeIteratorVariable). The cells keep their slots and get no
-        MAKE_CELL, so closures made before the break share them with the resumed frame."""
+    `local_names`, then the frame's cells (every cell variable, as the cell object) as
+    arguments. A stack item's kind is "null" (pushed as NULL), "value" (passed as argument
+    ___stack<i>), "iter" (passed as a tuple of the items left; the prologue turns it back into
+    an iterator, so a loop that broke resumes capturable) or "range" (what a loop over a range
+    has left, passed as a range in ___stack<i>_range; the translator walks it lazily,
+    RangeIteratorVariable). The cells keep their slots and get no MAKE_CELL, so closures made
+    before the break share them with the resumed frame. A resume function of a resume function
+    is the user's code's own at the same instruction (`_to_root`)."""
     depth = _resume_origin.get(code, ("", "", 0))[2]
     if "iter" not in kinds:
         # an iterator of known items would be guarded item by item: its loop keeps making new
