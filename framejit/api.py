@@ -396,7 +396,10 @@ class JitFunction:
             or inside_torch_dispatch()
         ):
             return fn(*args, **kwargs)
-        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__):
+        # a resume function (the rest of a frame after a break: a loop's next steps) that
+        # reaches the limit is said in the `recompiles` log, as past max_resume_depth, not warned
+        warn = not resumes(fn.__code__)
+        if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, warn=warn):
             return fn(*args, **kwargs)
         if getattr(self, "_framejit_disabled", False):  # framejit.disable(this) after jit
             return fn(*args, **kwargs)
