@@ -20,6 +20,7 @@ from framejit.frontend.variables.base import (
     ConstantVariable,
     LazyNumberVariable,
     VariableTracker,
+    deferred_number,
 )
 from framejit.frontend.variables.builtins import BINARY_OPERATORS, DUNDER_OPERATORS
 from framejit.frontend.variables.containers import (
@@ -96,6 +97,9 @@ class OperatorsMixin:
             return self._sym_op(op, [a, b])
         if isinstance(a, SetVariable) and op in _SET_INPLACE and type(a.items) is set:
             return a.mutate(self, _SET_INPLACE[op], [b], {})  # `s |= t` changes s itself
+        deferred = deferred_number(op, a, b)  # a running total of floats read at breaks
+        if deferred is not None:
+            return deferred
         if a.is_constant() and b.is_constant() and not (_holds_symbols(a) or _holds_symbols(b)):
             try:
                 return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))

@@ -474,6 +474,56 @@ def test_a_float_passed_through_stops_recompiling() -> None:
         torch.testing.assert_close(p, q)
 
 
+def log_every_other_step(x: torch.Tensor, steps: int):
+    total = 0.0
+    for step in range(steps):
+        x = x * 0.9 + 0.05
+        loss = x.sum()
+        if step % 2 == 0:
+            print(step, round(loss.item(), 5))  # a break, then a rounded float printed
+        total += loss.item()  # a break, then a running Python total
+    return x, total
+
+
+def test_a_running_total_and_rounded_values_read_at_breaks_need_no_guard(capsys) -> None:
+    # `total + value` and `round(value, 5)` of floats read at breaks are computed by the code
+    # after the graph: the loop's resume function is not recompiled for each new value (it
+    # reached the recompile limit after 8 steps before), and prints and sums as eager does
+    counter = CompileCounter()
+    jitted = framejit.jit(log_every_other_step, backend=counter)
+    for steps in (20, 20):
+        got = jitted(torch.ones(3), steps)
+        printed = capsys.readouterr().out
+        want = log_every_other_step(torch.ones(3), steps)
+        assert capsys.readouterr().out == printed
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]  # the same float, bit for bit
+    assert counter.frame_count <= 5
+
+
+def total_then_uses(x: torch.Tensor, total: float, limit: float):
+    total += (x * 2).sum().item()
+    doubled = total * 2.0 - 1.0  # deferred too
+    if doubled > limit:  # a condition needs the value: guarded, as without deferral
+        return x * doubled, doubled, round(total)  # round() with no digits: computed now
+    return x - doubled, abs(doubled), round(total, 3)
+
+
+def test_deferred_floats_are_computed_where_their_value_is_needed() -> None:
+    jitted = framejit.jit(total_then_uses, backend="eager")
+    x = torch.randn(4)
+    for total, limit in [
+        (0.0, 0.0),
+        (1.5, 0.0),
+        (-3.25, 100.0),
+        (float("inf"), float("inf")),
+        (2.0, 1e9),
+    ]:
+        got, want = jitted(x, total, limit), total_then_uses(x, total, limit)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] and type(got[2]) is type(want[2])
+
+
 def test_a_float_the_graph_uses_is_still_guarded_by_value() -> None:
     def fn(x: torch.Tensor, scale: float, total: float) -> tuple[torch.Tensor, float]:
         return x * scale, total + 1.0

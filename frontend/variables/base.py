@@ -268,6 +268,107 @@ class LazyNumberVariable(VariableTracker):
         self.source.emit_load(cg)
 
 
+class DeferredNumberVariable(VariableTracker):
+    """`a + b`, `a - b`, `a * b`, `round(a, n)` or `abs(a)` of floats read without a guard
+    (`LazyNumberVariable`) and constant numbers, at least one unguarded: computed by the code
+    after the graph (`operator.add(a, b)` there), not while tracing, so a running total or a
+    rounded loss of values read at breaks (`total += loss.item()`, `round(loss.item(), 4)`)
+    costs no guard on them. A use of the value (a condition, a format, an op that needs a
+    constant) computes it while tracing, guarding every float it is made of. None of these
+    raise on finite or infinite floats (round of inf or NaN with no digits does: not deferred,
+    see `deferred_number`), so computing them later changes nothing Python would see."""
+
+    MAX_DEPTH = 64  # deeper expressions are computed while tracing (and guarded)
+
+    def __init__(self, op: Any, operands: list[VariableTracker]) -> None:
+        self.op = op
+        self.operands = operands
+        self.depth = 1 + max(getattr(v, "depth", 0) for v in operands)
+
+    def __repr__(self) -> str:
+        return f"Deferred({getattr(self.op, '__name__', self.op)}, {self.operands!r})"
+
+    def unguarded(self) -> Any:
+        return self.op(*[_unguarded(v) for v in self.operands])
+
+    def python_type(self) -> type:
+        return type(self.unguarded())
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.op(*[v.as_constant() for v in self.operands])
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.as_constant())
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return ConstantVariable(self.as_constant()).getattr(tx, name)
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        return ConstantVariable(self.as_constant()).call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        def operands() -> None:
+            for v in self.operands:
+                cg.reconstruct(v)
+
+        cg.call_const(self.op, operands, len(self.operands))
+
+
+def _unguarded(v: VariableTracker) -> Any:
+    if isinstance(v, LazyNumberVariable):
+        return v.value_unguarded
+    if isinstance(v, DeferredNumberVariable):
+        return v.unguarded()
+    return v.as_constant()
+
+
+_DEFERRED_OPS = {
+    operator.add: operator.add,
+    operator.iadd: operator.add,
+    operator.sub: operator.sub,
+    operator.isub: operator.sub,
+    operator.mul: operator.mul,
+    operator.imul: operator.mul,
+    round: round,
+    abs: abs,
+}
+
+
+def deferred_number(op: Any, *operands: VariableTracker) -> VariableTracker | None:
+    """`op(*operands)` as a DeferredNumberVariable where it may be one (see there). None
+    otherwise."""
+    plain = _DEFERRED_OPS.get(op)
+    if plain is None or len(operands) > 2:
+        return None
+    lazy = (LazyNumberVariable, DeferredNumberVariable)
+    if not isinstance(operands[0], lazy) and not (
+        plain is not round and plain is not abs and any(isinstance(v, lazy) for v in operands)
+    ):
+        return None
+    for v in operands:
+        if isinstance(v, lazy):
+            if type(_unguarded(v)) is not float:
+                return None
+            if isinstance(v, DeferredNumberVariable) and v.depth >= v.MAX_DEPTH:
+                return None
+        elif not (type(v) is ConstantVariable and type(v.value) in (int, float)):
+            return None
+    if plain is round and (len(operands) != 2 or type(_unguarded(operands[1])) is not int):
+        return None  # round(x) gives an int, and raises for inf and NaN
+    if plain is abs and len(operands) != 1:
+        return None
+    return DeferredNumberVariable(plain, list(operands))
+
+
 class ExternalCallableVariable(VariableTracker):
     """A callable that exists outside the frame and never changes (a torch function, a builtin,
     a C function, a logging function): subclasses say what calling it means; it is rebuilt from

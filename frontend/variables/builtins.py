@@ -28,6 +28,7 @@ from framejit.frontend.variables.base import (
     VariableTracker,
     all_constant,
     constant_fold,
+    deferred_number,
     is_numpy_scalar,
 )
 from framejit.frontend.variables.containers import (
@@ -141,6 +142,10 @@ def call_builtin(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Variabl
         and (len(args) == 1 or fn in (max, min))
     ):
         return _symbolic_call(tx, symbolic, args)
+    if fn in (round, abs) and not kwargs:  # of a float read at a break: computed later
+        deferred = deferred_number(fn, *args)
+        if deferred is not None:
+            return deferred
     handler = BUILTINS.get(fn) if is_builtin(fn) else None
     if handler is not None:
         result = handler(tx, args, kwargs)
