@@ -55,6 +55,7 @@ from framejit.frontend.translator import decode, root_translator
 from framejit.frontend.variables.base import (
     NULL,
     CellVariable,
+    DeferredNumberVariable,
     VariableTracker,
     forget_undo,
     undo_mark,
@@ -328,6 +329,8 @@ def _parts(vt: VariableTracker) -> list[VariableTracker]:
         return [vt.fn, *vt.args, *vt.kwargs.values()]
     if isinstance(vt, SliceVariable):
         return list(vt.parts)
+    if isinstance(vt, DeferredNumberVariable):  # `self.total + v`, computed after the graph
+        return list(vt.operands)
     if isinstance(vt, NestedFunctionVariable):
         cells = [
             c.contents for c in vt.closure if isinstance(c, CellVariable) and c.contents is not None
@@ -528,10 +531,13 @@ def _finish_break(
     handler = body_and_handler(code, inst.offset) if gb.run_instruction else None
     local_values: list[VariableTracker | str] = [vt for _, vt in live]
     if handler is not None:  # the copied handler code reads the locals from their slots
-        for name, vt in live:
-            if getattr(vt, "source", None) != _plain_local(name):
-                cg.reconstruct(vt)
-                cg.emit(Instr("STORE_FAST", name))
+        # every value built before any slot is written: one may read another's slot (a
+        # deferred `total + v` reads the argument `total`)
+        stored = [(n, vt) for n, vt in live if getattr(vt, "source", None) != _plain_local(n)]
+        for _, vt in stored:
+            cg.reconstruct(vt)
+        for name, _ in reversed(stored):
+            cg.emit(Instr("STORE_FAST", name))
         for name in argnames:  # an argument the frame deleted is unbound there too
             if name not in gb.locals and name not in code.co_cellvars:
                 cg.emit(Instr("DELETE_FAST", name))

@@ -524,6 +524,45 @@ def test_deferred_floats_are_computed_where_their_value_is_needed() -> None:
         assert got[1:] == want[1:] and type(got[2]) is type(want[2])
 
 
+class Accumulator:
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.history: list[float] = []
+
+
+def accumulate(x: torch.Tensor, acc: Accumulator) -> torch.Tensor:
+    v = (x * 2).sum().item()
+    acc.total += v  # a deferred sum over the attribute's old value...
+    acc.total += 1.5
+    acc.history.append(acc.total * 1.0)  # ...rebuilt after the write to the attribute
+    mean = x.mean().item()  # a break: the writes above are replayed here
+    acc.total = acc.total - mean
+    return x + 1
+
+
+def total_inside_try(x: torch.Tensor, total: float):
+    total += x.sum().item()
+    other = total * 2.0  # reads the argument `total` after the break below rewrites its slot
+    try:
+        total = total - x.mean().item()  # a break inside a try: locals stored in their slots
+    except ValueError:
+        pass
+    return total, other
+
+
+def test_deferred_floats_read_the_values_from_before_the_writes() -> None:
+    jitted = framejit.jit(accumulate, backend="eager")
+    mine, theirs = Accumulator(), Accumulator()
+    for _ in range(5):
+        x = torch.randn(3)
+        torch.testing.assert_close(jitted(x, mine), accumulate(x, theirs))
+    assert (mine.total, mine.history) == (theirs.total, theirs.history)
+    jitted = framejit.jit(total_inside_try, backend="eager")
+    for k in range(5):
+        x = torch.randn(3)
+        assert jitted(x, k * 1.5) == total_inside_try(x, k * 1.5)
+
+
 def test_a_float_the_graph_uses_is_still_guarded_by_value() -> None:
     def fn(x: torch.Tensor, scale: float, total: float) -> tuple[torch.Tensor, float]:
         return x * scale, total + 1.0
