@@ -224,7 +224,29 @@ class ConstantVariable(VariableTracker):
 _SYM_OR_SIZE = (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size, tuple)
 
 
-class LazyNumberVariable(VariableTracker):
+class _NumberOnDemand(VariableTracker):
+    """A number whose value the trace computes only when it is used (`as_constant`)."""
+
+    def is_constant(self) -> bool:
+        return True
+
+    def truth(self, tx: Translator) -> bool:
+        return bool(self.as_constant())
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        return ConstantVariable(self.as_constant()).getattr(tx, name)
+
+    def call_method(
+        self,
+        tx: Translator,
+        name: str,
+        args: list[VariableTracker],
+        kwargs: dict[str, VariableTracker],
+    ) -> VariableTracker:
+        return ConstantVariable(self.as_constant()).call_method(tx, name, args, kwargs)
+
+
+class LazyNumberVariable(_NumberOnDemand):
     """A float argument guarded only where the trace relies on its value (automatic dynamic,
     frontend/dynamic.py). Every use goes through `as_constant()`, which installs the value guard
     (again each time: a graph break's rollback may drop an earlier one; duplicates are merged);
@@ -242,33 +264,15 @@ class LazyNumberVariable(VariableTracker):
     def python_type(self) -> type:
         return type(self.value_unguarded)
 
-    def is_constant(self) -> bool:
-        return True
-
     def as_constant(self) -> Any:
         self._guard()
         return self.value_unguarded
-
-    def truth(self, tx: Translator) -> bool:
-        return bool(self.as_constant())
-
-    def getattr(self, tx: Translator, name: str) -> VariableTracker:
-        return ConstantVariable(self.as_constant()).getattr(tx, name)
-
-    def call_method(
-        self,
-        tx: Translator,
-        name: str,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        return ConstantVariable(self.as_constant()).call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg: CodeGen) -> None:
         self.source.emit_load(cg)
 
 
-class DeferredNumberVariable(VariableTracker):
+class DeferredNumberVariable(_NumberOnDemand):
     """`a + b`, `a - b`, `a * b`, `round(a, n)` or `abs(a)` of floats read without a guard
     (`LazyNumberVariable`) and constant numbers, at least one unguarded: computed by the code
     after the graph (`operator.add(a, b)` there), not while tracing, so a running total or a
@@ -294,26 +298,8 @@ class DeferredNumberVariable(VariableTracker):
     def python_type(self) -> type:
         return type(self.unguarded())
 
-    def is_constant(self) -> bool:
-        return True
-
     def as_constant(self) -> Any:
         return self.op(*[v.as_constant() for v in self.operands])
-
-    def truth(self, tx: Translator) -> bool:
-        return bool(self.as_constant())
-
-    def getattr(self, tx: Translator, name: str) -> VariableTracker:
-        return ConstantVariable(self.as_constant()).getattr(tx, name)
-
-    def call_method(
-        self,
-        tx: Translator,
-        name: str,
-        args: list[VariableTracker],
-        kwargs: dict[str, VariableTracker],
-    ) -> VariableTracker:
-        return ConstantVariable(self.as_constant()).call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg: CodeGen) -> None:
         def operands() -> None:
