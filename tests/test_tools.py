@@ -123,3 +123,28 @@ def test_the_model_bench_runs_its_smoke_shapes(tmp_path: pathlib.Path) -> None:
     for row in rows:
         assert set(row["host_device_ms"]) == {"eager", "framejit"}
         assert all(ms > 0 for pair in row["host_device_ms"].values() for ms in pair)
+
+
+def test_the_loop_bench_compiles_a_few_graphs_for_many_steps(tmp_path: pathlib.Path) -> None:
+    """tools/bench/loops.py (framejit against eager; torch.compile left out here): the decode
+    loop and the logging loop compile the same few graphs for 12 steps as for 24."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
+    graphs = {}
+    for steps in (12, 24):
+        results = tmp_path / f"loops{steps}.json"
+        done = subprocess.run(
+            [sys.executable, str(TOOLS / "bench" / "loops.py"), "--steps", str(steps)]
+            + ["--repeats", "1", "--no-compile", "--json", str(results)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        import json
+
+        rows = json.loads(results.read_text())
+        assert [r["case"] for r in rows] == ["decode", "logging"]
+        graphs[steps] = [r["framejit"]["graphs"] for r in rows]
+    assert graphs[12] == graphs[24] and all(0 < n <= 4 for n in graphs[12]), graphs
