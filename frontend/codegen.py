@@ -99,6 +99,10 @@ class ResumeCall:
         self.args = args
 
 
+# stack kind (breaks.resume_code) -> what builds the argument from the iterator left
+_LEFT_OF = {"iter": tuple, "range": left_as_range}
+
+
 def run_resumes(fn: Any, *args: Any) -> Any:
     """Call a resume function as the user's frame's tail call, then each resume function the
     resumed code hands back (`ResumeCall`), until one returns the frame's result."""
@@ -460,12 +464,9 @@ class CodeGen:
         else:
             self.load_const(target)
         for i, kind in enumerate(kinds):
-            if kind == "iter":  # what the iterator has left, as a tuple
+            if kind in _LEFT_OF:  # what the iterator has left, as a tuple or a range
                 load = Instr("LOAD_FAST", f"___save{i}")
-                self.call_const(tuple, lambda load=load: self._emit(load), 1)
-            elif kind == "range":  # a range's, as a range
-                load = Instr("LOAD_FAST", f"___save{i}")
-                self.call_const(left_as_range, lambda load=load: self._emit(load), 1)
+                self.call_const(_LEFT_OF[kind], lambda load=load: self._emit(load), 1)
             elif kind == "value":
                 self._emit(Instr("LOAD_FAST", f"___save{i}"))
         for vt in local_values:

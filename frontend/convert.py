@@ -548,8 +548,9 @@ def _finish_break(
     for i, vt in enumerate(gb.stack):
         cg.reconstruct(vt, wrap_function=wrap_resume if i == callee else None)
 
+    held = frozenset(id(vt) for _, vt in live)  # an iterator a local holds too
+
     def resume_at(offset: int, layout: list[VariableTracker | None]) -> None:
-        held = frozenset(id(vt) for _, vt in live)  # an iterator a local holds too
         kinds = tuple(stack_kind(item, held) for item in layout)
         rcode = resume_code(code, offset, kinds, tuple(name for name, _ in live))
         target = resume_function(fn, rcode)

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 from framejit.frontend.sources import (
+    AttrSource,
     ItemSource,
     LocalSource,
     Source,
@@ -192,13 +193,15 @@ class DynamicInputs:
         specialized like sizes."""
         if self.dynamic is False:
             return False
-        argument = isinstance(source, LocalSource) or resumed_range_bound(source)
-        if not argument and (self.dynamic is not None or not _counter_source(source)):
+        bound = resumed_range_bound(source)
+        if not (isinstance(source, LocalSource) or bound) and (
+            self.dynamic is not None or not _counter_source(source)
+        ):
             return False
-        if self.dynamic is None and getattr(source, "attr", None) == "start" and argument:
+        if bound and source.attr == "start" and self.dynamic is None:
             # where a resumed loop goes on from: it changes at every step by design, so it is
             # symbolic from the first resume (no graph for the second step alone)
-            return shape_env is not None and resumed_range_bound(source)
+            return shape_env is not None
         if self.dynamic is None:
             previous = self.history.ints.get(source)
             self.history.ints[source] = value
@@ -207,7 +210,7 @@ class DynamicInputs:
             if source not in self.history.dynamic_ints:
                 return False
         # a loop's range bound may be any int (`make_index`); other ints are sizes to torch
-        return shape_env is not None and (value >= 2 or resumed_range_bound(source))
+        return shape_env is not None and (value >= 2 or bound)
 
     def float_is_lazy(self, source: Source, value: float) -> bool:
         """Whether float argument `value` is guarded only where the trace uses its value (a
@@ -277,8 +280,6 @@ def _float_source(source: Source) -> bool:
 def resumed_range_bound(source: Source) -> bool:
     """The start or stop of the range a resume function gets for a broken `for` loop: as much
     an argument of the frame as the loop's index was."""
-    from framejit.frontend.sources import AttrSource, resumed_range
-
     return type(source) is AttrSource and source.attr != "step" and resumed_range(source.base)
 
 

@@ -25,6 +25,18 @@ print(os.environ.get("TRITON_INTERPRET", "unset"))
 """
 
 
+def _run_tool(argv: list[str], interpret: bool) -> subprocess.CompletedProcess:
+    """`python argv...` with the repository on the path (and Triton's interpreter on where
+    asked), failing the test with its stderr's end when it fails."""
+    env = dict(os.environ, TRITON_INTERPRET="1") if interpret else dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 @pytest.mark.parametrize("tool", ["op_sweep.py", "module_sweep.py"])
 @pytest.mark.parametrize(("device", "expected"), [("cuda", "unset"), ("cpu", "1")])
 def test_loading_a_tool_sets_the_interpreter_only_off_the_gpu(tool, device, expected) -> None:
@@ -76,17 +88,8 @@ print("exit", code)
 
 def test_the_kernel_bandwidth_bench_runs_with_fake_cuda_timing(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("numpy")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
     results = tmp_path / "kernels.json"
-    done = subprocess.run(
-        [sys.executable, "-c", FAKE_CUDA_KERNELS, str(TOOLS / "bench"), str(results)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_tool(["-c", FAKE_CUDA_KERNELS, str(TOOLS / "bench"), str(results)], interpret=True)
     import json
 
     rows = json.loads(results.read_text())
@@ -103,18 +106,12 @@ def test_the_model_bench_runs_its_smoke_shapes(tmp_path: pathlib.Path) -> None:
     """tools/bench/models.py --smoke on the CPU (Triton's interpreter): every code path but the
     CUDA timing (which is kernels.py's, run above with CUDA faked) and torch.compile's."""
     pytest.importorskip("numpy")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
     results = tmp_path / "models.json"
-    done = subprocess.run(
-        [sys.executable, str(TOOLS / "bench" / "models.py"), "--smoke", "--models", "gpt2"]
+    done = _run_tool(
+        [str(TOOLS / "bench" / "models.py"), "--smoke", "--models", "gpt2"]
         + ["--host-profile", "--json", str(results)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        interpret=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     assert "host profile of 20 calls" in done.stdout
     import json
 
@@ -128,20 +125,14 @@ def test_the_model_bench_runs_its_smoke_shapes(tmp_path: pathlib.Path) -> None:
 def test_the_loop_bench_compiles_a_few_graphs_for_many_steps(tmp_path: pathlib.Path) -> None:
     """tools/bench/loops.py (framejit against eager; torch.compile left out here): the decode
     loop and the logging loop compile the same few graphs for 12 steps as for 24."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TOOLS.parent), env.get("PYTHONPATH", "")])
     graphs = {}
     for steps in (12, 24):
         results = tmp_path / f"loops{steps}.json"
-        done = subprocess.run(
-            [sys.executable, str(TOOLS / "bench" / "loops.py"), "--steps", str(steps)]
+        _run_tool(
+            [str(TOOLS / "bench" / "loops.py"), "--steps", str(steps)]
             + ["--repeats", "1", "--no-compile", "--json", str(results)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+            interpret=False,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
         import json
 
         rows = json.loads(results.read_text())

@@ -333,12 +333,13 @@ def deferred_number(op: Any, *operands: VariableTracker) -> VariableTracker | No
     """`op(*operands)` as a DeferredNumberVariable where it may be one (see there). None
     otherwise."""
     plain = _DEFERRED_OPS.get(op)
-    if plain is None or len(operands) > 2:
+    if plain is None or len(operands) != (1 if plain is abs else 2):
         return None
     lazy = (LazyNumberVariable, DeferredNumberVariable)
-    if not isinstance(operands[0], lazy) and not (
-        plain is not round and plain is not abs and any(isinstance(v, lazy) for v in operands)
-    ):
+    if plain in (round, abs):  # of an unguarded float, not of a constant
+        if not isinstance(operands[0], lazy):
+            return None
+    elif not any(isinstance(v, lazy) for v in operands):
         return None
     for v in operands:
         if isinstance(v, lazy):
@@ -348,10 +349,8 @@ def deferred_number(op: Any, *operands: VariableTracker) -> VariableTracker | No
                 return None
         elif not (type(v) is ConstantVariable and type(v.value) in (int, float)):
             return None
-    if plain is round and (len(operands) != 2 or type(_unguarded(operands[1])) is not int):
-        return None  # round(x) gives an int, and raises for inf and NaN
-    if plain is abs and len(operands) != 1:
-        return None
+    if plain is round and type(_unguarded(operands[1])) is not int:
+        return None  # round(x, None) gives an int, and raises for inf and NaN
     return DeferredNumberVariable(plain, list(operands))
 
 
