@@ -18,6 +18,16 @@
 // stacks (no dispatch mode; the function modes are exactly torch's DeviceContexts, each with the
 // device it selects) straight from torch's thread-local state, where the Python check makes one
 // call per fact. guards/guard.py's `_global_state_check` renders the same facts as Python.
+//
+// A module's guards are one module_check(module, spec) call (guards/compile.py groups them): it
+// is the module, with its `training` flag and class, no hooks, `forward` not shadowed, its
+// parameters' and buffers' TENSOR_MATCH, then its facts: guards on values a few attribute, item
+// or type() steps away (`m.eps == 1e-5`, `type(m).forward.__code__ is c`) and its submodules'
+// own specs, checked as their Python lines read. After a full check passes it remembers what
+// it read; while the module's instance dict and the exact dicts it read through keep their
+// versions (PEP 509) and its class its version tag, the same objects are there, so the fast
+// path re-checks only the hook dicts, the tensors, the submodules and the facts whose outcome
+// could change without those (a function's `__code__`, a value of a heap type).
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -647,6 +657,36 @@ struct ModuleTensor {
   PyObject* spec;       // a Spec (owned)
 };
 
+// A fact about a value reached from the module: `type(m).forward.__code__ is c`, `m.eps == 1e-5`,
+// `len(m.normalized_shape) == 1`, or a submodule's own ModuleSpec (`m._modules['fc']`).
+enum StepKind { STEP_ATTR = 0, STEP_ITEM = 1, STEP_TYPE = 2 };
+enum FactKind { FACT_IS = 0, FACT_EQ = 1, FACT_TYPE = 2, FACT_LEN = 3, FACT_MODULE = 4 };
+
+struct Step {
+  StepKind kind;
+  PyObject* arg;  // STEP_ATTR: the name (interned); STEP_ITEM: the key; STEP_TYPE: nullptr
+};
+
+struct Fact {
+  std::vector<Step> path;  // from the module to the value (owned args)
+  FactKind kind;
+  PyObject* expected;  // FACT_IS: the object; FACT_EQ: an equal value of the exact type; FACT_TYPE:
+                       // the type; FACT_MODULE: the submodule's ModuleSpec; FACT_LEN: nullptr
+  Py_ssize_t length;   // FACT_LEN
+  // What the last full check found (used only while its module's fast path holds): the value
+  // after the first `fixed_steps` steps is the same object while the module's instance dict
+  // and class and the exact dicts read on the way (`containers`, with their versions,
+  // outermost first) are unchanged, and is `value` (borrowed, held by the last of those);
+  // `stable`: the whole path is fixed and so is the outcome: the fast path skips the fact.
+  size_t fixed_steps;
+  bool stable;
+  PyObject* value;
+  std::vector<std::pair<PyObject*, uint64_t>> containers;
+};
+
+struct ModuleSpec;
+bool module_matches(PyObject* obj, ModuleSpec* s);
+
 struct ModuleSpec {
   PyObject_HEAD
   PyObject* module;  // the module, or a weak reference to it (owned)
@@ -655,6 +695,7 @@ struct ModuleSpec {
   bool no_hooks;       // the module has no forward/backward (pre-)hooks
   PyObject* absent;    // a tuple of keys that must not be in the module's __dict__ (owned)
   std::vector<ModuleTensor> tensors;  // getattr(module, container)[key] matches spec
+  std::vector<Fact> facts;            // then these hold, in order
   // The fast path's memory of the last full check that passed (valid: `cached`). Borrowed
   // pointers, used only while the versions show that the objects holding them are unchanged.
   bool cached;
@@ -680,6 +721,11 @@ void module_spec_dealloc(PyObject* self) {
     Py_XDECREF(t.spec);
   }
   s->tensors.~vector();
+  for (Fact& f : s->facts) {
+    for (Step& step : f.path) Py_XDECREF(step.arg);
+    Py_XDECREF(f.expected);
+  }
+  s->facts.~vector();
   s->cached_containers.~vector();
   s->cached_container_versions.~vector();
   s->cached_tensors.~vector();
@@ -688,18 +734,73 @@ void module_spec_dealloc(PyObject* self) {
 
 PyTypeObject ModuleSpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// module_spec(module_or_weakref, training, cls_or_None, no_hooks, absent_keys, tensors)
-// tensors: a tuple of (container name, key, Spec).
+// One fact from its Python form (path, kind, expected): path is a tuple of steps, each a str
+// (an attribute), a 1-tuple (an item: its key) or None (`type(...)`). False with TypeError set
+// when it is malformed.
+bool parse_fact(PyObject* item, Fact* f) {
+  static const char* usage =
+      "module_spec(): facts are (path, kind, expected); a step is a str, a 1-tuple or None";
+  if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3 ||
+      !PyTuple_Check(PyTuple_GET_ITEM(item, 0)) || !PyLong_Check(PyTuple_GET_ITEM(item, 1))) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return false;
+  }
+  const long kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+  PyObject* expected = PyTuple_GET_ITEM(item, 2);
+  if (kind < FACT_IS || kind > FACT_MODULE || (kind == FACT_LEN && !PyLong_Check(expected)) ||
+      (kind == FACT_TYPE && !PyType_Check(expected)) ||
+      (kind == FACT_MODULE && Py_TYPE(expected) != &ModuleSpecType)) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return false;
+  }
+  f->kind = static_cast<FactKind>(kind);
+  f->stable = false;
+  f->fixed_steps = 0;
+  f->value = nullptr;
+  f->length = 0;
+  f->expected = nullptr;
+  if (f->kind == FACT_LEN) {
+    f->length = PyLong_AsSsize_t(expected);
+    if (f->length < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, usage);
+      return false;
+    }
+  } else {
+    f->expected = Py_NewRef(expected);
+  }
+  PyObject* path = PyTuple_GET_ITEM(item, 0);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(path); ++i) {
+    PyObject* step = PyTuple_GET_ITEM(path, i);
+    if (PyUnicode_Check(step)) {
+      PyObject* name = Py_NewRef(step);
+      PyUnicode_InternInPlace(&name);
+      f->path.push_back(Step{STEP_ATTR, name});
+    } else if (PyTuple_Check(step) && PyTuple_GET_SIZE(step) == 1) {
+      f->path.push_back(Step{STEP_ITEM, Py_NewRef(PyTuple_GET_ITEM(step, 0))});
+    } else if (step == Py_None) {
+      f->path.push_back(Step{STEP_TYPE, nullptr});
+    } else {
+      PyErr_SetString(PyExc_TypeError, usage);
+      return false;
+    }
+  }
+  return true;
+}
+
+// module_spec(module_or_weakref, training, cls_or_None, no_hooks, absent_keys, tensors[, facts])
+// tensors: a tuple of (container name, key, Spec); facts: a tuple of (path, kind, expected).
 PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6 || !PyBool_Check(args[1]) || !(args[2] == Py_None || PyType_Check(args[2])) ||
-      !PyTuple_Check(args[4]) || !PyTuple_Check(args[5])) {
+  if (nargs < 6 || nargs > 7 || !PyBool_Check(args[1]) ||
+      !(args[2] == Py_None || PyType_Check(args[2])) || !PyTuple_Check(args[4]) ||
+      !PyTuple_Check(args[5]) || (nargs == 7 && !PyTuple_Check(args[6]))) {
     PyErr_SetString(PyExc_TypeError,
-                    "module_spec(module, training, cls, no_hooks, absent_keys, tensors)");
+                    "module_spec(module, training, cls, no_hooks, absent_keys, tensors[, facts])");
     return nullptr;
   }
   ModuleSpec* s = PyObject_New(ModuleSpec, &ModuleSpecType);
   if (s == nullptr) return nullptr;
   new (&s->tensors) std::vector<ModuleTensor>();
+  new (&s->facts) std::vector<Fact>();
   new (&s->cached_containers) std::vector<PyObject*>();
   new (&s->cached_container_versions) std::vector<uint64_t>();
   new (&s->cached_tensors) std::vector<PyObject*>();
@@ -728,13 +829,178 @@ PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize
     s->tensors.push_back(ModuleTensor{container, Py_NewRef(PyTuple_GET_ITEM(item, 1)),
                                       Py_NewRef(PyTuple_GET_ITEM(item, 2))});
   }
+  for (Py_ssize_t i = 0; nargs == 7 && i < PyTuple_GET_SIZE(args[6]); ++i) {
+    s->facts.emplace_back();
+    if (!parse_fact(PyTuple_GET_ITEM(args[6], i), &s->facts.back())) {
+      Py_DECREF(self);
+      return nullptr;
+    }
+  }
   return self;
+}
+
+// Whether `value` passes the fact's comparison; false, with no exception left set, when it does
+// not. `*stable`: whether the outcome is fixed as long as `value` is the same object: identity,
+// an immutable value, a tuple's length, or a builtin (non-heap) type, which cannot be assigned
+// away; never for a submodule, whose spec has its own fast path.
+bool value_passes(PyObject* value, const Fact* f, bool* stable) {
+  bool ok = false;
+  *stable = true;
+  switch (f->kind) {
+    case FACT_IS:
+      ok = value == f->expected;
+      break;
+    case FACT_EQ:
+      ok = Py_TYPE(value) == Py_TYPE(f->expected) &&
+           PyObject_RichCompareBool(value, f->expected, Py_EQ) == 1;
+      break;
+    case FACT_TYPE:
+      ok = reinterpret_cast<PyObject*>(Py_TYPE(value)) == f->expected;
+      *stable = !PyType_HasFeature(Py_TYPE(value), Py_TPFLAGS_HEAPTYPE);
+      break;
+    case FACT_LEN:
+      ok = PyObject_Size(value) == f->length;
+      *stable = PyTuple_CheckExact(value);
+      break;
+    case FACT_MODULE:
+      ok = module_matches(value, reinterpret_cast<ModuleSpec*>(f->expected));
+      *stable = false;
+      break;
+  }
+  if (!ok) PyErr_Clear();
+  return ok;
+}
+
+// One step of a fact's path from `value` (a new reference; nullptr with an exception set), read
+// as its Python line reads it (`x.name`, `x[key]`, `type(x)`); `dict` is the module's instance
+// dict when `i` is 0 (see read_attr). `*fixed` (in: the value read so far is fixed) becomes
+// whether the result is fixed too (see fact_holds); an exact dict read from while fixed goes
+// into `containers` with its version.
+PyObject* read_step(PyObject* value, const Fact* f, size_t i, PyObject* dict, bool* fixed,
+                    std::vector<std::pair<PyObject*, uint64_t>>* containers) {
+  const Step& step = f->path[i];
+  if (step.kind == STEP_TYPE) {
+    *fixed = *fixed && i == 0;
+    return Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(value)));
+  }
+  if (step.kind == STEP_ITEM) {
+#if FRAMEJIT_DICT_VERSIONS
+    const bool exact_dict = PyDict_CheckExact(value);
+    const uint64_t version = exact_dict ? dict_version(value) : 0;
+#else
+    const bool exact_dict = false;
+    const uint64_t version = 0;
+#endif
+    if (exact_dict && *fixed) containers->emplace_back(value, version);
+    *fixed = *fixed && (PyTuple_CheckExact(value) || exact_dict);
+    return PyObject_GetItem(value, step.arg);
+  }
+  if (i == 0) {
+    bool direct = true;
+    PyObject* next = read_attr(value, dict, step.arg, &direct);
+    *fixed = direct;
+    return next;
+  }
+  if (PyFunction_Check(value) && Py_TYPE(value) == &PyFunction_Type &&
+      PyUnicode_CompareWithASCIIString(step.arg, "__code__") == 0) {
+    *fixed = false;  // a function's code can be assigned
+    return Py_NewRef(PyFunction_GET_CODE(value));
+  }
+  PyObject* next = PyObject_GetAttr(value, step.arg);
+  // `type(m).name`: the attribute on the class itself, unchanged while its tag is
+  *fixed = *fixed && i == 1 && f->path[0].kind == STEP_TYPE && Py_TYPE(value) == &PyType_Type &&
+           next == _PyType_Lookup(reinterpret_cast<PyTypeObject*>(value), step.arg);
+  return next;
+}
+
+// Whether the fact holds for module `obj` (whose instance dict is `dict`, or nullptr: see
+// instance_dict); false, with no exception left set, when it does not or a read raises. With
+// `record`, notes what the fast path may reuse: the longest fixed start of the path (its
+// length and value, Fact::fixed_steps and value) and whether the outcome is fixed (stable). A
+// value is fixed, the same object while the module's instance dict and class and the recorded
+// containers are unchanged, when the first read came from the instance dict (or was
+// `type(obj)`) and each later one from an exact tuple, an exact dict (recorded, with its
+// version) or, for `type(obj).name`, the class itself.
+bool fact_holds(PyObject* obj, PyObject* dict, Fact* f, bool record) {
+  PyObject* value = Py_NewRef(obj);
+  bool fixed = true;
+  size_t fixed_steps = 0;
+  PyObject* fixed_value = obj;  // borrowed: held by what holds it (see above)
+  std::vector<std::pair<PyObject*, uint64_t>> containers;
+  for (size_t i = 0; i < f->path.size(); ++i) {
+    PyObject* next = read_step(value, f, i, dict, &fixed, &containers);
+    Py_DECREF(value);
+    if (next == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    value = next;
+    if (fixed) {
+      fixed_steps = i + 1;
+      fixed_value = value;
+    }
+  }
+  bool stable = false;
+  const bool ok = value_passes(value, f, &stable);
+  if (record) {
+    f->fixed_steps = fixed_steps;
+    f->value = fixed_value;
+    f->stable = fixed && stable;
+    f->containers = std::move(containers);
+  }
+  Py_DECREF(value);
+  return ok;
+}
+
+// Whether the fact still holds, from what its module's last full check recorded (the module's
+// fast path has found its instance dict and class unchanged); false: run the full check.
+bool fact_still_holds(PyObject* obj, PyObject* dict, Fact* f) {
+#if FRAMEJIT_DICT_VERSIONS
+  if (f->fixed_steps == 0) return fact_holds(obj, dict, f, false);
+  // outermost first: while a dict is unchanged, the next one it holds is alive
+  for (const auto& [container, version] : f->containers) {
+    if (dict_version(container) != version) return false;
+  }
+  if (f->stable) return true;
+  PyObject* value = Py_NewRef(f->value);
+  bool fixed = false;
+  std::vector<std::pair<PyObject*, uint64_t>> unused;
+  for (size_t i = f->fixed_steps; i < f->path.size(); ++i) {
+    PyObject* next = read_step(value, f, i, nullptr, &fixed, &unused);
+    Py_DECREF(value);
+    if (next == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    value = next;
+  }
+  bool stable = false;
+  const bool ok = value_passes(value, f, &stable);
+  Py_DECREF(value);
+  return ok;
+#else
+  return fact_holds(obj, dict, f, false);
+#endif
+}
+
+// Whether the containers the facts' last reads recorded are unchanged (nothing changed them
+// while the check read on).
+bool containers_unchanged(const ModuleSpec* s) {
+#if FRAMEJIT_DICT_VERSIONS
+  for (const Fact& f : s->facts) {
+    for (const auto& [container, version] : f.containers) {
+      if (dict_version(container) != version) return false;
+    }
+  }
+#endif
+  (void)s;
+  return true;
 }
 
 // The fast path: nothing the last passing full check read has changed (see the top of the
 // file), the hook dicts are still empty and every tensor still matches. False: run the full
 // check.
-bool cached_matches(PyObject* obj, const ModuleSpec* s) {
+bool cached_matches(PyObject* obj, ModuleSpec* s) {
 #if FRAMEJIT_DICT_VERSIONS
   PyTypeObject* tp = Py_TYPE(obj);
   if (tp != s->cached_type || type_tag(tp) != s->cached_type_tag) return false;
@@ -757,6 +1023,9 @@ bool cached_matches(PyObject* obj, const ModuleSpec* s) {
     if (!matches(s->cached_tensors[i], reinterpret_cast<const Spec*>(s->tensors[i].spec))) {
       return false;
     }
+  }
+  for (Fact& f : s->facts) {
+    if (!fact_still_holds(obj, s->cached_dict, &f)) return false;
   }
   return true;
 #else
@@ -827,6 +1096,9 @@ bool module_matches(PyObject* obj, ModuleSpec* s) {
     Py_DECREF(tensor);
     if (!same) goto done;
   }
+  for (Fact& f : s->facts) {
+    if (!fact_holds(obj, dict, &f, true)) goto done;
+  }
   ok = true;
 #if FRAMEJIT_DICT_VERSIONS
   // Remember what this check read, for the fast path, if nothing changed while it read (a
@@ -834,7 +1106,8 @@ bool module_matches(PyObject* obj, ModuleSpec* s) {
   for (size_t i = 0; from_dict && i < containers.size(); ++i) {
     from_dict = dict_version(containers[i]) == versions[i];
   }
-  if (from_dict && dict_version(dict) == version && type_tag(Py_TYPE(obj)) == tag) {
+  if (from_dict && dict_version(dict) == version && type_tag(Py_TYPE(obj)) == tag &&
+      containers_unchanged(s)) {
     s->cached_dict = dict;
     s->cached_dict_version = version;
     s->cached_type = Py_TYPE(obj);
@@ -931,7 +1204,9 @@ PyMODINIT_FUNC PyInit__tensor_check(void) {
   Py_INCREF(object_getattribute);
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
-  if (PyModule_AddStringConstant(m, "TORCH_VERSION_STR", FRAMEJIT_TORCH_VERSION) < 0) {
+  // module_spec's facts argument (older builds of this file lack it)
+  if (PyModule_AddIntConstant(m, "MODULE_FACTS", 1) < 0 ||
+      PyModule_AddStringConstant(m, "TORCH_VERSION_STR", FRAMEJIT_TORCH_VERSION) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

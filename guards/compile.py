@@ -15,6 +15,7 @@ function built from the same lines returns the index of the first failing guard 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -179,27 +180,119 @@ def _sources_of(g: Guard) -> list[Source]:
     return out
 
 
-def _module_groups(ordered: Sequence[Guard]) -> list[list[Guard]] | None:
-    """With the C++ accelerator, the check's steps: a module's MODULE_MATCH guard (the first of
-    its step) with the module's own facts (`_module_fact_of`), checked in one `module_check`
-    call in its place, where the module's base has been checked; every other guard alone.
-    None without the accelerator."""
+# The kinds of a module spec's facts, as guards/_tensor_check.cpp numbers them (FactKind).
+_FACT_IS, _FACT_EQ, _FACT_TYPE, _FACT_LEN, _FACT_MODULE = range(5)
+# How far from its module a fact's value may be (`type(m).forward.__code__`: three steps).
+_MAX_FACT_STEPS = 3
+
+
+@dataclass
+class _ModuleGroup:
+    """A module's MODULE_MATCH guard, checked with everything folded into it in one
+    `module_check` call: its own facts (`_module_fact_of`), guards on values reached from it
+    (`facts`: the path from the module and the guard), and its submodules' groups (`facts`
+    too, with the path to the submodule)."""
+
+    match: Guard
+    own: list[Guard] = field(default_factory=list)
+    facts: list[tuple[tuple[Any, ...], Guard | _ModuleGroup]] = field(default_factory=list)
+
+
+def _module_groups(ordered: Sequence[Guard]) -> list[Guard | _ModuleGroup] | None:
+    """With the C++ accelerator, the check's steps: each guard alone, except that a module's
+    MODULE_MATCH guard becomes a group (`_ModuleGroup`) checked in one `module_check` call in
+    its place, where the module's base has been checked. A guard on the module itself, or on a
+    value a few attribute, item or `type()` steps from it (`_fact`), moves into the group of
+    the nearest module it reaches, and so does a submodule's group. None without the
+    accelerator."""
     if not cpp_tensor_guards() or not hasattr(_tensor_check, "module_spec"):
         return None
-    units: list[list[Guard]] = []
-    anchors: dict[Source, list[Guard]] = {}
+    with_facts = getattr(_tensor_check, "MODULE_FACTS", 0) >= 1
+    anchors: dict[Source, _ModuleGroup] = {}
     for g in ordered:
-        units.append([g])
         if g.kind is GuardKind.MODULE_MATCH and type(g.expected[1]) is bool:
-            anchors.setdefault(g.source, units[-1])
-    steps: list[list[Guard]] = []
-    for unit in units:
-        module = _module_fact_of(unit[0])
+            anchors.setdefault(g.source, _ModuleGroup(g))
+    placed: set[int] = set()  # ids of the guards that went into a group
+    for g in ordered:
+        group = anchors.get(g.source) if g.source is not None else None
+        if group is not None and group.match is g:
+            continue
+        module = _module_fact_of(g)
         if module in anchors:
-            anchors[module].append(unit[0])
-        else:
-            steps.append(unit)
+            anchors[module].own.append(g)
+            placed.add(id(g))
+        elif with_facts and _fact(g) is not None:
+            found = _path_to_module(g.source, anchors)
+            if found is not None:
+                anchors[found[0]].facts.append((found[1], g))
+                placed.add(id(g))
+    for source, group in anchors.items():
+        step, base = _steps(source), getattr(source, "base", None)
+        found = _path_to_module(base, anchors) if with_facts and step is not None else None
+        if found is not None and len(found[1]) < _MAX_FACT_STEPS:
+            parent, path = found
+            anchors[parent].facts.append(((*path, *step), group))
+            placed.add(id(group.match))
+    steps: list[Guard | _ModuleGroup] = []
+    for g in ordered:
+        if id(g) in placed:
+            continue
+        group = anchors.get(g.source) if g.source is not None else None
+        steps.append(group if group is not None and group.match is g else g)
     return steps
+
+
+def _steps(src: Source) -> tuple[Any, ...] | None:
+    """The one step from `src.base` to `src`, in module_spec's form: an attribute name, a
+    1-tuple with an item's key, or None for `type(...)`; None (the tuple) for any other
+    source, whose Python line is not a plain read."""
+    t = type(src)
+    if t is AttrSource:
+        return (src.attr,)
+    if t is ItemSource and type(src.key) in (int, str):
+        return ((src.key,),)
+    if t is TypeSource:
+        return (None,)
+    return None
+
+
+def _path_to_module(
+    src: Source | None, anchors: dict[Source, _ModuleGroup]
+) -> tuple[Source, tuple[Any, ...]] | None:
+    """The nearest grouped module `src` is read from, and the steps from it to `src`
+    (`_steps`); `src` itself when it is one (no steps)."""
+    path: tuple[Any, ...] = ()
+    for _ in range(_MAX_FACT_STEPS + 1):
+        if src is None:
+            return None
+        if src in anchors:
+            return (src, path) if len(path) <= _MAX_FACT_STEPS else None
+        step = _steps(src)
+        if step is None:
+            return None
+        path = step + path
+        src = src.base
+    return None
+
+
+def _fact(g: Guard) -> tuple[int, Any] | None:
+    """`g` as a module spec's fact (kind, expected) when module_check can check it exactly as
+    its Python line does: `x is c`, `type(x) is T`, `len(x) == n`, and `type(x) is T and x ==
+    c` for an int, a str or a finite non-zero float (the lines for NaN and signed zeros say
+    more). None for any other guard."""
+    kind, exp = g.kind, g.expected
+    if kind is GuardKind.ID_MATCH:
+        return _FACT_IS, exp
+    if kind is GuardKind.TYPE_MATCH and isinstance(exp, type):
+        return _FACT_TYPE, exp
+    if kind is GuardKind.LENGTH_CHECK and type(exp) is int and exp >= 0:
+        return _FACT_LEN, exp
+    if kind is GuardKind.CONSTANT_MATCH:
+        if exp is None or exp is Ellipsis or exp is NotImplemented or type(exp) is bool:
+            return _FACT_IS, exp
+        if type(exp) in (int, str) or (type(exp) is float and math.isfinite(exp) and exp != 0):
+            return _FACT_EQ, exp
+    return None
 
 
 def _module_fact_of(g: Guard) -> Source | None:
@@ -222,35 +315,53 @@ def _module_fact_of(g: Guard) -> Source | None:
     return None
 
 
-def _module_spec(group: list[Guard]) -> Any:
-    """The C++ form of a MODULE_MATCH group: `module_check(m, spec)` holds exactly when each of
-    the group's guards does."""
-    match = group[0]
+def _module_spec(group: _ModuleGroup) -> Any:
+    """The C++ form of a group: `module_check(m, spec)` holds exactly when each of the group's
+    guards does."""
+    match = group.match
     module, training, *cls = match.expected
     absent: list[Any] = []
     tensors = []
-    for g in group[1:]:
+    for g in group.own:
         if g.kind is GuardKind.KEYS_ABSENT:
             absent.extend(g.expected)
         elif g.kind is GuardKind.TENSOR_MATCH:
             tensors.append((g.source.base.attr, g.source.key, g.expected.spec))
-    no_hooks = any(g.kind is GuardKind.MODULE_NO_HOOKS for g in group)
-    return _tensor_check.module_spec(
-        module, training, cls[0] if cls else None, no_hooks, tuple(absent), tuple(tensors)
-    )
+    no_hooks = any(g.kind is GuardKind.MODULE_NO_HOOKS for g in group.own)
+    args = [module, training, cls[0] if cls else None, no_hooks, tuple(absent), tuple(tensors)]
+    if group.facts:
+        facts = []
+        for path, fact in group.facts:
+            if isinstance(fact, _ModuleGroup):
+                facts.append((path, _FACT_MODULE, _module_spec(fact)))
+            else:
+                facts.append((path, *_fact(fact)))  # type: ignore[misc]
+        args.append(tuple(facts))
+    return _tensor_check.module_spec(*args)
 
 
-def _describe_group(group: list[Guard]) -> str:
-    """The comment on a group's line: what module_check checks there."""
-    facts = [f"is the module (training={group[0].expected[1]})"]
-    for g in group[1:]:
+def _describe_group(group: _ModuleGroup, depth: int = 0, name: str = "") -> list[str]:
+    """What module_check checks for a group: its first line goes on the call's line, the rest
+    (what was folded into it, a submodule's indented under it) as comments below it, where `m`
+    is the group's module."""
+    facts = [f"is the module (training={group.match.expected[1]})"]
+    for g in group.own:
         if g.kind is GuardKind.MODULE_NO_HOOKS:
             facts.append("no hooks")
         elif g.kind is GuardKind.KEYS_ABSENT:
             facts.append(f"__dict__ lacks {', '.join(map(repr, g.expected))}")
         else:
             facts.append(f"{g.source.base.attr}[{g.source.key!r}]")
-    return f"{group[0].source}: {'; '.join(facts)}"
+    module = str(group.match.source)
+    lines = [f"{'  ' * depth}{name or module}: {'; '.join(facts)}"]
+    for _, fact in group.facts:
+        if isinstance(fact, _ModuleGroup):
+            lines += _describe_group(fact, depth + 1, str(fact.match.source).replace(module, "m"))
+        else:
+            check = fact.check_expr(str(fact.source).replace(module, "m"), _pretty_const)
+            origin = f"  ({fact.origin})" if fact.origin else ""
+            lines.append(f"{'  ' * (depth + 1)}{check}{origin}")
+    return lines
 
 
 def compile_guards(
@@ -275,10 +386,12 @@ def compile_guards(
             consts[id(obj)] = entry
         return entry[0]
 
-    def emit(units: list[list[Guard]], grouped: bool) -> list[tuple[list[str], str]]:
-        """(temporaries to bind first, condition) for each unit: one guard, or (`grouped`) a
-        module's MODULE_MATCH and its facts, checked in one module_check call."""
-        unit_sources = [_sources_of(u[0]) if len(u) == 1 else [u[0].source] for u in units]
+    def emit(units: Sequence[Guard | _ModuleGroup]) -> list[tuple[list[str], str, list[str]]]:
+        """(temporaries to bind first, condition, comment lines under it) for each unit: one
+        guard, or a module's group, checked in one module_check call."""
+        unit_sources = [
+            [u.match.source] if isinstance(u, _ModuleGroup) else _sources_of(u) for u in units
+        ]
         # Count how often each non-trivial source (and its prefixes) is reached.
         uses: Counter[Source] = Counter()
         for sources in unit_sources:
@@ -306,7 +419,7 @@ def compile_guards(
                 return f"{render(src.base)}.{src.name}()"
             return src.guard_expr()
 
-        steps: list[tuple[list[str], str]] = []
+        steps: list[tuple[list[str], str, list[str]]] = []
         for unit, sources in zip(units, unit_sources):
             pre: list[str] = []
             for src in sources:
@@ -315,15 +428,17 @@ def compile_guards(
                         temp = f"___s{len(temps)}"
                         pre.append(f"{temp} = {render(s)}")
                         temps[s] = temp
-            g = unit[0]
-            x = render(g.source) if g.source is not None else ""
-            if grouped and g.kind is GuardKind.MODULE_MATCH:
+            notes: list[str] = []
+            if isinstance(unit, _ModuleGroup):
+                x = render(unit.match.source)
                 check = f"{const(_tensor_check.module_check)}({x}, {const(_module_spec(unit))})"
-                comment = f"  # {_describe_group(unit)}"
+                first, *notes = _describe_group(unit)
+                comment = f"  # {first}"
             else:
-                check = g.check_expr(x, const, render)
-                comment = f"  # {g.origin}" if g.origin else ""
-            steps.append((pre, f"if not ({check}):{comment}"))
+                x = render(unit.source) if unit.source is not None else ""
+                check = unit.check_expr(x, const, render)
+                comment = f"  # {unit.origin}" if unit.origin else ""
+            steps.append((pre, f"if not ({check}):{comment}", notes))
         return steps
 
     body: list[str] = []
@@ -336,13 +451,14 @@ def compile_guards(
     head = [f"    {b}" for b in body]
     check_lines = [f"def {name}({params}):", *head, "    try:"]
     groups = _module_groups(ordered)
-    for pre, cond in emit(groups, True) if groups else emit([[g] for g in ordered], False):
+    for pre, cond, notes in emit(groups if groups is not None else ordered):
         check_lines += [f"        {p}" for p in pre]
-        check_lines += [f"        {cond}", "            return False"]
+        check_lines += [f"        {cond}", *(f"            # {n}" for n in notes)]
+        check_lines.append("            return False")
     check_lines += ["    except Exception:", "        return False", "    return True"]
     # why_failed checks one guard at a time, in the same order, to name the first that fails
     why_lines = [f"def {name}_first_failure({params}):", *head]
-    for index, (pre, cond) in enumerate(emit([[g] for g in ordered], False)):
+    for index, (pre, cond, _) in enumerate(emit(ordered)):
         why_lines += ["    try:", *(f"        {p}" for p in pre)]
         why_lines += [f"        {cond}", f"            return {index}"]
         why_lines += ["    except Exception:", f"        return {index}"]

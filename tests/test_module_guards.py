@@ -267,7 +267,123 @@ def test_grouped_lines_in_the_guard_source(guard_language: str) -> None:
     if guard_language == "python":
         assert "module_check" not in guards.source
         assert "['weight'], ___" in guards.source or "['weight'].shape" in guards.source
-    else:  # one line for the Linear: is it, no hooks, forward not shadowed, weight and bias
-        line = next(ln for ln in guards.source.splitlines() if "_parameters['weight']" in ln)
-        assert "___module_check(" in line and "no hooks" in line and "'forward'" in line
-        assert "_parameters['bias']" in line
+    else:  # one check for the net; under it, the Linear folded into it: is it, no hooks,
+        # forward not shadowed, weight and bias
+        lines = guards.source.splitlines()
+        at = next(i for i, ln in enumerate(lines) if "_parameters['weight']" in ln)
+        line = lines[at]
+        assert line.lstrip().startswith("# ") and "m._modules['lin']: is the module" in line
+        assert "no hooks" in line and "'forward'" in line and "_parameters['bias']" in line
+        call = next(ln for ln in reversed(lines[:at]) if not ln.lstrip().startswith("#"))
+        assert "___module_check(L_self, " in call
+
+
+# Guards on values read from a module (its plain attributes, a tuple's length and items, its
+# class's forward and that function's code) and the guards of its submodules fold into the
+# module's one module_check call. The fast path skips a fact whose outcome the unchanged
+# instance dict and class fix, and reads the others again.
+
+
+def _tagged_linear() -> type[nn.Linear]:
+    """A Linear class of its own with a forward function of its own (a test may change both)."""
+
+    def forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight, self.bias) * self.gain
+
+    return type("Tagged", (nn.Linear,), {"forward": forward, "gain": 1.0})
+
+
+class Attrs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(_tagged_linear()(3, 4))
+        self.alpha = 0.5
+        self.mode = "scale"
+        self.shape = (2, 2)
+        self.flag = True
+        self.count = 3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.inner(x)
+        if self.mode == "scale":
+            y = y * self.alpha
+        if self.flag:
+            y = y + self.count
+        return y.reshape(-1, *self.shape)
+
+
+def _triple(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.linear(x, self.weight, self.bias) * 3
+
+
+ATTR_CHANGES: dict[str, tuple[Callable[[Attrs], Any], bool]] = {
+    "float attribute changed": (lambda n: setattr(n, "alpha", 0.25), True),
+    "float attribute, an equal new object": (lambda n: setattr(n, "alpha", 0.1 + 0.4), False),
+    "str attribute changed": (lambda n: setattr(n, "mode", "none"), True),
+    "bool attribute changed": (lambda n: setattr(n, "flag", False), True),
+    "int attribute changed": (lambda n: setattr(n, "count", 5), True),
+    "tuple attribute, an equal new tuple": (lambda n: setattr(n, "shape", (1 + 1, 2)), False),
+    "tuple attribute changed": (lambda n: setattr(n, "shape", (4, 1)), True),
+    "tuple attribute became a list": (lambda n: setattr(n, "shape", [2, 2]), True),
+    "class attribute shadowed on the instance": (
+        lambda n: setattr(n.inner[0], "gain", 2.0),
+        True,
+    ),
+    "class attribute changed": (lambda n: setattr(type(n.inner[0]), "gain", 2.0), True),
+    "class forward replaced": (lambda n: setattr(type(n.inner[0]), "forward", _triple), True),
+    "class forward's code replaced": (
+        lambda n: setattr(type(n.inner[0]).forward, "__code__", _triple.__code__),
+        True,
+    ),
+    "property on the class shadows an attribute": (
+        lambda n: setattr(type(n), "alpha", property(lambda self: 4.0)),
+        True,
+    ),
+    "submodule replaced by another of its class": (
+        lambda n: n.inner.__setitem__(0, type(n.inner[0])(3, 4)),
+        True,
+    ),
+    "submodule's submodule switched to eval": (lambda n: n.inner[0].eval(), True),
+}
+
+
+@pytest.mark.parametrize("change", list(ATTR_CHANGES))
+def test_a_change_to_a_value_read_from_a_module_is_seen(change: str) -> None:
+    torch.manual_seed(0)
+    net = type("Net", (Attrs,), {})()  # a class of its own: a change may set a class property
+    x = torch.randn(2, 3)
+    counter = CompileCounter()
+    jitted = framejit.jit(net, backend=counter, dynamic=False)
+    for _ in range(3):
+        assert_same(jitted(x), net(x))
+    assert counter.frame_count == 1
+    guards = jitted.__dict__["_jit_forward"].__func__._cache.entries[0].guards
+    apply, recompiles = ATTR_CHANGES[change]
+    apply(net)
+    forward = type(net).forward
+    assert guards.check(forward, net, x) is not recompiles
+    assert (guards.why_failed(forward, net, x) is None) is not recompiles
+    for _ in range(2):
+        assert_same(jitted(x), net(x))
+    assert (counter.frame_count > 1) is recompiles
+
+
+def test_values_read_from_modules_fold_into_one_check(guard_language: str) -> None:
+    torch.manual_seed(0)
+    net = Attrs()
+    jitted = framejit.jit(net, backend=CompileCounter(), dynamic=False)
+    jitted(torch.randn(2, 3))
+    guards = jitted.__dict__["_jit_forward"].__func__._cache.entries[0].guards
+    checks = [ln for ln in guards.source.splitlines() if ln.lstrip().startswith("if not")]
+    if guard_language == "python":
+        assert any("L_self.alpha" in ln for ln in checks)
+        return
+    assert not any(
+        ".alpha" in ln or "__code__" in ln or "module_check(L_self._" in ln for ln in checks
+    )
+    lines = guards.source.splitlines()
+    notes = [ln.strip().lstrip("#").strip() for ln in lines if ln.lstrip().startswith("#")]
+    assert any(ln.startswith("type(m.alpha) is float and m.alpha == 0.5") for ln in notes)
+    assert any(ln.startswith("len(m.shape) == 2") for ln in notes)
+    assert any(ln.startswith("type(m).forward.__code__ is code_") for ln in notes)
+    assert any(ln.startswith("m._modules['inner']: is the module") for ln in notes)
