@@ -303,6 +303,11 @@ class JitFunction:
         self._resumes: weakref.WeakKeyDictionary[types.CodeType, JitFunction] = (
             weakref.WeakKeyDictionary()
         )
+        # forward function -> its jit, shared by the modules a break calls for real (one cache
+        # per layer class: config.share_module_graphs), shared like `_resumes`
+        self._forwards: weakref.WeakKeyDictionary[types.FunctionType, JitFunction] = (
+            weakref.WeakKeyDictionary()
+        )
         self._follow_code()
 
     def _follow_code(self) -> None:
@@ -406,7 +411,14 @@ class JitFunction:
         s = self._settings
         with hook_disabled():  # user code the backend runs while compiling is not hooked
             result = compile_frame(
-                fn, frame_args, s.backend, s.fullgraph, self._wrap_resume, s.dynamic, cache
+                fn,
+                frame_args,
+                s.backend,
+                s.fullgraph,
+                self._wrap_resume,
+                s.dynamic,
+                cache,
+                share_modules=config.share_module_graphs and not _graphed(s),
             )
         if s.observer is not None:
             s.observer(result)
@@ -430,13 +442,18 @@ class JitFunction:
             if wrapped is None:
                 wrapped = self._resumes[fn.__code__] = JitFunction(fn, self._settings)
                 wrapped._resumes = self._resumes
+                wrapped._forwards = self._forwards
             return wrapped
         wrapped = self._wrapped.get(fn)
         if wrapped is None:
             if isinstance(fn, torch.nn.Module):
-                wrapped = JitModule(fn, self._settings)
+                # the layers of a model share their forward's cache, so a layer class whose
+                # forward breaks compiles once for all of them (`module_is_shared`)
+                share = config.share_module_graphs and not _graphed(self._settings)
+                wrapped = JitModule(fn, self._settings, self._forwards if share else None)
             else:
                 wrapped = JitFunction(fn, self._settings)
+                wrapped._forwards = self._forwards
             self._wrapped[fn] = wrapped
         return wrapped
 
@@ -629,21 +646,24 @@ class JitModule(torch.nn.Module):
             "_bound_to",
             "_forward_function",
             "_jit_override",
+            "_forwards",
         }
     )
 
-    def __new__(cls, mod: torch.nn.Module, settings: _Settings) -> JitModule:
+    def __new__(cls, mod: torch.nn.Module, settings: _Settings, forwards: Any = None) -> JitModule:
         # Python finds `fast[0]`, `len(fast)`, `for m in fast` on the class, not through
         # __getattr__: the wrapper of a Sequential, ModuleList or ModuleDict is of a subclass
         # with the original's container methods.
         special = tuple(n for n in _CONTAINER_METHODS if getattr(type(mod), n, None) is not None)
         return super().__new__(_with_methods(special) if special else cls)
 
-    def __init__(self, mod: torch.nn.Module, settings: _Settings) -> None:
+    def __init__(self, mod: torch.nn.Module, settings: _Settings, forwards: Any = None) -> None:
         # No nn.Module.__init__: it would make state of the wrapper's own.
         own = self.__dict__
         own["_orig_mod"] = mod
         own["_settings"] = settings
+        # forward function -> its jit, shared with other modules (JitFunction._forwards), or None
+        own["_forwards"] = forwards
         for name in _MODULE_CONTAINERS:
             if name in mod.__dict__:
                 own[name] = mod.__dict__[name]
@@ -662,7 +682,14 @@ class JitModule(torch.nn.Module):
             # captured through the module call itself (an aten op), not its Python forward
             jitted = functools.partial(_forward_as_call, _jit_function(_call_module, settings), mod)
         elif own_forward is None and isinstance(forward, types.FunctionType):
-            jitted = types.MethodType(_jit_function(forward, settings), mod)
+            forwards = self.__dict__.get("_forwards")
+            compiled = forwards.get(forward) if forwards is not None else None
+            if compiled is None:
+                compiled = _jit_function(forward, settings)
+                if forwards is not None:
+                    forwards[forward] = compiled
+                    compiled._forwards = forwards
+            jitted = types.MethodType(compiled, mod)
         elif _is_disabled(mod.forward):
             jitted = mod.forward
         else:

@@ -97,6 +97,14 @@ class Config:
     )
     # Entries kept per code object before framejit stops compiling it and runs it eagerly.
     recompile_limit: int = 8
+    # A module argument (`self` of a layer's forward, of its resume functions) seen as a second
+    # instance of its class by a recompile is guarded by class from then on, so one entry serves
+    # every layer of a model whose layers each break the graph (frontend/dynamic.py,
+    # `module_is_shared`). Not under mode="reduce-overhead", whose recordings are per instance
+    # anyway. FRAMEJIT_SHARE_MODULE_GRAPHS=0: every instance compiles its own entry.
+    share_module_graphs: bool = field(
+        default_factory=lambda: _flag("FRAMEJIT_SHARE_MODULE_GRAPHS", True)
+    )
     # Graph breaks in a row (a loop whose body breaks makes one per iteration) before the rest
     # of the function runs uncompiled.
     max_resume_depth: int = 16
@@ -138,6 +146,7 @@ _BOOLS = (
     "debug_stack_check",
     "cpp_guards",
     "raise_internal_errors",
+    "share_module_graphs",
 )
 _CHOICES = {"index_checks": INDEX_CHECKS, "conv_layout": CONV_LAYOUTS}
 _COUNTS = (

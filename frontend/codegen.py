@@ -316,6 +316,9 @@ class CodeGen:
                 self.load_const(wrap_function(fn))
                 return
             if isinstance(vt, NNModuleVariable):
+                if vt.shared:  # any instance of its class: the one this call holds, wrapped
+                    self.call_const(wrap_function, lambda: self.reconstruct(vt), 1)
+                    return
                 self.load_const(wrap_function(vt.obj))
                 return
             if isinstance(vt, UserMethodVariable) and isinstance(vt.fn, UserFunctionVariable):

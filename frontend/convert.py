@@ -125,6 +125,7 @@ def compile_frame(
     wrap_resume: Callable[[types.FunctionType], Any] | None = None,
     dynamic: bool | None = False,
     cache: Any = None,
+    share_modules: bool = False,
 ) -> CompileResult:
     """Trace `fn`'s code for the frame arguments `args` (co_varnames order) and compile it.
 
@@ -132,7 +133,8 @@ def compile_frame(
     returns what the transformed code should call instead: `jit` of it, so it is compiled when
     it runs. None: no graph breaks, a frame that cannot be captured whole runs eagerly.
     `dynamic` is jit's option (frontend/dynamic.py); `cache` is the code's CodeCache, whose
-    history of input sizes drives automatic dynamic shapes.
+    history of input sizes drives automatic dynamic shapes, and with `share_modules`, of the
+    modules the frame's arguments hold (`DynamicInputs.module_is_shared`).
     """
     from framejit.backend.aot.analysis import no_user_hooks
 
@@ -154,6 +156,7 @@ def compile_frame(
                     cache,
                     eager_generators,
                     in_place,
+                    share_modules,
                 )
             except GeneratorEscapes as exc:
                 # a generator made in the frame outlives what can be traced of it: trace again
@@ -182,12 +185,13 @@ def _compile_frame_once(
     cache: Any,
     eager_generators: dict[types.CodeType, str],
     calls_run_in_place: set[tuple[types.CodeType, int]],
+    share_modules: bool = False,
 ) -> CompileResult:
     start = time.perf_counter()
     code = fn.__code__
     argnames = argnames_of(code)
     frame_args = dict(zip(argnames, args))
-    output = OutputGraph(fn, frame_args, DynamicInputs(dynamic, cache, frame_args))
+    output = OutputGraph(fn, frame_args, DynamicInputs(dynamic, cache, frame_args, share_modules))
     output.eager_generators = eager_generators
     output.calls_run_in_place = calls_run_in_place
     tx = root_translator(code, fn, output, argnames)

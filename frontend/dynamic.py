@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,11 @@ class ShapeHistory:
     dynamic_ints: set[Source] = field(default_factory=set)
     floats: dict[Source, float] = field(default_factory=dict)  # float arguments seen
     lazy_floats: set[Source] = field(default_factory=set)
+    # modules read from the frame's arguments: (class, weak reference) of the one seen last;
+    # those seen as two instances of one class are guarded by class from then on
+    # (`module_is_shared`)
+    modules: dict[Source, tuple[type, Any]] = field(default_factory=dict)
+    shared_modules: set[Source] = field(default_factory=set)
 
 
 def history_of(cache: Any) -> ShapeHistory:
@@ -147,9 +153,16 @@ def new_shape_env() -> Any:
 class DynamicInputs:
     """The per-frame side of dynamic shapes: the policy, and the symbols made so far."""
 
-    def __init__(self, dynamic: bool | None, cache: Any, frame_args: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        dynamic: bool | None,
+        cache: Any,
+        frame_args: dict[str, Any],
+        share_modules: bool = False,
+    ) -> None:
         self.dynamic = dynamic
         self.history = history_of(cache) if dynamic is None else ShapeHistory()
+        self.module_history = history_of(cache) if share_modules and cache is not None else None
         self.recompile = bool(cache is not None and cache.entries)
         # sympy symbol -> its input dimension (dim None: an int or float argument)
         self.symbols: dict[Any, tuple[Source, int | None]] = {}
@@ -184,6 +197,26 @@ class DynamicInputs:
         if not dims or shape_env is None or not _may_be_dynamic(source, value):
             return frozenset()
         return frozenset(d for d in dims if d < len(shape) and shape[d] >= 2)
+
+    def module_is_shared(self, source: Source, value: Any) -> bool:
+        """Whether the module `value`, read from `source` (a frame argument or a submodule of
+        one), is guarded by its class rather than by identity: once a recompile of this code
+        sees another instance of the same class there (the same layer class called for each of
+        a model's layers, a resume function of a layer's forward), one entry serves them all.
+        The graph reads the module's parameters, buffers and attributes through their sources
+        and guards them (their values, the tensors' metadata) as for any object; what would
+        bake one instance's identity into the compiled code pins it with an identity guard
+        (NNModuleVariable.pin)."""
+        history = self.module_history
+        if history is None or not isinstance(source.root(), LocalSource):
+            return False
+        previous = history.modules.get(source)
+        history.modules[source] = (type(value), weakref.ref(value))
+        # (a dead one was another instance too: a model per experiment, built where the last
+        # one was freed)
+        if previous is not None and previous[0] is type(value) and previous[1]() is not value:
+            history.shared_modules.add(source)
+        return source in history.shared_modules
 
     def int_is_dynamic(self, source: Source, value: int, shape_env: Any) -> bool:
         """Whether int `value` (read from `source`) becomes a symbolic graph input: under

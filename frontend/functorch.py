@@ -155,6 +155,7 @@ class ModuleState:
 
         if not isinstance(module_vt, NNModuleVariable) or module_vt.source is None:
             raise Unsupported("unsupported_call", label, "a module made inside the function")
+        module_vt.pin(tx, label)  # its state is swapped in as this instance's
         module = module_vt.obj
         if id(module) in self._seen:
             return module
@@ -383,6 +384,7 @@ def functional_call(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTrack
     module = bound["module"]
     if not isinstance(module, NNModuleVariable):
         raise Unsupported("unsupported_call", label, f"a module of type {module.type_name()}")
+    module.pin(tx, label)  # the names are checked against this instance's
     dicts = bound["parameter_and_buffer_dicts"]
     dicts = dicts.items if isinstance(dicts, TupleVariable) else [dicts]
     given: dict[str, VariableTracker] = {}

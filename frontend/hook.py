@@ -439,8 +439,16 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
     settings = current_settings()
     backend = lookup_backend(settings.backend if settings.backend is not None else config.backend)
     start = time.perf_counter()
+    graphed = (settings.mode or config.mode) in ("reduce-overhead", "max-autotune")
     result = compile_frame(
-        fn, args, backend, False, _run_hooked, dynamic=config.dynamic, cache=cache
+        fn,
+        args,
+        backend,
+        False,
+        _run_hooked,
+        dynamic=config.dynamic,
+        cache=cache,
+        share_modules=config.share_module_graphs and not graphed,
     )
     summary.compile_seconds += time.perf_counter() - start
     entry = result.entry

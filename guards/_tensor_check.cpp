@@ -689,7 +689,7 @@ bool module_matches(PyObject* obj, ModuleSpec* s);
 
 struct ModuleSpec {
   PyObject_HEAD
-  PyObject* module;  // the module, or a weak reference to it (owned)
+  PyObject* module;  // the module, a weak reference to it, or nullptr: any instance of cls (owned)
   PyObject* training;  // Py_True or Py_False (owned)
   PyObject* cls;       // the module's exact class, or nullptr: not checked (owned)
   bool no_hooks;       // the module has no forward/backward (pre-)hooks
@@ -787,7 +787,8 @@ bool parse_fact(PyObject* item, Fact* f) {
   return true;
 }
 
-// module_spec(module_or_weakref, training, cls_or_None, no_hooks, absent_keys, tensors[, facts])
+// module_spec(module_or_weakref_or_None, training, cls_or_None, no_hooks, absent_keys, tensors
+// [, facts]); module None: any instance of cls
 // tensors: a tuple of (container name, key, Spec); facts: a tuple of (path, kind, expected).
 PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 6 || nargs > 7 || !PyBool_Check(args[1]) ||
@@ -795,6 +796,10 @@ PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize
       !PyTuple_Check(args[5]) || (nargs == 7 && !PyTuple_Check(args[6]))) {
     PyErr_SetString(PyExc_TypeError,
                     "module_spec(module, training, cls, no_hooks, absent_keys, tensors[, facts])");
+    return nullptr;
+  }
+  if (args[0] == Py_None && args[2] == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "module_spec(): any instance (None) needs a class");
     return nullptr;
   }
   ModuleSpec* s = PyObject_New(ModuleSpec, &ModuleSpecType);
@@ -806,7 +811,7 @@ PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize
   new (&s->cached_tensors) std::vector<PyObject*>();
   s->cached = false;
   PyObject* self = reinterpret_cast<PyObject*>(s);
-  s->module = Py_NewRef(args[0]);
+  s->module = args[0] == Py_None ? nullptr : Py_NewRef(args[0]);
   s->training = Py_NewRef(args[1]);
   s->cls = args[2] == Py_None ? nullptr : Py_NewRef(args[2]);
   s->absent = Py_NewRef(args[4]);
@@ -1039,8 +1044,10 @@ bool cached_matches(PyObject* obj, ModuleSpec* s) {
 // or cannot be read.
 bool module_matches(PyObject* obj, ModuleSpec* s) {
   PyObject* expected = s->module;
-  if (PyWeakref_CheckRef(expected)) expected = PyWeakref_GetObject(expected);  // borrowed
-  if (obj != expected || expected == Py_None) return false;
+  if (expected != nullptr) {  // this instance (else any instance of the class)
+    if (PyWeakref_CheckRef(expected)) expected = PyWeakref_GetObject(expected);  // borrowed
+    if (obj != expected || expected == Py_None) return false;
+  }
   if (s->cls != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(obj)) != s->cls) return false;
   if (s->cached && cached_matches(obj, s)) return true;
   s->cached = false;

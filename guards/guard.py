@@ -44,7 +44,8 @@ class GuardKind(enum.Enum):
     TENSOR_MATCH = "TENSOR_MATCH"  # type, dtype, device, sizes, strides, requires_grad, keys
     LENGTH_CHECK = "LENGTH_CHECK"  # len(x) == n
     DICT_KEYS = "DICT_KEYS"  # list(x) == [k0, k1, ...]
-    MODULE_MATCH = "MODULE_MATCH"  # x is module, x.training is flag (and type(x) is its class)
+    # x is module (or None: any instance), x.training is flag (and type(x) is its class)
+    MODULE_MATCH = "MODULE_MATCH"
     MODULE_NO_HOOKS = "MODULE_NO_HOOKS"  # no forward/backward hooks registered on x
     GLOBAL_STATE = "GLOBAL_STATE"  # grad/inference mode, autocast, default dtype and device...
     DUPLICATE_INPUT = "DUPLICATE_INPUT"  # x is y: two sources reached the same tensor
@@ -278,7 +279,10 @@ class Guard:
         if kind is GuardKind.MODULE_MATCH:
             # its class too: `m.__class__ = Other` changes what its calls run
             # exp[0] is a weak reference: an entry must not keep a dropped model alive (a new
-            # model per experiment); once it is dead, nothing is it
+            # model per experiment); once it is dead, nothing is it. None: any instance of the
+            # class (a module shared by the instances of a layer class, frontend/dynamic.py)
+            if exp[0] is None:
+                return f"type({x}) is {const(exp[2])} and {x}.training is {exp[1]}"
             module = f"{const(exp[0])}()" if isinstance(exp[0], weakref.ref) else const(exp[0])
             check = f"{x} is {module} and {x}.training is {exp[1]}"
             return check + (f" and type({x}) is {const(exp[2])}" if len(exp) > 2 else "")

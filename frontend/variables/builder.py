@@ -247,9 +247,13 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if isinstance(value, torch.nn.Module):
         if "_modules" not in value.__dict__:  # `self` in an __init__ before nn.Module's own
             raise Unsupported("unsupported_object", f"{t.__qualname__} before nn.Module.__init__")
-        module = weakref.ref(value)
+        # by identity, or by class once instances of one layer class share this code's entry
+        shared = tx.output.dynamic.module_is_shared(source, value)
+        module = None if shared else weakref.ref(value)
         _guard(tx, source, GuardKind.MODULE_MATCH, (module, value.training, type(value)))
-        return NNModuleVariable(value, source)
+        vt = NNModuleVariable(value, source)
+        vt.shared = shared
+        return vt
     if t is types.FunctionType and is_builtin(value):  # `dataclasses.fields` and the like
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)

@@ -378,6 +378,7 @@ def _id(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if isinstance(x, PythonModuleVariable):
         return ConstantVariable(id(x.mod))
     if type(x) is NNModuleVariable:
+        x.pin(tx, "id()")
         return ConstantVariable(id(x.obj))
     return None
 

@@ -18,6 +18,7 @@ import operator
 import os
 import sys
 import types
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,6 +56,8 @@ from framejit.frontend.variables.contexts import (
 )
 from framejit.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from framejit.guards import GuardKind
+
+from framejit import logs
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -393,6 +396,24 @@ _MODULE_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleD
 
 
 class NNModuleVariable(UserObjectVariable):
+    # guarded by class, not identity (DynamicInputs.module_is_shared): until `pin`, nothing
+    # of this instance but what its sources read may reach the compiled code
+    shared = False
+
+    def pin(self, tx: Translator, why: str) -> None:
+        """Guard this module by identity where the trace is about to rely on which instance
+        it is (its id, a callee constant, state read without a source)."""
+        if self.shared and self.source is not None:
+            self.shared = False
+            mod = self.obj
+            tx.output.add_guard(
+                self.source,
+                GuardKind.MODULE_MATCH,
+                (weakref.ref(mod), mod.training, type(mod)),
+                f"{tx.location_text()} ({why})",
+            )
+            logs.artifact("guards", lambda: f"{self.source}: guarded by identity: {why}")
+
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         swapped = tx.output.reparametrized.get((id(self.obj), name))
         if swapped is not None:  # inside torch.func.functional_call
@@ -487,6 +508,7 @@ class NNModuleVariable(UserObjectVariable):
 
         if not all_constant(args, kwargs):
             raise Unsupported("unsupported_call", f"Module.{name} with non-constant arguments")
+        self.pin(tx, f"Module.{name}() walks this instance's tree")
         if tx.output.reparametrized:
             raise Unsupported(
                 "unsupported_call", f"Module.{name}", "inside torch.func.functional_call"
@@ -530,6 +552,7 @@ class NNModuleVariable(UserObjectVariable):
         else:
             mode = False
         src = self._need_source(name)
+        self.pin(tx, f"Module.{name}() walks this instance's tree")
         for module_source in _tree_paths(self.obj, src, modules_only=True).values():
             module = tx.wrap_source(module_source)
             if not isinstance(module, NNModuleVariable):

@@ -36,6 +36,7 @@ def call_rnn(
     kwargs: dict[str, VariableTracker],
 ) -> VariableTracker:
     mod = module.obj
+    module.pin(tx, "an RNN's flat weights and options are read from the instance")
     if type(mod) not in RNN_TYPES:
         raise Unsupported("unsupported_call", f"{type(mod).__name__} (a subclass of an RNN)")
     if getattr(mod, "proj_size", 0):

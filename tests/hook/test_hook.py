@@ -105,6 +105,54 @@ def test_a_decode_loop_that_breaks_every_step_compiles_its_body_a_few_times():
     assert counter.frame_count <= 6
 
 
+class _Gated(torch.nn.Module):
+    """A layer whose forward breaks the graph (`nonzero`: a shape from the values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        rows = torch.nonzero(h[:, 0] > 0).flatten()
+        return x + h.index_fill(0, rows, 0.0).tanh()
+
+
+class _Deep(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Gated() for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_the_layers_of_a_model_share_their_forwards_entries(share, monkeypatch):
+    """Each of 12 layers breaks: the model's frame calls every layer for real and the hook
+    compiles its forward. With config.share_module_graphs the second instance makes the entry
+    shared by class (frontend/dynamic.py); without it every layer compiles its own, and past
+    config.recompile_limit (8) the rest run eagerly."""
+    monkeypatch.setattr(framejit.config, "share_module_graphs", share)
+    torch.manual_seed(0)
+    model = _Deep(12).eval()
+    x = torch.randn(6, 8)
+    counter = CompileCounter()
+    with torch.no_grad(), framejit.enabled(backend=counter):
+        got = [model(x) for _ in range(2)]
+    with torch.no_grad():
+        want = model(x)
+    for g in got:
+        torch.testing.assert_close(g, want)
+    state = _state(type(model.layers[0]).forward)
+    if share:
+        assert len(state.entries) == 2
+    else:  # an entry per layer up to the limit, then the code is skipped (None)
+        assert state is None or len(state.entries) == framejit.config.recompile_limit
+
+
 def test_recompiles_on_new_shapes_and_after_reset():
     def f(x):
         return x.sin() + 1
