@@ -251,6 +251,10 @@ class OperatorsMixin:
             ):
                 return False
         if hasattr(a, "obj") and hasattr(b, "obj"):
+            for v in (a, b):  # a module shared by the instances of its class: this one now
+                pin = getattr(v, "pin", None)
+                if pin is not None:
+                    pin(self, "an `is` comparison")
             return a.obj is b.obj
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return False

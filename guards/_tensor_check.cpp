@@ -918,6 +918,29 @@ PyObject* read_step(PyObject* value, const Fact* f, size_t i, PyObject* dict, bo
   return next;
 }
 
+// The value at the end of f's path, read from step `from` on, starting at `start` (borrowed): a
+// new reference, or nullptr with no exception set. `*fixed` as in read_step; the longest fixed
+// start read is noted in `*fixed_steps` and `*fixed_value` (borrowed, see fact_holds).
+PyObject* read_path(PyObject* start, const Fact* f, size_t from, PyObject* dict, bool* fixed,
+                    std::vector<std::pair<PyObject*, uint64_t>>* containers,
+                    size_t* fixed_steps, PyObject** fixed_value) {
+  PyObject* value = Py_NewRef(start);
+  for (size_t i = from; i < f->path.size(); ++i) {
+    PyObject* next = read_step(value, f, i, dict, fixed, containers);
+    Py_DECREF(value);
+    if (next == nullptr) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    value = next;
+    if (*fixed) {
+      *fixed_steps = i + 1;
+      *fixed_value = value;
+    }
+  }
+  return value;
+}
+
 // Whether the fact holds for module `obj` (whose instance dict is `dict`, or nullptr: see
 // instance_dict); false, with no exception left set, when it does not or a read raises. With
 // `record`, notes what the fast path may reuse: the longest fixed start of the path (its
@@ -927,24 +950,13 @@ PyObject* read_step(PyObject* value, const Fact* f, size_t i, PyObject* dict, bo
 // `type(obj)`) and each later one from an exact tuple, an exact dict (recorded, with its
 // version) or, for `type(obj).name`, the class itself.
 bool fact_holds(PyObject* obj, PyObject* dict, Fact* f, bool record) {
-  PyObject* value = Py_NewRef(obj);
   bool fixed = true;
   size_t fixed_steps = 0;
   PyObject* fixed_value = obj;  // borrowed: held by what holds it (see above)
   std::vector<std::pair<PyObject*, uint64_t>> containers;
-  for (size_t i = 0; i < f->path.size(); ++i) {
-    PyObject* next = read_step(value, f, i, dict, &fixed, &containers);
-    Py_DECREF(value);
-    if (next == nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-    value = next;
-    if (fixed) {
-      fixed_steps = i + 1;
-      fixed_value = value;
-    }
-  }
+  PyObject* value =
+      read_path(obj, f, 0, dict, &fixed, &containers, &fixed_steps, &fixed_value);
+  if (value == nullptr) return false;
   bool stable = false;
   const bool ok = value_passes(value, f, &stable);
   if (record) {
@@ -967,18 +979,13 @@ bool fact_still_holds(PyObject* obj, PyObject* dict, Fact* f) {
     if (dict_version(container) != version) return false;
   }
   if (f->stable) return true;
-  PyObject* value = Py_NewRef(f->value);
   bool fixed = false;
+  size_t unused_steps = 0;
+  PyObject* unused_value = nullptr;
   std::vector<std::pair<PyObject*, uint64_t>> unused;
-  for (size_t i = f->fixed_steps; i < f->path.size(); ++i) {
-    PyObject* next = read_step(value, f, i, nullptr, &fixed, &unused);
-    Py_DECREF(value);
-    if (next == nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-    value = next;
-  }
+  PyObject* value = read_path(f->value, f, f->fixed_steps, nullptr, &fixed, &unused,
+                              &unused_steps, &unused_value);
+  if (value == nullptr) return false;
   bool stable = false;
   const bool ok = value_passes(value, f, &stable);
   Py_DECREF(value);

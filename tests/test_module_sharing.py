@@ -208,3 +208,29 @@ def test_a_layer_switched_to_training_mode_is_seen() -> None:
 def test_the_setting_is_checked() -> None:
     with pytest.raises(TypeError, match="share_module_graphs must be True or False"):
         framejit.config.share_module_graphs = 1  # type: ignore[assignment]
+
+
+class Last(nn.Module):
+    """Skips its gate when it is the model's marked layer: `is` between modules."""
+
+    marked: nn.Module | None = None
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.gate = Gate(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.gate(x)  # a break: the rest is a resume function, shared too
+        if self is Last.marked:  # an identity comparison pins the instance
+            return y * 3
+        return x + y
+
+
+def test_an_identity_comparison_pins_the_instance() -> None:
+    torch.manual_seed(0)
+    layers = [Last(8) for _ in range(5)]
+    Last.marked = layers[3]
+    try:
+        _run(Stack(layers).eval())
+    finally:
+        Last.marked = None
