@@ -343,21 +343,34 @@ def _may_be_dynamic(source: Source, value: torch.Tensor) -> bool:
         and not is_module_state(source)
         and not value.is_conj()
         and not value.is_neg()
-        and value.is_contiguous()
+        # a view of a bigger buffer (strides that do not follow from the sizes) keeps its
+        # strides as they are (TensorMeta); a tensor with a zero stride (an expand) stays static
+        and (value.is_contiguous() or 0 not in value.stride())
     )
 
 
 def dynamic_fake(fake_mode: Any, value: torch.Tensor, sizes: list[Any]) -> torch.Tensor:
-    """A FakeTensor like contiguous `value` with (some) symbolic `sizes` (an inference tensor,
-    as a KV cache grown under `torch.inference_mode()` is, made as one)."""
+    """A FakeTensor like `value` with (some) symbolic `sizes`: contiguous, or with `value`'s own
+    strides when it is not (a slice of a preallocated buffer; TensorMeta guards those strides).
+    An inference tensor, as a KV cache grown under `torch.inference_mode()` is, made as one."""
     inference = torch.inference_mode() if value.is_inference() else contextlib.nullcontext()
     with fake_mode, inference:
-        fake = torch.empty(sizes, dtype=value.dtype, device=value.device)
+        if value.is_contiguous():
+            fake = torch.empty(sizes, dtype=value.dtype, device=value.device)
+        else:
+            fake = torch.empty_strided(
+                sizes, value.stride(), dtype=value.dtype, device=value.device
+            )
         if value.requires_grad:
             fake.requires_grad_(True)
             if not value.is_leaf:  # in-place ops are refused on leaves that require grad only
+                # a copy into a tensor of the same layout: a non-leaf, not a view, with these
+                # strides (a clone of a non-dense tensor would be contiguous)
+                out = torch.empty_strided(
+                    fake.shape, fake.stride(), dtype=value.dtype, device=value.device
+                )
                 with torch.enable_grad():
-                    fake = fake.clone()
+                    fake = out.copy_(fake)
     return fake
 
 

@@ -64,7 +64,8 @@ struct Spec {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   bool requires_grad;
-  bool dynamic;  // some sizes are -1 (any); strides are not compared, contiguity is
+  bool dynamic;  // some sizes are -1 (any); strides are not compared, contiguity is...
+  bool fixed_strides;  // ...unless the strides are fixed (a view of a bigger buffer)
   c10::DispatchKeySet keys;
 };
 
@@ -78,11 +79,21 @@ void spec_dealloc(PyObject* self) {
 
 PyTypeObject SpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// spec(tensor[, dynamic_dims]) -> Spec describing it. Raises TypeError for non-tensors,
-// non-strided layouts, or dynamic_dims that is not a tuple of in-range ints.
+// The truth of `obj` into `*out`; false (an exception set) when it has none.
+bool as_bool(PyObject* obj, bool* out) {
+  int v = PyObject_IsTrue(obj);
+  if (v < 0) return false;
+  *out = v != 0;
+  return true;
+}
+
+// spec(tensor[, dynamic_dims[, fixed_strides]]) -> Spec describing it. Raises TypeError for
+// non-tensors, non-strided layouts, or dynamic_dims that is not a tuple of in-range ints. With
+// fixed_strides, a tensor with dynamic dims must have the strides it has now (a growing slice
+// of a preallocated buffer), not be contiguous.
 PyObject* make_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs < 1 || nargs > 2) {
-    PyErr_SetString(PyExc_TypeError, "spec(tensor[, dynamic_dims])");
+  if (nargs < 1 || nargs > 3) {
+    PyErr_SetString(PyExc_TypeError, "spec(tensor[, dynamic_dims[, fixed_strides]])");
     return nullptr;
   }
   PyObject* arg = args[0];
@@ -106,7 +117,12 @@ PyObject* make_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
   s->requires_grad = t.requires_grad();
   s->keys = t.key_set();
   s->dynamic = false;
-  if (nargs == 2) {
+  s->fixed_strides = false;
+  if (nargs == 3 && !as_bool(args[2], &s->fixed_strides)) {
+    Py_DECREF(reinterpret_cast<PyObject*>(s));
+    return nullptr;
+  }
+  if (nargs >= 2) {
     PyObject* dims = args[1];
     if (!PyTuple_Check(dims)) {
       Py_DECREF(reinterpret_cast<PyObject*>(s));
@@ -141,8 +157,9 @@ inline bool matches(PyObject* obj, const Spec* s) {
   if (s->dynamic) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (s->sizes[i] != -1 && sizes[i] != s->sizes[i]) return false;
+      if (s->fixed_strides && strides[i] != s->strides[i]) return false;
     }
-    return t.is_contiguous();
+    return s->fixed_strides || t.is_contiguous();
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] != s->sizes[i] || strides[i] != s->strides[i]) return false;
@@ -466,13 +483,6 @@ void state_spec_dealloc(PyObject* self) {
 }
 
 PyTypeObject StateSpecType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-
-bool as_bool(PyObject* obj, bool* out) {
-  int v = PyObject_IsTrue(obj);
-  if (v < 0) return false;
-  *out = v != 0;
-  return true;
-}
 
 // state_spec(grad, inference, default_dtype, deterministic, autocast, autocast_cache,
 //            function_mode, devices, device_context_cls) -> StateSpec

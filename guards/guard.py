@@ -78,16 +78,22 @@ class TensorMeta:
     # The same facts (plus the full dispatch key set) for the C++ check; None without it.
     spec: Any = field(default=None, compare=False, repr=False)
     # Symbolic dimensions (dynamic shapes): their sizes are not pinned here but by SHAPE_EXPR
-    # guards, and the strides by contiguity (only contiguous inputs get symbolic sizes).
+    # guards, and the strides by contiguity (`stride` is then ()), or for a view of a bigger
+    # buffer (a slice of a preallocated sequence or cache that grows), by its strides as they
+    # are (`stride` kept: they do not depend on the sizes).
     dynamic: tuple[int, ...] = ()
 
     @staticmethod
     def of(t: torch.Tensor, dynamic: tuple[int, ...] = ()) -> TensorMeta:
         spec = None
+        fixed_strides = bool(dynamic) and not t.is_contiguous()
         if _tensor_check is not None and t.layout == torch.strided:
             try:
-                spec = _tensor_check.spec(t, dynamic) if dynamic else _tensor_check.spec(t)
-            except TypeError:  # built before symbolic sizes existed: the Python check runs
+                if fixed_strides:
+                    spec = _tensor_check.spec(t, dynamic, True)
+                else:
+                    spec = _tensor_check.spec(t, dynamic) if dynamic else _tensor_check.spec(t)
+            except TypeError:  # built before these arguments existed: the Python check runs
                 spec = None
         shape = tuple(t.shape)
         if dynamic:
@@ -97,7 +103,7 @@ class TensorMeta:
             dtype=t.dtype,
             device=t.device,
             shape=shape,  # type: ignore[arg-type]
-            stride=() if dynamic else tuple(t.stride()),
+            stride=tuple(t.stride()) if fixed_strides or not dynamic else (),
             requires_grad=t.requires_grad,
             inference=t.is_inference(),
             conj=t.is_conj(),
@@ -221,7 +227,8 @@ class Guard:
             )
             if m.dynamic:
                 size = "(" + ", ".join("*" if n is None else str(n) for n in m.shape)
-                layout = f"size={size}{',' if len(m.shape) == 1 else ''}), contiguous=True"
+                strides = f"stride={m.stride}" if m.stride else "contiguous=True"
+                layout = f"size={size}{',' if len(m.shape) == 1 else ''}), {strides}"
             else:
                 layout = f"size={m.shape}, stride={m.stride}"
             return (
@@ -365,7 +372,8 @@ def _tensor_match(x: str, m: TensorMeta, const: Callable[[Any], str]) -> str:
         return f"{const(_tensor_check.check)}({x}, {const(m.spec)})"
     if m.dynamic:
         static = [f"{x}.size({d}) == {n}" for d, n in enumerate(m.shape) if n is not None]
-        layout = [f"{x}.dim() == {len(m.shape)}", *static, f"{x}.is_contiguous()"]
+        strides = f"{x}.stride() == {m.stride!r}" if m.stride else f"{x}.is_contiguous()"
+        layout = [f"{x}.dim() == {len(m.shape)}", *static, strides]
     else:
         layout = [f"{x}.shape == {m.shape!r}", f"{x}.stride() == {m.stride!r}"]
     parts = [

@@ -972,3 +972,60 @@ def test_image_sizes_stay_symbolic_through_resizing(name: str) -> None:
         got, want = jitted(x), fn(x)
         assert torch.equal(got, want) and got.stride() == want.stride()
     assert counter.frame_count == 2
+
+
+# --- views of a bigger buffer: symbolic sizes, the strides they have ----------------------------
+
+
+def _row_stats(x: torch.Tensor) -> Any:
+    return (x * 2).sum(-1) + x[:, -1], x.softmax(-1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_growing_slice_of_a_preallocated_buffer_compiles_twice(backend: str) -> None:
+    """`buf[:, :n]` (a generated sequence, a static KV cache): non-contiguous, its strides do
+    not change with n. Its sizes become symbolic with those strides guarded."""
+    counter = CompileCounter()
+    fn = framejit.jit(_row_stats, backend=counter if backend == "eager" else backend)
+    buf = torch.randn(4, 32)
+    for n in range(3, 20):
+        close(fn(buf[:, :n]), _row_stats(buf[:, :n]))
+    if backend == "eager":
+        assert counter.frame_count == 2
+        (x,) = [n for n in counter.graphs[-1].graph.nodes if n.op == "placeholder"]
+        assert isinstance(x.meta["val"].shape[1], torch.SymInt) and x.meta["val"].stride() == (
+            32,
+            1,
+        )
+
+
+def test_a_slice_of_a_buffer_of_another_width_recompiles() -> None:
+    fn, counter = counted(_row_stats)
+    for width in (32, 32, 24, 24):
+        buf = torch.randn(4, width)
+        for n in (3, 5, 9):
+            close(fn(buf[:, :n]), _row_stats(buf[:, :n]))
+    # width 32: the first size, then symbolic; width 24: symbolic from its first call on
+    assert counter.frame_count == 3
+
+
+def test_a_transposed_growing_tensor_keeps_its_strides() -> None:
+    fn, counter = counted(_row_stats)
+    for n in range(3, 10):
+        x = torch.randn(n, 4).t()  # (4, n), strides (1, 4) for every n
+        close(fn(x), _row_stats(x))
+    assert counter.frame_count == 2
+
+
+def test_in_place_writes_to_growing_slices_reach_the_buffer() -> None:
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x.sum()
+
+    fn, counter = counted(scale)
+    got, want = torch.randn(3, 30), None
+    want = got.clone()
+    for n in range(3, 12):
+        close(fn(got[:, :n]), scale(want[:, :n]))
+        close(got, want)
+    assert counter.frame_count == 2

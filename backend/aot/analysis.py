@@ -378,8 +378,11 @@ def _like_autograd(fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     fake.requires_grad_(True)
     if real.is_leaf:
         return fake
+    # a copy into a tensor of the same layout: a non-leaf, not a view, with fake's strides (a
+    # clone of a non-dense tensor, a slice of a bigger buffer, would be contiguous)
+    out = fake.detach().new_empty_strided(fake.shape, fake.stride())  # fake too: its mode's
     with torch.enable_grad():
-        return fake.clone()
+        return out.copy_(fake)
 
 
 def _has_symbols(value: Any) -> bool:

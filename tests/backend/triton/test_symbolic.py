@@ -324,3 +324,23 @@ def test_a_float_argument_is_a_kernel_argument() -> None:
             assert g.dtype == e.dtype
             torch.testing.assert_close(g, e)
     assert sum(cache.STATS.values()) == loads, "a new float value compiled a new module"
+
+
+def test_gradients_through_growing_slices_of_a_leaf() -> None:
+    """The input is a non-leaf view that requires grad (`p[:, :n]`), non-contiguous: the
+    kernels read it with its own strides at every symbolic size, forward and backward."""
+    torch.manual_seed(0)
+    p1 = torch.randn(4, 40, requires_grad=True)
+    p2 = p1.detach().clone().requires_grad_()
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return (x.tanh() * 3 + x.softmax(-1)).sum()
+
+    jitted = framejit.jit(loss, backend="triton")
+    for n in range(3, 9):
+        p1.grad = p2.grad = None
+        got, want = jitted(p1[:, :n]), loss(p2[:, :n])
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(p1.grad, p2.grad)
