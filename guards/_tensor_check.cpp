@@ -670,7 +670,14 @@ struct ModuleTensor {
 // A fact about a value reached from the module: `type(m).forward.__code__ is c`, `m.eps == 1e-5`,
 // `len(m.normalized_shape) == 1`, or a submodule's own ModuleSpec (`m._modules['fc']`).
 enum StepKind { STEP_ATTR = 0, STEP_ITEM = 1, STEP_TYPE = 2 };
-enum FactKind { FACT_IS = 0, FACT_EQ = 1, FACT_TYPE = 2, FACT_LEN = 3, FACT_MODULE = 4 };
+enum FactKind {
+  FACT_IS = 0,
+  FACT_EQ = 1,
+  FACT_TYPE = 2,
+  FACT_LEN = 3,
+  FACT_MODULE = 4,
+  FACT_KEYS = 5,  // list(value) == list(expected): a dict's keys, in order
+};
 
 struct Step {
   StepKind kind;
@@ -681,7 +688,8 @@ struct Fact {
   std::vector<Step> path;  // from the module to the value (owned args)
   FactKind kind;
   PyObject* expected;  // FACT_IS: the object; FACT_EQ: an equal value of the exact type; FACT_TYPE:
-                       // the type; FACT_MODULE: the submodule's ModuleSpec; FACT_LEN: nullptr
+                       // the type; FACT_MODULE: the submodule's ModuleSpec; FACT_KEYS: a list of
+                       // the keys; FACT_LEN: nullptr
   Py_ssize_t length;   // FACT_LEN
   // What the last full check found (used only while its module's fast path holds): the value
   // after the first `fixed_steps` steps is the same object while the module's instance dict
@@ -757,7 +765,8 @@ bool parse_fact(PyObject* item, Fact* f) {
   }
   const long kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
   PyObject* expected = PyTuple_GET_ITEM(item, 2);
-  if (kind < FACT_IS || kind > FACT_MODULE || (kind == FACT_LEN && !PyLong_Check(expected)) ||
+  if (kind < FACT_IS || kind > FACT_KEYS || (kind == FACT_LEN && !PyLong_Check(expected)) ||
+      (kind == FACT_KEYS && !PyList_CheckExact(expected)) ||
       (kind == FACT_TYPE && !PyType_Check(expected)) ||
       (kind == FACT_MODULE && Py_TYPE(expected) != &ModuleSpecType)) {
     PyErr_SetString(PyExc_TypeError, usage);
@@ -854,6 +863,29 @@ PyObject* make_module_spec(PyObject* /*module*/, PyObject* const* args, Py_ssize
   return self;
 }
 
+// `list(value) == keys` (keys: a list), as Python compares them: an exact dict's keys are
+// compared in place, anything else is listed first.
+bool keys_equal(PyObject* value, PyObject* keys) {
+  if (PyDict_CheckExact(value)) {
+    if (PyDict_GET_SIZE(value) != PyList_GET_SIZE(keys)) return false;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject* key = nullptr;
+    PyObject* item = nullptr;
+    while (PyDict_Next(value, &pos, &key, &item)) {
+      Py_INCREF(key);  // a key's __eq__ may change the dict: hold it while comparing
+      const int same = PyObject_RichCompareBool(key, PyList_GET_ITEM(keys, i++), Py_EQ);
+      Py_DECREF(key);
+      if (same != 1) return false;
+    }
+    return true;
+  }
+  PyObject* listed = PySequence_List(value);
+  if (listed == nullptr) return false;
+  const int same = PyObject_RichCompareBool(listed, keys, Py_EQ);
+  Py_DECREF(listed);
+  return same == 1;
+}
+
 // Whether `value` passes the fact's comparison; false, with no exception left set, when it does
 // not. `*stable`: whether the outcome is fixed as long as `value` is the same object: identity,
 // an immutable value, a tuple's length, or a builtin (non-heap) type, which cannot be assigned
@@ -880,6 +912,10 @@ bool value_passes(PyObject* value, const Fact* f, bool* stable) {
     case FACT_MODULE:
       ok = module_matches(value, reinterpret_cast<ModuleSpec*>(f->expected));
       *stable = false;
+      break;
+    case FACT_KEYS:
+      ok = keys_equal(value, f->expected);
+      *stable = false;  // fact_holds: fixed while the dict's version is (an exact dict)
       break;
   }
   if (!ok) PyErr_Clear();
@@ -968,7 +1004,17 @@ bool fact_holds(PyObject* obj, PyObject* dict, Fact* f, bool record) {
       read_path(obj, f, 0, dict, &fixed, &containers, &fixed_steps, &fixed_value);
   if (value == nullptr) return false;
   bool stable = false;
+#if FRAMEJIT_DICT_VERSIONS
+  const uint64_t keys_version =
+      f->kind == FACT_KEYS && PyDict_CheckExact(value) ? dict_version(value) : 0;
+#endif
   const bool ok = value_passes(value, f, &stable);
+#if FRAMEJIT_DICT_VERSIONS
+  if (record && fixed && keys_version != 0 && dict_version(value) == keys_version) {
+    containers.emplace_back(value, keys_version);  // the keys are fixed while it is unchanged
+    stable = true;
+  }
+#endif
   if (record) {
     f->fixed_steps = fixed_steps;
     f->value = fixed_value;
@@ -1228,8 +1274,9 @@ PyMODINIT_FUNC PyInit__tensor_check(void) {
   Py_INCREF(object_getattribute);
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
-  // module_spec's facts argument (older builds of this file lack it)
-  if (PyModule_AddIntConstant(m, "MODULE_FACTS", 1) < 0 ||
+  // module_spec's facts argument (older builds of this file lack it): 1, kinds IS to MODULE;
+  // 2, KEYS too
+  if (PyModule_AddIntConstant(m, "MODULE_FACTS", 2) < 0 ||
       PyModule_AddStringConstant(m, "TORCH_VERSION_STR", FRAMEJIT_TORCH_VERSION) < 0) {
     Py_DECREF(m);
     return nullptr;

@@ -181,7 +181,7 @@ def _sources_of(g: Guard) -> list[Source]:
 
 
 # The kinds of a module spec's facts, as guards/_tensor_check.cpp numbers them (FactKind).
-_FACT_IS, _FACT_EQ, _FACT_TYPE, _FACT_LEN, _FACT_MODULE = range(5)
+_FACT_IS, _FACT_EQ, _FACT_TYPE, _FACT_LEN, _FACT_MODULE, _FACT_KEYS = range(6)
 # How far from its module a fact's value may be (`type(m).forward.__code__`: three steps).
 _MAX_FACT_STEPS = 3
 
@@ -277,9 +277,10 @@ def _path_to_module(
 
 def _fact(g: Guard) -> tuple[int, Any] | None:
     """`g` as a module spec's fact (kind, expected) when module_check can check it exactly as
-    its Python line does: `x is c`, `type(x) is T`, `len(x) == n`, and `type(x) is T and x ==
-    c` for an int, a str or a finite non-zero float (the lines for NaN and signed zeros say
-    more). None for any other guard."""
+    its Python line does: `x is c`, `type(x) is T`, `len(x) == n`, `list(x) == [keys]` (str
+    and int keys; a build with MODULE_FACTS >= 2), and `type(x) is T and x == c` for an int, a
+    str or a finite non-zero float (the lines for NaN and signed zeros say more). None for any
+    other guard."""
     kind, exp = g.kind, g.expected
     if kind is GuardKind.ID_MATCH:
         return _FACT_IS, exp
@@ -287,6 +288,12 @@ def _fact(g: Guard) -> tuple[int, Any] | None:
         return _FACT_TYPE, exp
     if kind is GuardKind.LENGTH_CHECK and type(exp) is int and exp >= 0:
         return _FACT_LEN, exp
+    if (
+        kind is GuardKind.DICT_KEYS
+        and getattr(_tensor_check, "MODULE_FACTS", 0) >= 2
+        and all(type(k) in (str, int) for k in exp)
+    ):
+        return _FACT_KEYS, list(exp)
     if kind is GuardKind.CONSTANT_MATCH:
         if exp is None or exp is Ellipsis or exp is NotImplemented or type(exp) is bool:
             return _FACT_IS, exp

@@ -344,6 +344,11 @@ ATTR_CHANGES: dict[str, tuple[Callable[[Attrs], Any], bool]] = {
         True,
     ),
     "submodule's submodule switched to eval": (lambda n: n.inner[0].eval(), True),
+    "a layer appended to a Sequential": (lambda n: n.inner.append(nn.Identity()), True),
+    "a Sequential's layers dict replaced by an equal one": (
+        lambda n: setattr(n.inner, "_modules", dict(n.inner._modules)),
+        False,
+    ),
 }
 
 
@@ -387,3 +392,28 @@ def test_values_read_from_modules_fold_into_one_check(guard_language: str) -> No
     assert any(ln.startswith("len(m.shape) == 2") for ln in notes)
     assert any(ln.startswith("type(m).forward.__code__ is code_") for ln in notes)
     assert any(ln.startswith("m._modules['inner']: is the module") for ln in notes)
+    assert any(ln.startswith("list(m._modules) == ['0']") for ln in notes)
+
+
+class Counted(nn.Module):
+    """Reads how many blocks it has, never a block: only the keys guard sees an append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Identity(), nn.Identity()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * len(self.blocks)
+
+
+def test_a_container_that_grows_after_the_guard_passed_twice_is_seen() -> None:
+    net = Counted()
+    x = torch.randn(3)
+    counter = CompileCounter()
+    jitted = framejit.jit(net, backend=counter, dynamic=False)
+    for _ in range(3):
+        assert_same(jitted(x), net(x))
+    net.blocks.append(nn.Identity())
+    for _ in range(2):
+        assert_same(jitted(x), net(x))
+    assert counter.frame_count == 2
