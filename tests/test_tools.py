@@ -139,3 +139,25 @@ def test_the_loop_bench_compiles_a_few_graphs_for_many_steps(tmp_path: pathlib.P
         assert [r["case"] for r in rows] == ["decode", "logging"]
         graphs[steps] = [r["framejit"]["graphs"] for r in rows]
     assert graphs[12] == graphs[24] and all(0 < n <= 4 for n in graphs[12]), graphs
+
+
+def test_the_guard_bench_folds_a_model_into_a_few_checks(tmp_path: pathlib.Path) -> None:
+    """tools/bench/guards.py: the same guards in each form; with the extension, the folded
+    function has a few checks where one module_check per module has many more and Python one
+    per guard (times are printed, not tested)."""
+    import json
+
+    results = tmp_path / "guards.json"
+    _run_tool(
+        [str(TOOLS / "bench" / "guards.py"), "--calls", "20", "--repeats", "1"]
+        + ["--json", str(results)],
+        interpret=False,
+    )
+    rows = json.loads(results.read_text())
+    for model in ("mlp12", "gpt12"):
+        python = rows[f"{model}/python"]
+        assert python["checks"] == python["guards"]
+        if f"{model}/folded" in rows:
+            folded, grouped = rows[f"{model}/folded"], rows[f"{model}/grouped"]
+            assert folded["guards"] == grouped["guards"] == python["guards"]
+            assert folded["checks"] < 10 < grouped["checks"] < python["checks"]
