@@ -351,7 +351,11 @@ def _describe_group(group: _ModuleGroup, depth: int = 0, name: str = "") -> list
     """What module_check checks for a group: its first line goes on the call's line, the rest
     (what was folded into it, a submodule's indented under it) as comments below it, where `m`
     is the group's module."""
-    facts = [f"is the module (training={group.match.expected[1]})"]
+    module, training, *cls = group.match.expected
+    if module is None:  # shared by the instances of a layer class (frontend/dynamic.py)
+        facts = [f"any {cls[0].__qualname__} (training={training})"]
+    else:
+        facts = [f"is the module (training={training})"]
     for g in group.own:
         if g.kind is GuardKind.MODULE_NO_HOOKS:
             facts.append("no hooks")
