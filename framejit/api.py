@@ -418,7 +418,7 @@ class JitFunction:
                 self._wrap_resume,
                 s.dynamic,
                 cache,
-                share_modules=config.share_module_graphs and not _graphed(s),
+                share_modules=_shares_modules(s),
             )
         if s.observer is not None:
             s.observer(result)
@@ -449,8 +449,8 @@ class JitFunction:
             if isinstance(fn, torch.nn.Module):
                 # the layers of a model share their forward's cache, so a layer class whose
                 # forward breaks compiles once for all of them (`module_is_shared`)
-                share = config.share_module_graphs and not _graphed(self._settings)
-                wrapped = JitModule(fn, self._settings, self._forwards if share else None)
+                forwards = self._forwards if _shares_modules(self._settings) else None
+                wrapped = JitModule(fn, self._settings, forwards)
             else:
                 wrapped = JitFunction(fn, self._settings)
                 wrapped._forwards = self._forwards
@@ -526,6 +526,12 @@ class _GraphedObjectCall(_ObjectCall, _GraphedJitFunction):
 
 def _graphed(settings: _Settings) -> bool:
     return settings.mode in ("reduce-overhead", "max-autotune")
+
+
+def _shares_modules(settings: _Settings) -> bool:
+    """Instances of one layer class share entries (config.share_module_graphs), except where
+    CUDA graphs record per instance."""
+    return config.share_module_graphs and not _graphed(settings)
 
 
 def _jit_function(fn: types.FunctionType, settings: _Settings, target: Any = None) -> JitFunction:

@@ -352,7 +352,10 @@ def _may_be_dynamic(source: Source, value: torch.Tensor) -> bool:
 def dynamic_fake(fake_mode: Any, value: torch.Tensor, sizes: list[Any]) -> torch.Tensor:
     """A FakeTensor like `value` with (some) symbolic `sizes`: contiguous, or with `value`'s own
     strides when it is not (a slice of a preallocated buffer; TensorMeta guards those strides).
-    An inference tensor, as a KV cache grown under `torch.inference_mode()` is, made as one."""
+    An inference tensor, as a KV cache grown under `torch.inference_mode()` is, made as one;
+    requires_grad and leafness as `value`'s (the AOT stage's `_like_autograd`)."""
+    from framejit.backend.aot.analysis import _like_autograd
+
     inference = torch.inference_mode() if value.is_inference() else contextlib.nullcontext()
     with fake_mode, inference:
         if value.is_contiguous():
@@ -361,17 +364,7 @@ def dynamic_fake(fake_mode: Any, value: torch.Tensor, sizes: list[Any]) -> torch
             fake = torch.empty_strided(
                 sizes, value.stride(), dtype=value.dtype, device=value.device
             )
-        if value.requires_grad:
-            fake.requires_grad_(True)
-            if not value.is_leaf:  # in-place ops are refused on leaves that require grad only
-                # a copy into a tensor of the same layout: a non-leaf, not a view, with these
-                # strides (a clone of a non-dense tensor would be contiguous)
-                out = torch.empty_strided(
-                    fake.shape, fake.stride(), dtype=value.dtype, device=value.device
-                )
-                with torch.enable_grad():
-                    fake = out.copy_(fake)
-    return fake
+        return _like_autograd(fake, value)
 
 
 @dataclass(frozen=True)
