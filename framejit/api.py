@@ -422,7 +422,7 @@ class JitFunction:
             )
         if s.observer is not None:
             s.observer(result)
-        cache.add(result.entry)
+        cache.add(result.entry, fn, frame_args)
         target = result.entry.fn if fn is self._fn else _rebound(result.entry.fn, fn)
         return target(*args, **kwargs)
 

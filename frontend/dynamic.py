@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import operator
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -375,8 +377,17 @@ class ShapeCheck:
     text: str
     sizes: tuple[tuple[Source, int | None], ...]  # dim None: the source is an int argument
 
-    def render(self, render_source: Any) -> str:
+    def render(self, render_source: Any, name_module: Any = None) -> str:
+        """The text with each placeholder replaced by its source as `render_source` writes it.
+        `name_module(module)`: how a guard function names `torch` and `math`, which the printed
+        expression calls (`torch.sym_float(...)`, `math.floor(...)`) and which a guard
+        function's namespace does not hold; None keeps the names (for logs)."""
         out = self.text
+        if name_module is not None:
+            modules = {"torch": torch, "math": math}
+            out = re.sub(
+                r"(?<![\w.])(torch|math)\.", lambda m: f"{name_module(modules[m[1]])}.", out
+            )
         # longest names first, so ___fjs1 never replaces the start of ___fjs12
         for n in sorted(range(len(self.sizes)), key=lambda k: -len(str(k))):
             source, dim = self.sizes[n]

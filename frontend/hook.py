@@ -460,7 +460,7 @@ def _decide_locked(fn: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, 
         summary.breaks[_reason_text(reason)] += 1
     if entry.code is not code:
         _eval_frame.set_code_state(entry.code, None)  # never hook framejit's own code
-    cache.add(entry)
+    cache.add(entry, fn, args)
     return cache, entry
 
 

@@ -83,7 +83,23 @@ class CodeCache:
             logs.get_logger("guards").warning("%s", message)
         return True
 
-    def add(self, entry: CacheEntry) -> None:
+    def add(self, entry: CacheEntry, fn: Any = None, args: tuple[Any, ...] | None = None) -> None:
+        """Keep `entry`, newest first. With the frame's function and arguments, first check
+        that its guards hold for the arguments they were built from: one that does not (a
+        guard written wrong: a name its function cannot see, an expression that raises) would
+        make every later call recompile until the limit. That is framejit's bug, never the
+        user's: said in the `guards` log, raised under `config.raise_internal_errors`."""
+        if args is not None and not entry.guards.check(fn, *args):
+            from framejit import logs
+            from framejit.config import config
+
+            message = (
+                f"framejit internal error: the guards of {self.name} do not hold for the "
+                f"arguments they were built from: {entry.guards.why_failed(fn, *args)}"
+            )
+            if config.raise_internal_errors:
+                raise AssertionError(message)
+            logs.get_logger("guards").warning("%s", message)
         self.entries.insert(0, entry)
 
     def mark_eager(self, reason: str) -> None:

@@ -314,7 +314,7 @@ class Guard:
                 return f"{const(_tensor_check.same_storages)}({tensors}, {groups!r})"
             return f"{const(storage_groups)}({tensors}) == {groups!r}"
         if kind is GuardKind.SHAPE_EXPR:
-            return exp.render(render)
+            return exp.render(render, const)
         if kind is GuardKind.KEYS_ABSENT:
             if len(exp) == 1:
                 return f"{exp[0]!r} not in {x}"

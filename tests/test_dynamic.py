@@ -1029,3 +1029,68 @@ def test_in_place_writes_to_growing_slices_reach_the_buffer() -> None:
         close(fn(got[:, :n]), scale(want[:, :n]))
         close(got, want)
     assert counter.frame_count == 2
+
+
+# --- shape guards that call functions: torch.sym_float, math.floor, math.ceil ------------------
+
+
+def _length_penalty(x: torch.Tensor, cur_len: int, prompt_len: int) -> torch.Tensor:
+    # beam search's score: an int that grows every step, to a float power (a negative base
+    # would make it complex, so the trace guards that it is not)
+    return x / ((cur_len + 1 - prompt_len) ** 1.5)
+
+
+def _floor_third(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x[: math.floor(n / 3)] * 2
+
+
+def _ceil_third(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x[: math.ceil(n / 3)] * 2
+
+
+@pytest.mark.parametrize("fn", [_length_penalty, _floor_third, _ceil_third])
+def test_shape_guards_that_call_functions_hold_on_the_next_call(fn: Any) -> None:
+    """The guard of `(n - k) ** 1.5` reads `torch.sym_float(...) >= 0.0`, a slice by
+    `math.floor(n / 3)` is bounded by `math.floor(...) <= len`: the guard function must see
+    `torch` and `math`. It did not (a NameError, read as a failed guard): every new value of
+    the int recompiled, up to the limit."""
+    jitted, counter = counted(fn)
+    x = torch.randn(40)
+    for n in range(8, 30):
+        args = (x, n, 6) if fn is _length_penalty else (x, n)
+        close(jitted(*args), fn(*args))
+    assert counter.frame_count == 2  # the first value, then one symbolic graph
+    assert len(jitted.cache.entries) == 2
+
+
+def test_guards_that_do_not_hold_for_their_own_arguments_are_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Right after a compile its guards are checked on the arguments they were built from; a
+    guard written wrong is framejit's bug: raised under raise_internal_errors (as in tests),
+    otherwise said in the `guards` log, and the call still gives eager's answer."""
+    from framejit.frontend import convert
+
+    real = convert.compile_guards
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        compiled = real(*args, **kwargs)
+        monkeypatch.setattr(compiled, "check", lambda *a: False)
+        return compiled
+
+    monkeypatch.setattr(convert, "compile_guards", broken)
+    fn = framejit.jit(_floor_third)
+    x = torch.randn(40)
+    with pytest.raises(AssertionError, match="do not hold for the arguments they were built"):
+        fn(x, 9)
+    framejit.reset()
+    framejit.config.raise_internal_errors = False
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    framejit.logs.add_handler(handler)
+    try:
+        close(framejit.jit(_floor_third)(x, 9), _floor_third(x, 9))
+    finally:
+        framejit.logs.remove_handler(handler)
+    assert any("do not hold" in r.getMessage() for r in records)
