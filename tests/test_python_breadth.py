@@ -1690,3 +1690,34 @@ def test_a_replaced_class_call_is_followed() -> None:
         same(jitted(x), _calls_a_callable_object(x))
     finally:
         _Scale.__call__ = original
+
+
+class _Criteria(list):
+    """A list subclass, as transformers' StoppingCriteriaList: its C methods run for real."""
+
+
+def _collects(x: torch.Tensor, n: int) -> tuple[torch.Tensor, _Criteria]:
+    y = x * 2
+    crit = _Criteria()
+    check = crit.__contains__  # a method-wrapper bound to the instance, live across breaks
+    crit.append(y.sum())  # a C method of an instance: a break, the method passed on
+    crit.append(n)
+    return y + len(crit) + check(n), crit
+
+
+def test_c_methods_bound_to_an_instance_are_guarded_by_class_and_name() -> None:
+    """A bound C method is a new object at every attribute read: it was guarded by identity,
+    so the resume function's guard never held again and it recompiled on every call (the
+    self-check after a compile now raises on that)."""
+    counter = CompileCounter()
+    jitted = framejit.jit(_collects, backend=counter)
+    for n in (3, 3, 4, 3):
+        x = torch.randn(5)
+        got, got_crit = jitted(x, n)
+        want, want_crit = _collects(x, n)
+        same(got, want)
+        assert type(got_crit) is _Criteria and len(got_crit) == len(want_crit)
+    compiled = counter.frame_count
+    for _ in range(3):
+        jitted(torch.randn(5), 3)
+    assert counter.frame_count == compiled  # nothing recompiles

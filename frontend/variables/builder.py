@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
-from framejit.frontend.sources import AttrSource, ItemSource, Source, resumed_range
+from framejit.frontend.sources import (
+    AttrSource,
+    ItemSource,
+    Source,
+    TypeSource,
+    resumed_range,
+)
 from framejit.frontend.variables.base import (
     ConstantVariable,
     ExternalCallableVariable,
@@ -289,6 +295,15 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, AttrSource(source, "__name__"), GuardKind.CONSTANT_MATCH, value.__name__)
         return wrap_source(tx, AttrSource(source, "__self__")).getattr(tx, value.__name__)
+    if _bound_to_an_object(value):
+        # `crit.append` of a list subclass, `obj.__eq__`: a C method bound to an instance is a
+        # new object at every attribute read, so it cannot be guarded by identity (the guard
+        # would never hold again); it is the method of that name of its object's class
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        _guard(tx, AttrSource(source, "__name__"), GuardKind.CONSTANT_MATCH, value.__name__)
+        owner = TypeSource(AttrSource(source, "__self__"))
+        _guard(tx, owner, GuardKind.ID_MATCH, type(value.__self__))
+        return OpaqueCallableVariable(value, source)
     if is_torch_callable(value) or is_builtin(value):
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return wrap_value(tx, value, source)
@@ -300,6 +315,20 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         return OpaqueCallableVariable(value, source)
     _guard(tx, source, GuardKind.TYPE_MATCH, t)
     return UserObjectVariable(value, source)
+
+
+def _bound_to_an_object(value: Any) -> bool:
+    """A C method bound to an instance (not to a module or a class, which are the same object
+    every time they are read) that is what its instance's attribute of that name gives."""
+    if type(value) not in (types.BuiltinMethodType, types.MethodWrapperType):
+        return False
+    owner = getattr(value, "__self__", None)
+    if owner is None or isinstance(owner, types.ModuleType | type):
+        return False
+    try:
+        return getattr(owner, value.__name__) == value
+    except Exception:  # noqa: BLE001 - an attribute that raises: not this case
+        return False
 
 
 _C_CALLABLES = (
