@@ -152,6 +152,7 @@ class CodeGen:
         # tracebacks show the user's line with its `^^^` marks.
         self.positions_override: Any = None
         self._built: dict[int, str] = {}  # id(VT of an object made in the frame) -> its local
+        self._obj_count = 0  # locals ___obj<n> handed out (_new_obj_name)
         self._keep: list[VariableTracker] = []  # keeps those VTs alive while ids are in use
         # id(CellVariable) -> name, for the cells of the frame being compiled: a closure rebuilt
         # after the graph shares the frame's real cell (its contents stored there first).
@@ -333,16 +334,23 @@ class CodeGen:
             self._emit(Instr("LOAD_FAST", memo))
             return
         vt.reconstruct(self)
-        if vt.source is None and isinstance(vt, _BUILT_ONCE):
-            name = f"___obj{len(self._built)}"
+        if vt.source is None and isinstance(vt, _BUILT_ONCE) and id(vt) not in self._built:
+            # (an object whose state refers back to itself was remembered while being built)
+            name = self._new_obj_name()
             self._built[id(vt)] = name
             self._keep.append(vt)
             self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
 
+    def _new_obj_name(self) -> str:
+        """A local never used before in this code: `_built` loses entries after a branch and
+        can hold one object under two names, so its size is no counter."""
+        self._obj_count += 1
+        return f"___obj{self._obj_count}"
+
     def remember(self, vt: VariableTracker) -> str:
         """Store the object on top of the stack (popped) as the one `vt` stands for: a later
         reconstruct of `vt`, even while its own state is being built, loads it."""
-        name = f"___obj{len(self._built)}"
+        name = self._new_obj_name()
         self._built[id(vt)] = name
         self._keep.append(vt)
         self._emit(Instr("STORE_FAST", name))
@@ -393,7 +401,7 @@ class CodeGen:
                 self.call_const(types.CellType, lambda: None, 0)
             else:
                 self.call_const(types.CellType, lambda: self.reconstruct(cell.contents), 1)
-            name = f"___obj{len(self._built)}"
+            name = self._new_obj_name()
             self._built[id(cell)] = name
             self._keep.append(cell)
             self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))

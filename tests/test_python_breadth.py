@@ -1721,3 +1721,50 @@ def test_c_methods_bound_to_an_instance_are_guarded_by_class_and_name() -> None:
     for _ in range(3):
         jitted(torch.randn(5), 3)
     assert counter.frame_count == compiled  # nothing recompiles
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __lt__(self, other: _Named) -> bool:
+        return self.name < other.name
+
+
+def _objects_returned_twice(t: torch.Tensor) -> list:
+    a, b = _Named("a"), _Named("b")
+    return [a, b, a, t * 2]
+
+
+def _objects_across_a_break(t: torch.Tensor) -> tuple:
+    a, b = _Named("a"), _Named("b")
+    both = [a, b]
+    first = a < b  # a user __lt__ between objects made in the frame
+    print("a break")
+    return a.name, b.name, both[0] is a, both[1] is b, a is b, first, t + 1
+
+
+def _closure_and_its_object(t: torch.Tensor) -> tuple:
+    o = _Named("o")
+
+    def get() -> str:
+        return o.name
+
+    return get, o, t * 3
+
+
+def test_objects_made_in_the_frame_keep_their_identity_when_rebuilt(capsys: Any) -> None:
+    """Objects rebuilt after the graph are kept in locals for reuse; the locals were named by
+    the size of a dict that could hold one object under two names, so a later object took an
+    earlier one's name: `[a, b, a]` came back as `[a, b, b]`."""
+    t = torch.randn(3)
+    got = framejit.jit(_objects_returned_twice)(t)
+    assert [x.name for x in got[:3]] == ["a", "b", "a"] and got[0] is got[2]
+    same(got[3], t * 2)
+    got = framejit.jit(_objects_across_a_break)(t)
+    want = _objects_across_a_break(t)
+    assert got[:6] == want[:6] == ("a", "b", True, True, False, True)
+    same(got[6], want[6])
+    get, o, y = framejit.jit(_closure_and_its_object)(t)
+    assert type(o) is _Named and get() == "o" and get.__closure__[0].cell_contents is o
+    same(y, t * 3)
