@@ -7,6 +7,7 @@ fold, sequences concatenate and repeat, and a user class's Python operator metho
 
 from __future__ import annotations
 
+import collections
 import math
 import operator
 import types
@@ -97,6 +98,9 @@ class OperatorsMixin:
             return self._sym_op(op, [a, b])
         if isinstance(a, SetVariable) and op in _SET_INPLACE and type(a.items) is set:
             return a.mutate(self, _SET_INPLACE[op], [b], {})  # `s |= t` changes s itself
+        inplace = self._inplace_container_op(op, a, b)
+        if inplace is not None:
+            return inplace
         deferred = deferred_number(op, a, b)  # a running total of floats read at breaks
         if deferred is not None:
             return deferred
@@ -107,9 +111,6 @@ class OperatorsMixin:
                 raise Unsupported(
                     "exception", f"{op.__name__} on constants", f"raises {exc!r}"
                 ) from None
-        if isinstance(a, ListVariable) and op is operator.iadd:
-            a.mutate(self, "extend", [b], {})  # `lst += other` extends in place
-            return a
         plain = (ListVariable, TupleVariable)
         if op in (operator.add, operator.iadd):
             # `outs = ()` then `outs += (h,)`: a constant tuple meets a tracked one; a tuple's
@@ -136,6 +137,35 @@ class OperatorsMixin:
         if result is not None:
             return result
         raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+
+    def _inplace_container_op(
+        self, op: Any, a: VariableTracker, b: VariableTracker
+    ) -> VariableTracker | None:
+        """`lst += other`, `lst *= n`, `d |= other`: Python changes the object itself (an alias
+        or the caller's argument sees it), so these are never folded into a new constant."""
+        if op not in (operator.iadd, operator.imul, operator.ior):
+            return None
+        if isinstance(a, ListVariable):
+            if op is operator.iadd:
+                a.mutate(self, "extend", [b], {})
+                return a
+            if op is operator.imul and type(a) is ListVariable and b.is_constant():
+                count = b.as_constant()
+                if isinstance(count, int) and not isinstance(count, bool):
+                    a.mutate(
+                        self,
+                        "__setitem__",
+                        [ConstantVariable(slice(None)), ListVariable(a.items * count)],
+                        {},
+                    )
+                    return a
+            raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)}= ...")
+        if isinstance(a, DictVariable) and op is operator.ior:
+            if a.cls in (dict, collections.OrderedDict) and isinstance(b, DictVariable):
+                a.mutate(self, "update", [b], {})
+                return a
+            raise Unsupported("unsupported_object", f"{a.type_name()} |= {b.type_name()}")
+        return None
 
     def _user_operator(
         self, op: Any, a: VariableTracker, b: VariableTracker
