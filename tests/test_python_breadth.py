@@ -16,6 +16,7 @@ import operator
 import types
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -1768,3 +1769,78 @@ def test_objects_made_in_the_frame_keep_their_identity_when_rebuilt(capsys: Any)
     get, o, y = framejit.jit(_closure_and_its_object)(t)
     assert type(o) is _Named and get() == "o" and get.__closure__[0].cell_contents is o
     same(y, t * 3)
+
+
+def _grows_in_place(t: torch.Tensor, lst: list, d: dict, twice: list) -> tuple:
+    alias, dalias = lst, d
+    alias += [3]  # list.__iadd__ extends the list itself
+    dalias |= {"b": 2}  # dict.__ior__ updates the dict itself
+    twice *= 2
+    mine = [1]
+    same_list = mine
+    same_list *= 3
+    return t * len(lst) + len(d) + len(twice), lst is alias, d is dalias, mine
+
+
+def test_in_place_operators_on_lists_and_dicts_change_the_object_itself() -> None:
+    """`lst += [3]` with constant items was folded into a new list: an alias, or the
+    caller's list, did not see the change."""
+    t = torch.randn(2)
+    args = ([1, 2], {"a": 1}, [5, 6])
+    want_args = ([1, 2], {"a": 1}, [5, 6])
+    got = framejit.jit(_grows_in_place)(t, *args)
+    want = _grows_in_place(t, *want_args)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (True, True, [1, 1, 1])
+    assert args == want_args == ([1, 2, 3], {"a": 1, "b": 2}, [5, 6, 5, 6])
+
+
+def _reseeds(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return t + torch.rand(3, generator=gen.manual_seed(5))
+
+
+def test_a_method_of_an_object_without_an_instance_dict_compiles_once() -> None:
+    """A method looked up on a torch.Generator (no `__dict__`) was guarded by "the name is
+    not in its instance dict", a guard that raised at every call: a recompile every time."""
+    counter = CompileCounter()
+    jitted = framejit.jit(_reseeds, backend=counter)
+    t = torch.randn(3)
+    for _ in range(4):
+        same(jitted(t, torch.Generator()), _reseeds(t, torch.Generator()))
+    assert len(jitted.cache.entries) == 1
+
+
+class _CountingRead:
+    """A descriptor written in Python with a side effect: each read counts."""
+
+    def __get__(self, obj: Any, cls: type) -> Any:
+        if obj is None:
+            return self
+        obj.log.append("read")
+        obj.reads += 1
+        return obj.t * obj.reads
+
+
+class _HasCountingRead:
+    val = _CountingRead()
+
+    def __init__(self, t: torch.Tensor, log: list) -> None:
+        self.t, self.reads, self.log = t, 0, log
+
+
+def _reads_a_descriptor(t: torch.Tensor, h: _HasCountingRead) -> tuple:
+    h.log.append("before")
+    return h.val + t, h.reads
+
+
+def test_a_python_descriptor_on_an_argument_runs_in_order_once_per_call() -> None:
+    """Its `__get__` is inlined: it ran for real while tracing and again when the guards and
+    graph inputs were read, out of order and several times a call."""
+    jitted = framejit.jit(_reads_a_descriptor)
+    got_h, want_h = _HasCountingRead(torch.ones(2), []), _HasCountingRead(torch.ones(2), [])
+    for _ in range(3):
+        got, want = jitted(torch.ones(2), got_h), _reads_a_descriptor(torch.ones(2), want_h)
+        same(got[0], want[0])
+        assert got[1] == want[1]
+    assert got_h.reads == want_h.reads == 3
+    assert got_h.log == want_h.log == ["before", "read"] * 3

@@ -236,6 +236,24 @@ class UserObjectVariable(VariableTracker):
             return self.list_items(tx, "iterating over")
         return super().unpack(tx)
 
+    def _python_descriptor(
+        self, tx: Translator, owner: type, name: str, attr: Any
+    ) -> VariableTracker | None:
+        """`obj.name` where the class attribute is a descriptor whose `__get__` is written in
+        Python (torch.distributions' lazy_property, a user's cached attribute): its
+        `__get__(descriptor, obj, cls)` inlined, as Python calls it, so what it does (count,
+        cache into the instance dict) happens in the trace, in order, once per call; reading
+        it through a source would run it for real while tracing and again in the guards.
+        None for any other attribute."""
+        if self.source is None:
+            return None
+        getter = _python_method_of(type(attr), "__get__")
+        if not isinstance(getter, types.FunctionType):
+            return None
+        descriptor = tx.wrap_source(ConstSource(attr, f"{owner.__qualname__}.{name}"))
+        cls = tx.wrap_value(type(self.obj), TypeSource(self.source))
+        return UserFunctionVariable(getter).call(tx, [descriptor, self, cls], {})
+
     def generic_getattr(self, tx: Translator, name: str) -> VariableTracker:
         """`object.__getattribute__(obj, name)`: data descriptors, the instance dict, then
         the class."""
@@ -256,10 +274,15 @@ class UserObjectVariable(VariableTracker):
                     )
                 return tx.call_function_value(attr.fget, [self], {})
             if hasattr(type(attr), "__set__") and not isinstance(attr, types.FunctionType):
+                inlined = self._python_descriptor(tx, owner, name, attr)
+                if inlined is not None:
+                    return inlined
                 # another data descriptor (slots, C getters): read it as a value
                 return tx.wrap_source(self._attr_source(name))
-        instance_dict = getattr(self.obj, "__dict__", {})
-        if name in instance_dict:
+        # None: an object with no instance dict (a C type's: numpy.ndarray, torch.Generator),
+        # which nothing can shadow a class attribute in
+        instance_dict = getattr(self.obj, "__dict__", None)
+        if instance_dict is not None and name in instance_dict:
             return tx.wrap_source(self._attr_source(name))
         if found is not None:
             owner, attr = found
@@ -295,6 +318,9 @@ class UserObjectVariable(VariableTracker):
                     else UserFunctionVariable(attr, attr_source)
                 )
                 return UserMethodVariable(fn, self)
+            inlined = self._python_descriptor(tx, owner, name, attr)
+            if inlined is not None:
+                return inlined
             return tx.wrap_source(self._attr_source(name))
         switch = read_switch(tx, self.obj, name)
         if switch is not None:
