@@ -1844,3 +1844,32 @@ def test_a_python_descriptor_on_an_argument_runs_in_order_once_per_call() -> Non
         assert got[1] == want[1]
     assert got_h.reads == want_h.reads == 3
     assert got_h.log == want_h.log == ["before", "read"] * 3
+
+
+class _EqualsAll:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _contains(t: torch.Tensor, lst: list, probe: Any) -> tuple:
+    return t + 1, probe in lst, probe in (7, t.sum()), probe not in lst
+
+
+def test_in_compares_each_item_with_eq_as_python_does() -> None:
+    """`x in [tensor, 5]` asks `item is x or item == x` of each item: a tensor item was
+    skipped (only constants were compared), so `3 in [tensor([3.]), 5]` was False."""
+    t = torch.ones(2)
+    for lst, probe in (
+        ([torch.tensor([3.0]), 5], 3),
+        ([torch.tensor([2.0]), 5], 3),
+        ([_EqualsAll()], "anything"),
+        ([1, "a", None], "a"),
+        ([1, "a", None], 2.5),
+    ):
+        got, want = framejit.jit(_contains)(t, lst, probe), _contains(t, lst, probe)
+        same(got[0], want[0])
+        assert got[1:] == want[1:]
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        framejit.jit(_contains)(t, [torch.tensor([3.0, 4.0])], 3)
