@@ -1873,3 +1873,26 @@ def test_in_compares_each_item_with_eq_as_python_does() -> None:
         assert got[1:] == want[1:]
     with pytest.raises(RuntimeError, match="ambiguous"):
         framejit.jit(_contains)(t, [torch.tensor([3.0, 4.0])], 3)
+
+
+def _zips_an_iterator(t: torch.Tensor) -> tuple:
+    it = iter([10, 11, 12, 13])
+    pairs = list(zip(it, [1]))  # takes 10, then 11 (dropped, as zip does), then stops
+    numbered = iter([1.0, 2.0, 3.0])
+    for i, x in enumerate(numbered):  # noqa: B007 - x is used after the loop
+        if i == 0:
+            break
+    rest = iter(range(5))
+    list(zip(rest, [1]))
+    return pairs, list(it), list(numbered), next(rest), t * x
+
+
+def test_zip_and_enumerate_take_items_of_an_iterator_one_at_a_time() -> None:
+    """They unpacked an iterator argument whole: the items they did not take were lost to
+    the rest of the function (and `next` then raised StopIteration)."""
+    t = torch.randn(2)
+    counter = CompileCounter()
+    got, want = framejit.jit(_zips_an_iterator, backend=counter)(t), _zips_an_iterator(t)
+    assert got[:4] == want[:4] == ([(10, 1)], [12, 13], [2.0, 3.0], 2)
+    same(got[4], want[4])
+    assert counter.frame_count == 1

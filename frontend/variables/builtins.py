@@ -426,8 +426,10 @@ def _iterable_items(tx: Translator, x: VariableTracker) -> list[VariableTracker]
 
 
 def _has_lazy(args: Args) -> bool:
-    """A generator (or a lazy iterator over one) among the arguments."""
-    return any(isinstance(a, LazyIteratorVariable) for a in args)
+    """A generator (or a lazy iterator over one), or any other iterator, among the arguments:
+    zip and enumerate then take its items one at a time, as Python does (an iterator the
+    function goes on using keeps the items they did not take)."""
+    return any(isinstance(a, LazyIteratorVariable | IteratorVariable) for a in args)
 
 
 def _pullable(tx: Translator, x: VariableTracker) -> VariableTracker:
@@ -503,7 +505,7 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
     if not args or not start.is_constant():
         return None
     first = start.as_constant()
-    if isinstance(args[0], LazyIteratorVariable):
+    if _has_lazy(args[:1]):
         return LazyEnumerate(args[0], first)
     return IteratorVariable(
         [

@@ -369,7 +369,7 @@ class RangeIteratorVariable(LazyIteratorVariable):
 
 
 class LazyEnumerate(LazyIteratorVariable):
-    def __init__(self, inner: LazyIteratorVariable, start: int) -> None:
+    def __init__(self, inner: LazyIteratorVariable | IteratorVariable, start: int) -> None:
         self.inner = inner
         self.count = start
 
@@ -380,7 +380,7 @@ class LazyEnumerate(LazyIteratorVariable):
         return enumerate
 
     def next_item(self, tx: Translator) -> VariableTracker | None:
-        item = self.inner.next_item(tx)
+        item = pull(tx, self.inner)
         if item is None:
             return None
         count = self.count
