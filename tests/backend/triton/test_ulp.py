@@ -15,7 +15,8 @@ All the ops run in one compiled graph (one input per op, so one module to genera
 load): the whole scan takes seconds in the interpreter, not minutes.
 
 Budgets are what was measured (Triton 3.6 and 3.9 interpreters, torch 2.11 and 2.13, on an
-AVX2 CPU) plus a small margin; `BUDGETS` says where each comes from. Eager
+AVX2 CPU, and on an AVX-512 one, whose eager gelu is 17 ulps from ours at x = -2.13 where ours
+is 9 from the true value) plus a small margin; `BUDGETS` says where each comes from. Eager
 itself is not correctly rounded (its vectorized float32 math is Sleef's, within 1 ulp, some
 functions 3.5), so a budget of 1 or 2 means "as good as eager". Run this file as a script to
 print the measured table:
@@ -98,7 +99,12 @@ ALL = (1e-38, BIG)  # magnitudes of every normal float
 # 0 where both sides round the same formula or a correctly rounded one.
 OPS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor, int, str]] = {
     "exp": (torch.exp, grid(1e-30, 200.0), 3, "tl.exp is numpy's float32 exp: 2 ulps"),
-    "exp2": (torch.exp2, grid(1e-30, 200.0), 1, "tl.exp2 (numpy's): 0 measured"),
+    "exp2": (
+        torch.exp2,
+        grid(1e-30, 200.0),
+        2,
+        "tl.exp2 (numpy's): 0 on an AVX2 CPU, 2 from the truth on an AVX-512 one",
+    ),
     "expm1": (torch.expm1, grid(1e-30, 200.0), 4, "fj_expm1, Kahan's in float32: 3 (was inf)"),
     "log": (torch.log, grid(*ALL), 2, "tl.log (numpy's): 1"),
     "log2": (torch.log2, grid(*ALL), 2, "tl.log2 (numpy's): 1"),
@@ -228,9 +234,10 @@ def scan(
     `inputs`), all computed in one compiled graph.
 
     Counted: the elements where the result is further from the true value (eager's, in
-    float64) than eager's own. Where eager itself is far off, as where 1 + erf(x) cancels in
-    gelu (1e-2 relative below x = -4) or in a subnormal result, matching its error would
-    mean matching noise; the raw distance is reported, not held to the budget."""
+    float64) than eager's own, by the nearer of eager's value and the true one. Where eager
+    itself is far off, as where 1 + erf(x) cancels in gelu (1e-2 relative below x = -4) or in
+    a subnormal result, matching its error would mean matching noise; the raw distance is
+    reported, not held to the budget."""
     fns = [table[n][0] for n in names]
     inputs = inputs or [table[n][1] for n in names]
     true_fns = [TRUE_VALUES.get(n, fn) for n, fn in zip(names, fns)]
@@ -251,8 +258,16 @@ def scan(
         counted, worst = 0, math.nan
         if ulps > 0:
             live = ~(e.isnan() | e.isinf() | g.isinf())
+            t32 = t.to(x.dtype)
+            live &= ~(t32.isnan() | t32.isinf())
             d = torch.zeros(x.shape, dtype=torch.int64)
-            d[live] = (_ordered(g[live]) - _ordered(e[live])).abs()
+            # the nearer of eager's value and the true one (rounded): eager's float32 kernels
+            # differ between CPUs (AVX2, AVX-512), and a more exact eager must not count
+            # against a result as near the truth as it was before
+            d[live] = torch.minimum(
+                (_ordered(g[live]) - _ordered(e[live])).abs(),
+                (_ordered(g[live]) - _ordered(t32[live])).abs(),
+            )
             d[(g.double() - t).abs() <= (e.double() - t).abs()] = 0
             counted = int(d.max())
             worst = x[int(d.argmax())].item() if counted else math.nan
