@@ -426,10 +426,18 @@ def stack_kind(item: VariableTracker | None, held: frozenset[int] = frozenset())
     """How a stack item reaches a resume function (see `resume_code`). `held`: ids of the
     trackers the frame's locals hold."""
     from framejit.frontend.variables.containers import IteratorVariable
-    from framejit.frontend.variables.generators import LazyIteratorVariable, RangeIteratorVariable
+    from framejit.frontend.variables.generators import (
+        DrainedItemsVariable,
+        LazyIteratorVariable,
+        RangeIteratorVariable,
+    )
 
     if item is NULL:
         return "null"
+    if isinstance(getattr(item, "drained", item), DrainedItemsVariable):
+        # a drained generator's items that re-check the generator's tensors at each step:
+        # the object itself, never a tuple of its items taken now (`wrap_drained`)
+        return "value"
     if isinstance(item, (IteratorVariable, LazyIteratorVariable)) and id(item) in held:
         # `it = iter(xs)` looped over: a local holds it too, so the resume function gets the
         # real iterator itself, the one object both hold (its loop then runs as Python)

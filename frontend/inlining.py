@@ -566,7 +566,7 @@ class InliningMixin:
         child.fn_source = fn_source
         if generator:  # run lazily, one item per `next` (variables/generators.py)
             child.is_generator = True
-            return GeneratorVariable(child)
+            return GeneratorVariable(child, bound)
         child.steps = self.steps
         try:
             result = child.run()

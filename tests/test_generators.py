@@ -521,3 +521,74 @@ def test_any_all_map_and_filter_stop_where_python_stops() -> None:
     )
     assert log_j == log_e == [1, "mid"]
     assert counts(lazy_map_and_filter, x, d, []) == (1, 0)
+
+
+def _multiples(x: torch.Tensor, n: int) -> Any:
+    for k in range(n):
+        yield x * k  # computed when taken: sees x as it is then
+
+
+def _predictions(w: torch.Tensor, xs: torch.Tensor) -> Any:
+    for i in range(xs.shape[0]):
+        yield xs[i] @ w
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_items_drained_ahead_follow_in_place_changes_of_the_generators_tensors(
+    backend: str,
+) -> None:
+    """A generator drained ahead of a break computed every item from its tensors as they were
+    then; a loop body that changes them in place (`x += 1`, an optimizer step) got stale
+    items. The items left now re-check the tensors' version counters and run the generator
+    afresh once one changed."""
+
+    def bumps(t: torch.Tensor) -> list[float]:
+        out = []
+        x = t.clone()
+        for v in _multiples(x, 4):
+            x += 1
+            out.append(float(v))  # a break with the generator live
+        return out
+
+    t = torch.zeros(1)
+    assert framejit.jit(bumps, backend=backend)(t) == bumps(t) == [0.0, 1.0, 4.0, 9.0]
+
+    def train(w: torch.Tensor, xs: torch.Tensor, opt: Any) -> list[float]:
+        losses = []
+        for pred in _predictions(w, xs):
+            loss = (pred - 1).pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()  # changes w in place
+            losses.append(round(loss.item(), 5))
+        return losses
+
+    results = []
+    for fn in (train, framejit.jit(train, backend=backend)):
+        torch.manual_seed(0)
+        w, xs = torch.randn(3, 2, requires_grad=True), torch.randn(4, 3)
+        results.append((fn(w, xs, torch.optim.SGD([w], lr=0.1)), w.detach().clone()))
+    assert results[0][0] == results[1][0]
+    torch.testing.assert_close(results[0][1], results[1][1])
+
+
+def test_items_drained_ahead_stay_compiled_while_the_tensors_are_unchanged() -> None:
+    """The training-loop shape (the consumer never changes the data): every item is taken from
+    what the first graph computed, and the resumed loop is compiled, not run as Python."""
+
+    def fn(data: torch.Tensor, log: list[float]) -> torch.Tensor:
+        total = data.new_zeros(())
+        for part in _multiples(data, 3):
+            observe(part, log)
+            total = total + part.sum()
+        return total
+
+    data = torch.randn(4)
+    eager_log: list[float] = []
+    expected = fn(data, eager_log)
+    log: list[float] = []
+    torch.testing.assert_close(compiled(fn)(data, log), expected)
+    assert log == pytest.approx(eager_log)
+    explained = framejit.explain(fn, data, [])
+    assert explained.graph_count >= 3
+    assert not any("DrainedItems" in str(r) for r in explained.break_reasons)

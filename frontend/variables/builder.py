@@ -51,7 +51,11 @@ from framejit.frontend.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
 )
-from framejit.frontend.variables.generators import RangeIteratorVariable
+from framejit.frontend.variables.generators import (
+    DrainedItems,
+    RangeIteratorVariable,
+    wrap_drained,
+)
 from framejit.frontend.variables.objects import (
     ClassVariable,
     EnvironVariable,
@@ -295,6 +299,10 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, AttrSource(source, "__name__"), GuardKind.CONSTANT_MATCH, value.__name__)
         return wrap_source(tx, AttrSource(source, "__self__")).getattr(tx, value.__name__)
+    if t is DrainedItems:
+        drained = wrap_drained(tx, value, source)
+        if drained is not None:
+            return drained
     if _bound_to_an_object(value):
         # `crit.append` of a list subclass, `obj.__eq__`: a C method bound to an instance is a
         # new object at every attribute read, so it cannot be guarded by identity (the guard

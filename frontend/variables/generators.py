@@ -19,6 +19,8 @@ then the graph break, and the resume function iterates over a real generator.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 import types
 import weakref
@@ -100,9 +102,11 @@ class GeneratorVariable(LazyIteratorVariable):
     DRAINED = "drained"  # run to its end ahead of a graph break; `drained` holds the items left
     DROPPED = "dropped"  # made by an instruction that a graph break rewound: it never existed
 
-    def __init__(self, child: Translator) -> None:
+    def __init__(self, child: Translator, args: dict[str, VariableTracker] | None = None) -> None:
         self.child = child
         self.code = child.code
+        self.args = dict(args or {})  # what it was called with, by parameter name
+        self.yielded = 0  # items it has yielded
         self.state = self.NEW
         self.drained: IteratorVariable | None = None
         self.returned: VariableTracker = ConstantVariable(None)  # its `return` value, once done
@@ -162,6 +166,9 @@ class GeneratorVariable(LazyIteratorVariable):
             tx.steps = child.steps
         if child.paused:
             self._set_state(self.SUSPENDED)
+            yielded = self.yielded
+            self.yielded += 1
+            note_undoable(lambda: setattr(self, "yielded", yielded))
             value, child.yield_value = child.yield_value, None
             return value
         self._set_state(self.DONE)
@@ -217,8 +224,15 @@ class GeneratorVariable(LazyIteratorVariable):
         output = self.child.output
         first = len(output.created)
         items: list[VariableTracker] = []
+        watched = _tensors_in(list(self.args.values()))
+        taken = self.yielded
         try:
-            while (item := self.next_item(self.child)) is not None:
+            while True:
+                if watched:
+                    self._check_replayable(watched)
+                item = self.next_item(self.child)
+                if item is None:
+                    break
                 items.append(item)
                 if len(items) > MAX_DRAINED:
                     raise Unsupported("generator", "a long generator", f"over {MAX_DRAINED} items")
@@ -229,7 +243,24 @@ class GeneratorVariable(LazyIteratorVariable):
                 why = f"live at a graph break (it draws random numbers: {node.target})"
                 raise GeneratorEscapes(self.code, why)
         self.state = self.DRAINED
-        self.drained = IteratorVariable(items)
+        if watched:
+            self.drained = DrainedItemsVariable(items, watched, start=self, taken=taken)
+        else:
+            self.drained = IteratorVariable(items)
+
+    def _check_replayable(self, watched: list[VariableTracker]) -> None:
+        """Between two items, the generator may keep no tensor but the ones it was given and
+        views of them: its next items then depend only on those (as they are when the items
+        are taken) and on values that are not tensors, so a fresh run of it, with the items
+        already taken skipped, yields what this one would (DrainedItems)."""
+        from framejit.guards.guard import storage_key
+
+        # views of those tensors are fine (`for row in x`): they show x's values as they are
+        storages = {storage_key(w.fake) for w in watched} - {None}
+        kept = [*self.child.locals.values(), *self.child.stack[:-1]]
+        for t in _tensors_in(kept):
+            if all(t is not w for w in watched) and storage_key(t.fake) not in storages:
+                raise Unsupported("generator", "a generator that keeps tensors between items")
 
     def check_left_open(self) -> None:
         """Called when the trace ends: a generator suspended inside a `try`/`with` block of its
@@ -239,6 +270,184 @@ class GeneratorVariable(LazyIteratorVariable):
 
 
 MAX_DRAINED = 4096  # items a generator may yield when drained ahead of a graph break
+
+
+def _tensors_in(vts: list[Any]) -> list[VariableTracker]:
+    """The tensors among `vts` and inside the tuples, lists and dicts among them."""
+    from framejit.frontend.variables.tensor import TensorVariable
+
+    out: list[VariableTracker] = []
+    todo, seen = list(vts), set()
+    while todo:
+        vt = todo.pop()
+        if vt is None or id(vt) in seen:
+            continue
+        seen.add(id(vt))
+        if isinstance(vt, TensorVariable):
+            out.append(vt)
+        items = getattr(vt, "items", None)
+        if isinstance(items, list):
+            todo.extend(items)
+        elif isinstance(items, dict):
+            todo.extend(items.values())
+    return out
+
+
+class DrainedItemsVariable(IteratorVariable):
+    """The items left of a generator that was given tensors, drained ahead of a graph break.
+    The consumer may change one of those tensors in place before it takes the next item (`x
+    += 1` in the loop body), which a lazy generator would see. So each item taken in the trace
+    first checks that none changed (their fake version counters); one that did ends the trace
+    there (the frame runs as Python from its start). At run time it is a DrainedItems, which
+    checks the real version counters the same way and, once one changed, runs the generator
+    afresh. A resume function receives that object itself (`breaks.stack_kind`: "value") and
+    sees it again as one of these (`wrap_drained`), with a guard that nothing changed."""
+
+    def __init__(
+        self,
+        items: list[VariableTracker],
+        watched: list[VariableTracker],
+        start: GeneratorVariable | None = None,
+        taken: int = 0,
+        source: Any = None,
+    ) -> None:
+        super().__init__(items)
+        self.watched = watched
+        self.versions = [_fake_version(t) for t in watched]
+        self.start, self.taken, self.source = start, taken, source
+
+    def _check(self) -> None:
+        if any(_fake_version(t) != v for t, v in zip(self.watched, self.versions, strict=True)):
+            raise Unsupported(
+                "generator", "taking an item of a drained generator whose tensor was changed"
+            )
+
+    def next(self) -> VariableTracker | None:
+        self._check()
+        return super().next()
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        self._check()
+        return super().unpack(tx)
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        if self.source is not None:  # the same object, the items the trace took skipped
+            cg.call_const(
+                DrainedItems.skip,
+                lambda: (self.source.emit_load(cg), cg.load_const(self.index)),
+                2,
+            )
+            return
+        gen = self.start
+        assert gen is not None
+        names = list(gen.args)
+        fn = types.FunctionType(gen.code, gen.child.f_globals, gen.code.co_name)
+        start = functools.partial(start_generator, fn, names)
+        taken = self.taken + self.index
+
+        def emit() -> None:
+            cg.load_const(start)
+            cg.load_const(taken)
+            TupleVariable(self.items[self.index :]).reconstruct(cg)
+            TupleVariable(self.watched).reconstruct(cg)
+            TupleVariable([gen.args[n] for n in names]).reconstruct(cg)
+
+        cg.call_const(DrainedItems, emit, 5)
+
+
+def _fake_version(t: Any) -> int:
+    return int(t.fake._version)
+
+
+def wrap_drained(tx: Translator, value: DrainedItems, source: Any) -> VariableTracker | None:
+    """A DrainedItems handed to a resume function: its items left and the tensors it watches,
+    read through `source`, while none of those changed (guarded); None when one did (then it
+    is an opaque iterator, and a loop over it runs as Python)."""
+    from framejit.frontend.sources import AttrSource, ItemSource, MethodCallSource
+    from framejit.guards import GuardKind
+
+    where = tx.location_text()
+    tx.output.add_guard(source, GuardKind.TYPE_MATCH, DrainedItems, where)
+    fresh = value.fresh()
+    tx.output.add_guard(MethodCallSource(source, "fresh"), GuardKind.CONSTANT_MATCH, fresh, where)
+    if not fresh:
+        return None
+    # items are read by their place in `items`, which skip() does not change (a trace's
+    # sources are read again after it moved on)
+    at, left = value.position(), value.left()
+    tx.output.add_guard(MethodCallSource(source, "position"), GuardKind.CONSTANT_MATCH, at, where)
+    tx.output.add_guard(MethodCallSource(source, "left"), GuardKind.CONSTANT_MATCH, left, where)
+    every = AttrSource(source, "items")
+    items = [tx.wrap_source(ItemSource(every, at + i)) for i in range(left)]
+    watched = AttrSource(source, "watched")
+    tensors = [tx.wrap_source(ItemSource(watched, i)) for i in range(len(value.watched))]
+    return DrainedItemsVariable(items, tensors, source=source)
+
+
+def start_generator(fn: types.FunctionType, names: list[str], values: tuple) -> Any:
+    """`fn` called with the arguments it was bound to (parameter `names`, their `values`)."""
+    code = fn.__code__
+    bound = dict(zip(names, values, strict=True))
+    params = code.co_varnames
+    at = code.co_argcount + code.co_kwonlyargcount
+    positional = [bound[n] for n in params[: code.co_argcount]]
+    keywords = {n: bound[n] for n in params[code.co_argcount : at]}
+    if code.co_flags & inspect.CO_VARARGS:
+        positional += list(bound[params[at]])
+        at += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        keywords.update(bound[params[at]])
+    return fn(*positional, **keywords)
+
+
+class DrainedItems:
+    """What a DrainedItemsVariable is at run time: the items computed ahead, handed out while
+    the tensors the generator was given keep the version counters they had when it was made;
+    once one changed, the generator's code run afresh (`start`) on the tensors as they are
+    now, with the items already taken skipped."""
+
+    __slots__ = ("_start", "_taken", "items", "_index", "watched", "_versions", "_args", "_real")
+
+    def __init__(self, start: Any, taken: int, items: tuple, watched: tuple, args: tuple) -> None:
+        self._start, self._taken, self.items, self._index = start, taken, items, 0
+        self.watched, self._args, self._real = watched, args, None
+        self._versions = tuple(t._version for t in watched)
+
+    def fresh(self) -> bool:
+        """No watched tensor changed, and the generator has not been run afresh."""
+        return self._real is None and all(
+            t._version == v for t, v in zip(self.watched, self._versions, strict=True)
+        )
+
+    def position(self) -> int:
+        """How many of `items` were taken."""
+        return self._index
+
+    def left(self) -> int:
+        return len(self.items) - self._index
+
+    def skip(self, count: int) -> DrainedItems:
+        """This iterator with `count` items taken (by a compiled trace that took them)."""
+        self._index += count
+        return self
+
+    def __iter__(self) -> DrainedItems:
+        return self
+
+    def __next__(self) -> Any:
+        if self._real is None:
+            if self.fresh():
+                if self._index >= len(self.items):
+                    raise StopIteration
+                self._index += 1
+                return self.items[self._index - 1]
+            real = self._start(self._args)
+            for _ in range(self._taken + self._index):
+                next(real)  # the items already handed out, computed again and dropped
+            self._real = real
+            self.items = ()
+        return next(self._real)
+
 
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform",
                  "exponential", "cauchy", "geometric", "poisson", "rrelu")  # fmt: skip
