@@ -153,6 +153,8 @@ class CodeGen:
         self.positions_override: Any = None
         self._built: dict[int, str] = {}  # id(VT of an object made in the frame) -> its local
         self._obj_count = 0  # locals ___obj<n> handed out (_new_obj_name)
+        # fx node of a symbolic int the code computes (python_values) -> the local holding it
+        self._python_value_locals: dict[Any, str] = {}
         self._keep: list[VariableTracker] = []  # keeps those VTs alive while ids are in use
         # id(CellVariable) -> name, for the cells of the frame being compiled: a closure rebuilt
         # after the graph shares the frame's real cell (its contents stored there first).
@@ -283,6 +285,10 @@ class CodeGen:
             self.subscr()
             return
         if isinstance(vt, SymNodeVariable) and vt.node in self.python_values:
+            computed = self._python_value_locals.get(vt.node)
+            if computed is not None:  # computed once, before any write to what it reads
+                self._emit(Instr("LOAD_FAST", computed))
+                return
             fn, inputs = self.python_values[vt.node]
 
             def load_inputs() -> None:
@@ -298,6 +304,9 @@ class CodeGen:
                 return lambda: source.emit_load(self)
 
             self.call_const(fn, load_inputs, len(inputs))
+            name = self._new_obj_name()
+            self._python_value_locals[vt.node] = name
+            self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
             return
         if wrap_function is not None:
             fn = getattr(vt, "fn", None)
@@ -363,11 +372,11 @@ class CodeGen:
     def branch(self) -> Iterator[None]:
         """Code for one of several alternative paths (the two arms of a jump at a break): an
         object it builds is stored for reuse on that path only, never loaded on another."""
-        built = dict(self._built)
+        built, computed = dict(self._built), dict(self._python_value_locals)
         try:
             yield
         finally:
-            self._built = built
+            self._built, self._python_value_locals = built, computed
 
     # --- cells ---------------------------------------------------------------------------------
     def store_frame_cell(self, name: str, contents: VariableTracker | None) -> None:

@@ -343,13 +343,19 @@ def _parts(vt: VariableTracker) -> list[VariableTracker]:
     return []
 
 
-def _load_before_writes(output: OutputGraph, cg: CodeGen, roots: list[VariableTracker]) -> None:
+def _load_before_writes(
+    output: OutputGraph, cg: CodeGen, roots: list[VariableTracker], at_break: bool = False
+) -> None:
     """Values read from outside the frame (`old = self.cache`, `v = lst.pop()`, `a = d["k"]`)
     that the code after the graph rebuilds, loaded from their sources before the writes are
     replayed and kept in temporaries: a write to the place they were read from (`self.cache =
-    new`, the popped list replaced) must not change what they are, as in eager."""
+    new`, the popped list replaced) must not change what they are, as in eager. At a graph
+    break (`at_break`) always: the instruction that runs for real may write there too
+    (`lr = opt.param_groups[0]["lr"]` before `sched.step()`)."""
     effects = output.side_effects
-    if not (effects.attrs or effects.containers or effects.globals or effects.cells):
+    if not at_break and not (
+        effects.attrs or effects.containers or effects.globals or effects.cells
+    ):
         return
     seen: set[int] = set()
     todo = list(roots)
@@ -359,7 +365,11 @@ def _load_before_writes(output: OutputGraph, cg: CodeGen, roots: list[VariableTr
             continue
         seen.add(id(vt))
         source = getattr(vt, "source", None)
-        if isinstance(source, (AttrSource, ItemSource, GlobalSource, FreeVarSource)):
+        if isinstance(source, (AttrSource, ItemSource, GlobalSource, FreeVarSource)) or (
+            # a symbolic int the code computes from the places it was read from (`st.step +
+            # 1`, OutputGraph.sizes_in_python): computed now, before they are written
+            isinstance(vt, SymNodeVariable) and source is None
+        ):
             cg.reconstruct(vt)
             cg.remember(vt)
         todo += _parts(vt)
@@ -521,7 +531,7 @@ def _finish_break(
     cg = CodeGen(code, lineno)
     cg.frame_cells = {id(c): name for name, c in frame_cells.items()}
     graphs = _compile_graph(code, output, outputs, backend, cg)
-    _load_before_writes(output, cg, roots)
+    _load_before_writes(output, cg, roots, at_break=True)
     _emit_state_after_graph(output, cg)  # the instruction that runs for real sees it
     for name, cell in frame_cells.items():  # closures and the resume function share the cells
         cg.store_frame_cell(name, cell.contents)
