@@ -1094,3 +1094,19 @@ def test_guards_that_do_not_hold_for_their_own_arguments_are_an_internal_error(
     finally:
         framejit.logs.remove_handler(handler)
     assert any("do not hold" in r.getMessage() for r in records)
+
+
+def test_nbytes_is_symbolic_with_the_sizes() -> None:
+    """`x.nbytes` was read off the fake tensor as a constant: an internal error once its
+    sizes were symbolic (the frame then ran eagerly)."""
+
+    def fn(x: torch.Tensor) -> tuple:
+        return x * 2, x.nbytes, x.t().nbytes
+
+    jitted, counter = counted(fn)
+    for n in (2, 4, 6, 9):
+        x = torch.randn(n, 3)
+        got, want = jitted(x), fn(x)
+        close(got[0], want[0])
+        assert got[1:] == want[1:] == (n * 12, n * 12)
+    assert counter.frame_count == 2

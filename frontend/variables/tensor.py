@@ -146,6 +146,9 @@ class TensorVariable(VariableTracker):
             raise Unsupported("unsupported_attr", "Tensor._version", "it is read as Python")
         if name == "shape":
             return tx.output.tensor_size(self)
+        if name == "nbytes":  # numel * itemsize, symbolic with the sizes
+            itemsize = ConstantVariable(self.fake.element_size())
+            return tx.binary_op(operator.mul, tx.output.tensor_numel(self), itemsize)
         if name in METADATA_ATTRS:
             return ConstantVariable(getattr(self.fake, name))
         if name == "grad":
