@@ -1222,3 +1222,27 @@ def test_transformer_encoder_fast_path_zeroes_padding_as_eager(mask_check):
     encoder.train()  # no fast path in training: one graph, as before
     explained = framejit.explain(encoder, x, src_key_padding_mask=pad)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def test_attention_modules_in_inference_are_one_graph() -> None:
+    """nn.MultiheadAttention's fast-path check asks whether a dispatch mode is on
+    (`_len_torch_dispatch_stack()`, a C function): it broke the graph in eval + no_grad, the
+    usual inference set-up. Compiled code never runs under a mode (GLOBAL_STATE fails there),
+    so the answer is 0."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    dec = torch.nn.TransformerDecoderLayer(16, 4, 32, batch_first=True).eval()
+    x, mem = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        return mha(x, x, x, need_weights=False)[0]
+
+    def decode(x: torch.Tensor, mem: torch.Tensor) -> torch.Tensor:
+        return dec(x, mem)
+
+    with torch.no_grad():
+        for fn, args in ((attend, (x,)), (decode, (x, mem))):
+            explained = framejit.explain(fn, *args)
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+            for backend in ("eager", "aot_eager"):
+                torch.testing.assert_close(framejit.jit(fn, backend=backend)(*args), fn(*args))

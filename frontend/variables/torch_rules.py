@@ -77,6 +77,7 @@ FOLDABLE = {
     torch._C._get_tracing_state,
     getattr(torch.compiler, "is_exporting", torch.jit.is_scripting),
     torch.cuda.is_current_stream_capturing,
+    torch._C._len_torch_dispatch_stack,  # 0 (call_torch_function)
 }
 
 # Refused: they change global state, leave the process, or need real data. (Setters found by
@@ -239,6 +240,10 @@ def call_torch_function(
         # torch's own code where the "compiling" path computes something else than eager's
         # takes eager's path (which then breaks the graph where it cannot be traced)
         return ConstantVariable(tx.code not in _EAGER_PATH_CODES)
+    if fn is torch._C._len_torch_dispatch_stack and not args and not kwargs:
+        # compiled code never runs under a dispatch mode (the GLOBAL_STATE guard fails under
+        # one, guards.user_mode_active): nn.MultiheadAttention asks before its fast path
+        return ConstantVariable(0)
     if fn is torch.numel and len(args) == 1 and isinstance(args[0], TensorVariable):
         return tx.output.tensor_numel(args[0])  # symbolic under dynamic shapes
     query = METADATA_FUNCTIONS.get(fn) if _member(fn, METADATA_FUNCTIONS) else None
