@@ -73,13 +73,15 @@ def _symbolic_operands(a: VariableTracker, b: VariableTracker) -> bool:
 
 
 def _tracked_tuple(value: VariableTracker, other: VariableTracker) -> VariableTracker:
-    """A constant tuple as a TupleVariable when `other` is a tracked sequence."""
+    """A constant tuple (or torch.Size: a distribution's empty event shape) as a
+    TupleVariable (SizeVariable) when `other` is a tracked sequence."""
     if (
         isinstance(value, ConstantVariable)
-        and type(value.value) is tuple
+        and type(value.value) in (tuple, torch.Size)
         and isinstance(other, BaseSequence)
     ):
-        return TupleVariable([ConstantVariable(item) for item in value.value])
+        items = [ConstantVariable(item) for item in value.value]
+        return SizeVariable(items) if type(value.value) is torch.Size else TupleVariable(items)
     return value
 
 

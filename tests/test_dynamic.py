@@ -1110,3 +1110,22 @@ def test_nbytes_is_symbolic_with_the_sizes() -> None:
         close(got[0], want[0])
         assert got[1:] == want[1:] == (n * 12, n * 12)
     assert counter.frame_count == 2
+
+
+def test_a_symbolic_size_plus_a_constant_size_stays_a_size() -> None:
+    """torch.distributions' `batch_shape + event_shape` (Independent, `rsample((n,))`): a
+    symbolic Size plus the constant `torch.Size([])` broke once sizes were symbolic."""
+    import torch.distributions as D
+
+    def fn(mu: torch.Tensor, s: torch.Tensor) -> tuple:
+        d = D.Independent(D.Normal(mu, s, validate_args=False), 1, validate_args=False)
+        shape = mu.shape + torch.Size([]) + torch.Size([2])
+        return d.log_prob(mu), d.rsample((3,)).shape, shape, type(shape)
+
+    jitted, counter = counted(fn)
+    for n in (4, 6, 8, 9):
+        mu, s = torch.randn(n, 2), torch.ones(n, 2)
+        got, want = jitted(mu, s), fn(mu, s)
+        close(got[0], want[0])
+        assert got[1:] == want[1:]
+    assert counter.frame_count == 2
