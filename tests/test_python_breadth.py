@@ -1950,3 +1950,26 @@ def test_a_value_read_before_a_break_is_what_it_was_when_read() -> None:
         return [f(torch.ones(1, 2)) for _ in range(4)]
 
     assert run(True) == run(False)
+
+
+_DECORATED_LINEAR = nn.Linear(8, 8)
+
+
+@torch.autocast("cpu", dtype=torch.bfloat16)
+def _autocast_decorated(x: torch.Tensor) -> torch.Tensor:
+    return _DECORATED_LINEAR(x).relu()
+
+
+def test_an_autocast_decorator_is_captured_like_a_with_block() -> None:
+    """`@torch.autocast(...)` enters an autocast made outside the frame (kept in the
+    decorator's closure): it broke the graph, the `with torch.autocast(...)` form did not."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return _autocast_decorated(x) * 2
+
+    x = torch.randn(4, 8)
+    explained = framejit.explain(fn, x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(fn)(x), fn(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    same(got, want)

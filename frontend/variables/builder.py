@@ -44,7 +44,12 @@ from framejit.frontend.variables.containers import (
     SetVariable,
     TupleVariable,
 )
-from framejit.frontend.variables.contexts import GradModeExit, WithExitVariable
+from framejit.frontend.variables.contexts import (
+    AUTOCAST_CLASSES,
+    AutocastVariable,
+    GradModeExit,
+    WithExitVariable,
+)
 from framejit.frontend.variables.functions import (
     PartialVariable,
     TorchFunctionVariable,
@@ -299,6 +304,16 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, AttrSource(source, "__name__"), GuardKind.CONSTANT_MATCH, value.__name__)
         return wrap_source(tx, AttrSource(source, "__self__")).getattr(tx, value.__name__)
+    if t in AUTOCAST_CLASSES:
+        # an autocast made outside the frame (`@torch.autocast(...)` keeps one in the
+        # decorator's closure): the same context as one made here, by what it was made with
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        settings = []
+        for attr in ("device", "fast_dtype", "_enabled", "_cache_enabled"):
+            setting = getattr(value, attr)
+            _guard(tx, AttrSource(source, attr), GuardKind.CONSTANT_MATCH, setting)
+            settings.append(setting)
+        return AutocastVariable(tuple(settings))
     if t is DrainedItems:
         drained = wrap_drained(tx, value, source)
         if drained is not None:
