@@ -26,6 +26,7 @@ from framejit.frontend.variables.base import (
 from framejit.frontend.variables.builtins import BINARY_OPERATORS, DUNDER_OPERATORS
 from framejit.frontend.variables.containers import (
     BaseSequence,
+    DataclassVariable,
     DictVariable,
     ListVariable,
     SetVariable,
@@ -69,6 +70,15 @@ def _symbolic_operands(a: VariableTracker, b: VariableTracker) -> bool:
     other = b if isinstance(a, SymNodeVariable) else a
     return isinstance(other, SymNodeVariable) or (
         isinstance(other, ConstantVariable) and type(other.value) in _NUMBERS
+    )
+
+
+def _made_in_frame(vt: VariableTracker) -> bool:
+    """A mutable object the frame made (a list, dict or set it built, an instance of a class
+    it created): the one object its tracker stands for, tracked by no other."""
+    return vt.source is None and (
+        type(vt) in (ListVariable, DictVariable, SetVariable, DataclassVariable)
+        or isinstance(vt, NewObjectVariable)
     )
 
 
@@ -290,6 +300,8 @@ class OperatorsMixin:
             return a.obj is b.obj
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return False
+        if _made_in_frame(a) or _made_in_frame(b):
+            return False  # two trackers, and one of them a new object: two objects
         fa, fb = _function_of(a), _function_of(b)
         if fa is not None and fb is not None:  # `type(self).forward is wrapper`
             return fa is fb

@@ -1973,3 +1973,23 @@ def test_an_autocast_decorator_is_captured_like_a_with_block() -> None:
     got, want = framejit.jit(fn)(x), fn(x)
     assert got.dtype == want.dtype == torch.bfloat16
     same(got, want)
+
+
+def _identities(t: torch.Tensor) -> tuple:
+    a, b = [1], [1]
+    c = a
+    x, y = _Named("x"), _Named("x")
+    z = x
+    d, e = {}, {}
+    return t + 1, a is b, a is c, x is y, x is z, d is e, a is not b, x is None
+
+
+def test_is_between_objects_the_frame_made_is_captured() -> None:
+    """Two lists, dicts or objects the frame made are two objects: `a is b` broke the graph
+    ("list is list is not captured")."""
+    t = torch.ones(2)
+    explained = framejit.explain(_identities, t)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_identities)(t), _identities(t)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (False, True, False, True, False, True, False)
