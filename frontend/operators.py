@@ -208,6 +208,9 @@ class OperatorsMixin:
             return outcome
         if a.is_constant() and b.is_constant():
             return self.wrap_constant_result(op(a.as_constant(), b.as_constant()))
+        result = self._user_compare(op, a, b)
+        if result is not None:
+            return result
         if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
             same = a is b or (
                 getattr(a, "obj", None) is not None
@@ -220,6 +223,35 @@ class OperatorsMixin:
             # torch.distributions' expand)
             return ConstantVariable((fa is fb) == (op is operator.eq))
         raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)} {b.type_name()}")
+
+    def _user_compare(
+        self, op: Any, a: VariableTracker, b: VariableTracker
+    ) -> VariableTracker | None:
+        """`a == b`, `a < b`... where a class of a or b defines the comparison in Python
+        (`__eq__`, `__lt__`, ...): inlined as Python calls it, the reflected method of the other
+        operand when the first gives NotImplemented; `!=` with only `__eq__` defined is its
+        negation, as object's `__ne__` does. None when no such method decides it."""
+        names = _COMPARE_DUNDERS.get(op)
+        if names is None:
+            return None
+        forward, reflected = names
+        for obj, other, name in ((a, b, forward), (b, a, reflected)):
+            if not isinstance(obj, (UserObjectVariable, NewObjectVariable)):
+                continue
+            cls = obj.python_type()
+            method = _python_method(cls, name)
+            negate = False
+            if method is None and name == "__ne__" and "__ne__" not in _defining(cls):
+                method, negate = _python_method(cls, "__eq__"), True
+            if method is None:
+                continue
+            result = UserFunctionVariable(method).call(self, [obj, other], {})
+            if result.is_constant() and result.as_constant() is NotImplemented:
+                continue
+            if negate:
+                return ConstantVariable(not result.truth(self))
+            return result
+        return None
 
     def _compare_lazy(
         self, op: Any, a: VariableTracker, b: VariableTracker
@@ -249,6 +281,11 @@ class OperatorsMixin:
             return self._sym_op(op, [a])
         if a.is_constant():
             return self.wrap_constant_result(op(a.as_constant()))
+        name = _UNARY_DUNDERS.get(op)
+        if name is not None and isinstance(a, (UserObjectVariable, NewObjectVariable)):
+            method = _python_method(a.python_type(), name)  # `-vec`: the class's __neg__
+            if method is not None:
+                return UserFunctionVariable(method).call(self, [a], {})
         raise Unsupported("unsupported_object", f"{_symbol(op)}{a.type_name()}")
 
     def _sym_op(self, op: Any, args: list[VariableTracker]) -> VariableTracker:
@@ -465,6 +502,27 @@ def _symbol(op: Any) -> str:
         if fn is op:
             return sym
     return getattr(op, "__name__", "?")
+
+
+_COMPARE_DUNDERS = {
+    operator.eq: ("__eq__", "__eq__"),
+    operator.ne: ("__ne__", "__ne__"),
+    operator.lt: ("__lt__", "__gt__"),
+    operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"),
+    operator.ge: ("__ge__", "__le__"),
+}
+_UNARY_DUNDERS = {
+    operator.neg: "__neg__",
+    operator.pos: "__pos__",
+    operator.invert: "__invert__",
+    abs: "__abs__",
+}
+
+
+def _defining(cls: type) -> set[str]:
+    """The names the classes of `cls`'s MRO, `object` left out, define themselves."""
+    return {name for klass in cls.__mro__ if klass is not object for name in klass.__dict__}
 
 
 def _is_object(vt: VariableTracker) -> bool:

@@ -1993,3 +1993,47 @@ def test_is_between_objects_the_frame_made_is_captured() -> None:
     got, want = framejit.jit(_identities)(t), _identities(t)
     same(got[0], want[0])
     assert got[1:] == want[1:] == (False, True, False, True, False, True, False)
+
+
+class _Money:
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+    def __neg__(self) -> _Money:
+        return _Money(-self.cents)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Money) and self.cents == other.cents
+
+    def __lt__(self, other: _Money) -> bool:
+        return self.cents < other.cents
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _picks_and_orders(t: torch.Tensor, lst: list) -> tuple:
+    i = max(range(len(lst)), key=lambda k: lst[k])
+    j = min(lst, key=abs)
+    k = max(3, 4, key=lambda q: -q)
+    first = max([t, t * 2, t * 3], key=lambda _: 0)  # ties: the first item
+    empty = min([], default=-1)
+    rest = list(lst)
+    rest.remove(3)
+    rest.sort(key=lambda q: -q)
+    m = -_Money(250)
+    flags = (m == _Money(-250), m != _Money(-250), m != _Money(1), _Money(1) < _Money(2))
+    cheapest = min([_Money(5), _Money(2), _Money(7)])
+    return t + i, first, j, k, empty, rest, m.cents, flags, cheapest.cents
+
+
+def test_min_max_with_a_key_list_remove_and_sort_and_user_comparisons_are_captured() -> None:
+    """`max(range(n), key=...)`, `max(a, b, key=...)`, `lst.remove(x)`, `lst.sort(key=...)`,
+    `-obj` and `obj == obj` with a user `__neg__` / `__eq__` broke the graph."""
+    t, lst = torch.randn(2), [3, -5, 1, 4]
+    explained = framejit.explain(_picks_and_orders, t, lst)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_picks_and_orders)(t, lst), _picks_and_orders(t, lst)
+    same(got[0], want[0])
+    same(got[1], want[1])
+    assert got[2:] == want[2:]
+    assert want[7] == (True, False, True, True)

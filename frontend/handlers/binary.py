@@ -12,9 +12,13 @@ from framejit.frontend.variables.base import (
     BINARY_OPS,
     COMPARE_OPS,
     ConstantVariable,
-    VariableTracker,
 )
-from framejit.frontend.variables.containers import BaseSequence, DictVariable, SliceVariable
+from framejit.frontend.variables.containers import (
+    BaseSequence,
+    DictVariable,
+    SliceVariable,
+    same_or_equal,
+)
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
@@ -78,21 +82,10 @@ def contains_op(tx: Translator, inst: Any) -> None:
     elif container.is_constant() and item.is_constant():
         found = item.as_constant() in container.as_constant()
     elif isinstance(container, BaseSequence):
-        found = any(_same_or_equal(tx, x, item) for x in container.items)
+        found = any(same_or_equal(tx, x, item) for x in container.items)
     else:
         found = container.call_method(tx, "__contains__", [item], {}).truth(tx)
     tx.push(ConstantVariable(found != bool(inst.arg)))
-
-
-def _same_or_equal(tx: Translator, x: VariableTracker, item: VariableTracker) -> bool:
-    """What a list's or tuple's `__contains__` asks of each of its items, in order: `x is item
-    or x == item`. `==` with a tensor item reads tensor values (a graph break there), and a
-    user class's `__eq__` is inlined."""
-    if tx.is_op(x, item):
-        return True
-    if x.is_constant() and item.is_constant():
-        return bool(x.as_constant() == item.as_constant())
-    return tx.compare_op(operator.eq, x, item).truth(tx)
 
 
 @handler("BINARY_SUBSCR")

@@ -590,8 +590,13 @@ def _sum(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 
 def _minmax(fn: Any) -> Handler:
     def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if not args or set(kwargs) - {"key", "default"} or (len(args) > 1 and "default" in kwargs):
+            return None
         items = _iterable_items(tx, args[0]) if len(args) == 1 else args
-        if any(isinstance(i, TensorVariable) for i in items):
+        key_fn = kwargs.get("key")
+        if key_fn is not None and key_fn.is_constant() and key_fn.as_constant() is None:
+            key_fn = None
+        if key_fn is None and any(isinstance(i, TensorVariable) for i in items):
             raise Unsupported(
                 "data_dependent",
                 f"{fn.__name__}() over tensors",
@@ -604,7 +609,18 @@ def _minmax(fn: Any) -> Handler:
                     **{k: v.as_constant() for k, v in kwargs.items()},
                 )
             )
-        return None
+        if not items:
+            if "default" in kwargs:
+                return kwargs["default"]
+            raise Unsupported("exception", f"{fn.__name__}()", "ValueError: an empty sequence")
+        # the first item whose key no later key beats, as Python picks it
+        keys = [key_fn.call(tx, [i], {}) if key_fn is not None else i for i in items]
+        beats = operator.gt if fn is max else operator.lt
+        best = 0
+        for k in range(1, len(items)):
+            if tx.compare_op(beats, keys[k], keys[best]).truth(tx):
+                best = k
+        return items[best]
 
     return handler
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -266,12 +267,35 @@ class ListVariable(BaseSequence):
                 items[key] = args[1]
         elif name == "__delitem__" and len(args) == 1:
             del items[_const_index(tx, args[0], "list")]
-        elif name == "sort" and self.is_constant():
+        elif (
+            name == "sort" and self.is_constant() and all(v.is_constant() for v in kwargs.values())
+        ):
             values = sorted(self.as_constant(), **{k: v.as_constant() for k, v in kwargs.items()})
             self.items = [ConstantVariable(v) for v in values]
+        elif name == "sort" and not args:  # `lst.sort(key=lambda ...)`: as sorted() orders
+            from framejit.frontend.variables.builtins import call_builtin
+
+            self.items = call_builtin(tx, sorted, [ListVariable(list(items))], kwargs).items
+        elif name == "remove" and len(args) == 1:
+            for k, item in enumerate(items):
+                if same_or_equal(tx, item, args[0]):
+                    del items[k]
+                    break
+            else:
+                raise Unsupported("exception", "list.remove(x)", "ValueError: x not in list")
         else:
             raise Unsupported("unsupported_call", f"list.{name}")
         return ConstantVariable(None)
+
+
+def same_or_equal(tx: Translator, item: VariableTracker, x: VariableTracker) -> bool:
+    """What a list's or tuple's `in` and `list.remove` ask of each item, in order: `item is x
+    or item == x` (a user `__eq__` inlined; a tensor's `==` reads its values: a break)."""
+    if tx.is_op(item, x):
+        return True
+    if item.is_constant() and x.is_constant():
+        return bool(item.as_constant() == x.as_constant())
+    return tx.compare_op(operator.eq, item, x).truth(tx)
 
 
 class DequeVariable(ListVariable):
