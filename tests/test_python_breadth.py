@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import enum
 import functools
+import itertools
 import logging
 import math
 import operator
+import sys
 import types
 import warnings
 from dataclasses import dataclass
@@ -2037,3 +2040,52 @@ def test_min_max_with_a_key_list_remove_and_sort_and_user_comparisons_are_captur
     same(got[1], want[1])
     assert got[2:] == want[2:]
     assert want[7] == (True, False, True, True)
+
+
+@dataclass
+class _Config:
+    scale: int = 2
+    names: list = dataclasses.field(default_factory=list)
+
+
+class _Bag:
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class _Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+def _python_helpers(t: torch.Tensor, bag: _Bag, empty: _Bag) -> tuple:
+    cfg = _Config(3)
+    cfg.names.append("a")
+    total = 0
+    for a, b in itertools.product(range(2), range(3)):
+        total += a * b
+    pairs = list(itertools.permutations([1, 2, 3], 2))
+    combos = list(itertools.combinations(range(4), 2)) + list(
+        itertools.combinations_with_replacement("ab", 2)
+    )
+    twice = list(itertools.product([0, 1], repeat=2))
+    y = t * cfg.scale if bag else t
+    z = t if empty else -t
+    colors = [c.value for c in _Color]
+    return y + z + total, cfg.names, pairs, combos, twice, colors, sys.version_info >= (3, 8)
+
+
+def test_dataclass_factories_object_truth_itertools_and_enums_are_captured() -> None:
+    """`field(default_factory=list)`, `if obj:` with a user `__len__`, itertools' product /
+    permutations / combinations, iterating an Enum class and `sys.version_info >= (3, 8)`
+    broke the graph."""
+    t = torch.randn(3)
+    args = (t, _Bag([1]), _Bag([]))
+    explained = framejit.explain(_python_helpers, *args)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_python_helpers)(*args), _python_helpers(*args)
+    same(got[0], want[0])
+    assert got[1:] == want[1:]

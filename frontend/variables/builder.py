@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import functools
 import os
+import sys
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -207,6 +208,10 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if value is os.environ:
         return EnvironVariable()
     if t is types.CodeType:  # immutable: `fn.__code__.co_varnames` is a constant of the trace
+        _guard(tx, source, GuardKind.ID_MATCH, value)
+        return ConstantVariable(value, source)
+    if value is sys.version_info or value is sys.implementation.version:
+        # `sys.version_info >= (3, 11)`: fixed for the process
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return ConstantVariable(value, source)
     if t in (torch.device, torch.Size):

@@ -860,7 +860,9 @@ def _reduce(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
 def _iterator_input(args: Args) -> bool:
     """An iterator among the inputs (a generator, `iter(xs)`): its consumer could see how far it
     was read, which the eager forms below do not keep. Containers are fine."""
-    return _has_lazy(args) or any(isinstance(a, IteratorVariable) and not a.private for a in args)
+    return any(isinstance(a, LazyIteratorVariable) for a in args) or any(
+        isinstance(a, IteratorVariable) and not a.private for a in args
+    )
 
 
 @builtin(itertools.chain)
@@ -924,6 +926,47 @@ def _pairwise(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | N
         return None
     items = _iterable_items(tx, args[0])
     return IteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
+
+
+def _index_combinatoric(fn: Any) -> Handler:
+    """`itertools.product`, `permutations`, `combinations`, `combinations_with_replacement`
+    over known items (a container, a range): the index tuples Python's own function gives,
+    turned into tuples of the items, all at once (they are finite and need no values)."""
+
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        allowed = {"repeat"} if fn is itertools.product else {"r"}
+        if set(kwargs) - allowed or not args or not all_constant([], kwargs):
+            return None
+        given = list(args) if fn is itertools.product else args[:1]
+        rest = [] if fn is itertools.product else args[1:]
+        if _iterator_input(given) or not all(a.is_constant() for a in rest):
+            return None
+        pools = [_iterable_items(tx, a) for a in given]
+        options = [a.as_constant() for a in rest]
+        keywords = {k: v.as_constant() for k, v in kwargs.items()}
+        try:
+            picks = list(fn(*[range(len(p)) for p in pools], *options, **keywords))
+        except (TypeError, ValueError) as exc:
+            raise Unsupported("exception", f"itertools.{fn.__name__}", repr(exc)) from None
+        if len(picks) > 100_000:
+            return None
+        if fn is itertools.product:
+            repeated = pools * keywords.get("repeat", 1)
+            return IteratorVariable(
+                [TupleVariable([repeated[n][i] for n, i in enumerate(p)]) for p in picks]
+            )
+        return IteratorVariable([TupleVariable([pools[0][i] for i in p]) for p in picks])
+
+    return handler
+
+
+for _fn in (
+    itertools.product,
+    itertools.permutations,
+    itertools.combinations,
+    itertools.combinations_with_replacement,
+):
+    builtin(_fn)(_index_combinatoric(_fn))
 
 
 @builtin(itertools.repeat)

@@ -134,6 +134,20 @@ class UserObjectVariable(VariableTracker):
             raise Unsupported("unsupported_attr", what, "object has no source")
         return self.source
 
+    def truth(self, tx: Translator) -> bool:
+        """`if obj:`: its class's `__bool__`, else its `__len__`, when written in Python
+        (inlined, through the attribute read that guards it); true when it has neither."""
+        for name in ("__bool__", "__len__"):
+            found = _class_attr(type(self.obj), name)
+            if found is None:
+                continue
+            if isinstance(found[1], types.FunctionType) and self.source is not None:
+                return self.getattr(tx, name).call(tx, [], {}).truth(tx)
+            break
+        else:
+            return True
+        return super().truth(tx)
+
     def _attr_source(self, name: str) -> AttrSource:
         """Where `generic_getattr` reads `name` from (past a custom __getattribute__)."""
         base = self._need_source(name)
@@ -785,6 +799,11 @@ class ClassVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"Class({self.cls.__qualname__})"
 
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        if isinstance(self.cls, enum.EnumMeta):  # `for c in Color`, `list(Color)`: its members
+            return [ConstantVariable(member) for member in self.cls]
+        return super().unpack(tx)
+
     def reconstruct(self, cg: Any) -> None:
         if self.source is not None:
             self.source.emit_load(cg)
@@ -925,7 +944,7 @@ class ClassVariable(VariableTracker):
             bound = _bind_signature(cls, args, kwargs, tx)
             return NamedTupleVariable(cls, [bound[f] for f in cls._fields])
         if dataclasses.is_dataclass(cls) and "__init__" in cls.__dict__ and _plain_dataclass(cls):
-            bound = _bind_signature(cls, args, kwargs, tx)
+            bound = _bind_signature(cls, args, kwargs, tx, factories=True)
             return DataclassVariable(cls, dict(bound))
         if _plain_class(cls):
             if inspect.isabstract(cls):
@@ -1276,16 +1295,28 @@ def _plain_dataclass(cls: type) -> bool:
     return not hasattr(cls, "__post_init__")
 
 
-def _bind_signature(cls: type, args: Args, kwargs: Kwargs, tx: Translator) -> dict[str, Any]:
+def _bind_signature(
+    cls: type, args: Args, kwargs: Kwargs, tx: Translator, factories: bool = False
+) -> dict[str, Any]:
+    """The constructor's parameters bound to `args` and `kwargs`, defaults filled in. With
+    `factories` (a dataclass), a field's `default_factory` is called, in the trace, as the
+    generated `__init__` calls it (`field(default_factory=list)`: a new list per object)."""
     try:
         sig = inspect.signature(cls)
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
         raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+    made = (
+        {f.name: f.default_factory for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if factories
+        else {}
+    )
     out: dict[str, Any] = {}
     for name, param in sig.parameters.items():
         if name in bound.arguments:
             out[name] = bound.arguments[name]
+        elif made.get(name, dataclasses.MISSING) is not dataclasses.MISSING:
+            out[name] = tx.call_function_value(made[name], [], {})
         elif param.default is not inspect.Parameter.empty:
             out[name] = tx.wrap_value(param.default, None)
     return out
