@@ -127,11 +127,13 @@ class TransformedVariable(VariableTracker):
         if not states:
 
             def target(*values: Any, **kw: Any) -> Any:
+                values, kw = _mutable((values, kw))
                 return build(values[:n_lifted])(*values[n_lifted:], **kw)
 
         else:
 
             def target(*values: Any, **kw: Any) -> Any:
+                values, kw = _mutable((values, kw))
                 with modules.swapped_in(values[n_lifted : n_lifted + len(states)]):
                     return build(values[:n_lifted])(*values[n_lifted + len(states) :], **kw)
 
@@ -317,6 +319,8 @@ def _rebuilt(
             cells.append(("const", held.as_constant()))
         elif isinstance(held, NNModuleVariable):
             cells.append(("const", modules.add(tx, held, label)))
+        elif (fixed := _torch_function_held(held)) is not None:
+            cells.append(("const", fixed))  # `from torch.func import functional_call` inside
         else:
             what = "a cell" if held is None else held.type_name()
             raise Unsupported(
@@ -331,6 +335,35 @@ def _rebuilt(
         return made
 
     return build
+
+
+def _mutable(value: Any) -> Any:
+    """`value` with torch.fx's immutable dicts and lists (what a graph passes its ops) as
+    plain ones: a transformed function may be given a dict of parameters it updates
+    (`functional_call(model, params, ...)` under `grad`)."""
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+    if type(value) in (dict, immutable_dict):
+        return {k: _mutable(v) for k, v in value.items()}
+    if type(value) in (list, immutable_list):
+        return [_mutable(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_mutable(v) for v in value)
+    return value
+
+
+def _torch_function_held(held: Any) -> Any:
+    """The function a closure cell holds when it is one of torch's own (fixed code that reads
+    no user state: `functional_call`, `F.cross_entropy`): it can be a constant of the
+    rebuilt function. None for anything else."""
+    fn = getattr(held, "fn", None) if held is not None else None
+    if fn is None and held is not None and held.is_constant():
+        fn = held.as_constant()
+    if isinstance(fn, types.FunctionType) and _fixed_function(fn):
+        return fn
+    if isinstance(fn, types.BuiltinFunctionType) and (fn.__module__ or "").startswith("torch"):
+        return fn
+    return None
 
 
 def _fixed_function(fn: types.FunctionType) -> bool:

@@ -351,3 +351,35 @@ def test_a_helper_defined_in_another_function_may_close_over_a_model_tensors_and
     torch.testing.assert_close(jitted(x), step(x))
     set_scale(5.0)  # a number in a cell is guarded: a new graph
     torch.testing.assert_close(jitted(x), step(x))
+
+
+_PSG_MODEL = torch.nn.Linear(4, 2)
+_PSG_PARAMS = {k: v.detach() for k, v in _PSG_MODEL.named_parameters()}
+
+
+def _per_sample_grads() -> Any:
+    from torch.func import functional_call as call  # a local import: a closure cell
+
+    def loss_fn(params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = call(_PSG_MODEL, params, (x[None],))
+        return torch.nn.functional.cross_entropy(out, y[None])
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> dict:
+        return torch.func.vmap(torch.func.grad(loss_fn), in_dims=(None, 0, 0))(_PSG_PARAMS, x, y)
+
+    return fn
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_per_sample_gradients_with_functional_call_in_a_closure(backend: str) -> None:
+    """The per-sample-gradient recipe with `functional_call` imported inside the enclosing
+    function (a closure cell holding torch's function) broke; then the params dict reached
+    the transform as torch.fx's immutable dict, which functional_call could not update."""
+    fn = _per_sample_grads()
+    x, y = torch.randn(5, 4), torch.randint(0, 2, (5,))
+    explained = framejit.explain(fn, x, y)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(fn, backend=backend)(x, y), fn(x, y)
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k])
