@@ -2089,3 +2089,46 @@ def test_dataclass_factories_object_truth_itertools_and_enums_are_captured() -> 
     got, want = framejit.jit(_python_helpers)(*args), _python_helpers(*args)
     same(got[0], want[0])
     assert got[1:] == want[1:]
+
+
+class _CachedRead:
+    """A caching descriptor that stores its value in the instance dict, as lazy_property."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def __get__(self, obj: Any, cls: type) -> Any:
+        if obj is None:
+            return self
+        value = self.f(obj)
+        obj.__dict__[self.f.__name__] = value
+        return value
+
+
+class _HasCachedRead:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t, self.calls = t, 0
+
+    @_CachedRead
+    def squared(self) -> torch.Tensor:
+        self.calls += 1
+        return self.t * self.t
+
+
+def _reads_a_cached_value_twice(t: torch.Tensor, h: _HasCachedRead) -> tuple:
+    a = h.squared
+    b = h.squared  # from the instance dict now
+    return a + b + t, h.calls, "squared" in vars(h)
+
+
+def test_writes_through_the_instance_dict_and_attributes_agree() -> None:
+    """A caching descriptor on an argument: its `obj.__dict__[name] = v` was not seen by the
+    next `obj.name` (computed twice), and replaying the dict after the attribute writes undid
+    `self.calls += 1` (the dict was read before it)."""
+    t = torch.ones(2)
+    got_h, want_h = _HasCachedRead(torch.full((2,), 3.0)), _HasCachedRead(torch.full((2,), 3.0))
+    got = framejit.jit(_reads_a_cached_value_twice)(t, got_h)
+    want = _reads_a_cached_value_twice(t, want_h)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (1, True)
+    assert got_h.calls == want_h.calls == 1 and sorted(vars(got_h)) == sorted(vars(want_h))

@@ -44,6 +44,7 @@ from framejit.frontend.variables.base import (
     all_constant,
     constant_fold,
     note_mutation,
+    note_undoable,
 )
 from framejit.frontend.variables.contexts import (
     AUTOCAST_CLASSES,
@@ -175,11 +176,31 @@ class UserObjectVariable(VariableTracker):
             )
         # recorded for the replay only: a rewound instruction forgets the record (rollback)
         tx.output.side_effects.store_attr(self, name, value)
+        if self.source is not None:  # `obj.__dict__` read in the trace: the same dict
+            view = tx.output.cached_wrap(self._attr_source("__dict__"))
+            items = getattr(view, "items", None)
+            if isinstance(items, dict):
+                previous = items.get(name)
+                items[name] = value
+                note_undoable(
+                    lambda: items.pop(name) if previous is None else items.update({name: previous})
+                )
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         written = tx.output.side_effects.load_attr(self, name)
         if written is not None:
             return written
+        if name == "__dict__" and self.source is not None:
+            # the instance dict, with the attributes the trace wrote so far (kept in step
+            # with later writes by setattr)
+            view = tx.wrap_source(self._attr_source("__dict__"))
+            entry = tx.output.side_effects.attrs.get(id(self))
+            items = getattr(view, "items", None)
+            if entry is not None and isinstance(items, dict):
+                before = dict(items)
+                items.update(entry[1])
+                note_undoable(lambda: (items.clear(), items.update(before)))
+            return view
         cls = type(self.obj)
         if isinstance(self.obj, logging.Logger) and name in LOGGER_METHODS:
             # A logger from logging.getLogger() in the frame has no source: the bound method
@@ -250,6 +271,17 @@ class UserObjectVariable(VariableTracker):
             return self.list_items(tx, "iterating over")
         return super().unpack(tx)
 
+    def _written_to_instance_dict(self, tx: Translator, name: str) -> VariableTracker | None:
+        """What the trace stored under `name` through `obj.__dict__[name] = v` (a caching
+        descriptor's write), which the real dict gets only when the writes are replayed."""
+        if self.source is None:
+            return None
+        view = tx.output.cached_wrap(self._attr_source("__dict__"))
+        items = getattr(view, "items", None)
+        if id(view) not in tx.output.side_effects.containers or not isinstance(items, dict):
+            return None
+        return items.get(name)
+
     def _python_descriptor(
         self, tx: Translator, owner: type, name: str, attr: Any
     ) -> VariableTracker | None:
@@ -264,6 +296,8 @@ class UserObjectVariable(VariableTracker):
         getter = _python_method_of(type(attr), "__get__")
         if not isinstance(getter, types.FunctionType):
             return None
+        if (type(attr).__module__ or "").startswith("framejit."):
+            return None  # a jit function as a method: its bound form is followed as it is
         descriptor = tx.wrap_source(ConstSource(attr, f"{owner.__qualname__}.{name}"))
         cls = tx.wrap_value(type(self.obj), TypeSource(self.source))
         return UserFunctionVariable(getter).call(tx, [descriptor, self, cls], {})
@@ -293,6 +327,9 @@ class UserObjectVariable(VariableTracker):
                     return inlined
                 # another data descriptor (slots, C getters): read it as a value
                 return tx.wrap_source(self._attr_source(name))
+        written = self._written_to_instance_dict(tx, name)
+        if written is not None:
+            return written
         # None: an object with no instance dict (a C type's: numpy.ndarray, torch.Generator),
         # which nothing can shadow a class attribute in
         instance_dict = getattr(self.obj, "__dict__", None)
