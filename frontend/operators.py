@@ -142,8 +142,12 @@ class OperatorsMixin:
             return (
                 type(a)(a.items + b.items) if type(a) in plain else TupleVariable(a.items + b.items)
             )
+        if isinstance(b, BaseSequence) and a.is_constant() and op is operator.mul:
+            a, b = b, a  # `2 * seq`
         if isinstance(a, BaseSequence) and b.is_constant() and op in (operator.mul, operator.imul):
             items = a.items * b.as_constant()
+            if isinstance(a, SizeVariable):  # `x.shape * 2` is a torch.Size
+                return SizeVariable(items)
             return type(a)(items) if type(a) in plain else TupleVariable(items)
         result = self._user_operator(op, a, b)
         if result is not None:

@@ -1129,3 +1129,17 @@ def test_a_symbolic_size_plus_a_constant_size_stays_a_size() -> None:
         close(got[0], want[0])
         assert got[1:] == want[1:]
     assert counter.frame_count == 2
+
+
+def test_a_symbolic_size_repeated_is_a_size() -> None:
+    def fn(x: torch.Tensor) -> tuple:
+        return x + 1, x.shape * 2, 2 * x.shape, [x, 1] * 2
+
+    jitted, counter = counted(fn)
+    for n in (2, 3, 4, 5):
+        x = torch.randn(n, 3)
+        got, want = jitted(x), fn(x)
+        close(got[0], want[0])
+        assert got[1:3] == want[1:3] and type(got[1]) is type(got[2]) is torch.Size
+        assert len(got[3]) == 4 and got[3][1] == 1
+    assert counter.frame_count == 2
