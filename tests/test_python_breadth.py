@@ -2132,3 +2132,69 @@ def test_writes_through_the_instance_dict_and_attributes_agree() -> None:
     same(got[0], want[0])
     assert got[1:] == want[1:] == (1, True)
     assert got_h.calls == want_h.calls == 1 and sorted(vars(got_h)) == sorted(vars(want_h))
+
+
+class _Celsius:
+    def __init__(self) -> None:
+        self._c = 0.0
+
+    @property
+    def c(self) -> float:
+        return self._c
+
+    @c.setter
+    def c(self, value: float) -> None:
+        if value < -273.15:
+            raise ValueError("below absolute zero")
+        self._c = value
+
+
+class _PositiveField:
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.private = "_" + name
+
+    def __get__(self, obj: Any, cls: type) -> Any:
+        return self if obj is None else getattr(obj, self.private)
+
+    def __set__(self, obj: Any, value: int) -> None:
+        if value <= 0:
+            raise ValueError("must be positive")
+        setattr(obj, self.private, value)
+
+
+class _Sized:
+    size = _PositiveField()
+
+    def __init__(self) -> None:
+        self.size = 1
+
+
+class _Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self) -> None:
+        self.a, self.b = 1, 2
+
+
+def _sets_through_setters(t: torch.Tensor, temp: _Celsius, box: _Sized, slots: _Slotted) -> tuple:
+    temp.c = 25.0
+    box.size = 3
+    slots.a = slots.a + 10
+    return t * temp.c + box.size + slots.a, temp.c, box.size, slots.a
+
+
+def test_property_setters_python_descriptors_and_slots_on_arguments_are_captured() -> None:
+    """Writes to an argument through a property setter, a data descriptor's Python __set__
+    or a __slots__ slot broke the graph ("a custom __setattr__ or a data descriptor")."""
+    t = torch.ones(2)
+    explained = framejit.explain(_sets_through_setters, t, _Celsius(), _Sized(), _Slotted())
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got_args, want_args = (_Celsius(), _Sized(), _Slotted()), (_Celsius(), _Sized(), _Slotted())
+    got = framejit.jit(_sets_through_setters)(t, *got_args)
+    want = _sets_through_setters(t, *want_args)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (25.0, 3, 11)
+    for g, w in zip(got_args, want_args):
+        assert [getattr(g, n, None) for n in ("_c", "_size", "a", "b")] == [
+            getattr(w, n, None) for n in ("_c", "_size", "a", "b")
+        ]

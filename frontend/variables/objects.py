@@ -168,6 +168,36 @@ class UserObjectVariable(VariableTracker):
             error = AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
             raise Unsupported.raised(f"setting {cls.__name__}.{name}", error)
         custom = cls.__setattr__ not in (object.__setattr__, torch.nn.Module.__setattr__)
+        if (
+            not custom
+            and found is not None
+            and self.source is not None
+            and not isinstance(self.obj, torch.nn.Module)  # its __setattr__ registers first
+        ):
+            attr = found[1]
+            if isinstance(attr, property) and isinstance(attr.fset, types.FunctionType):
+                # a property's setter written in Python: inlined, its own writes recorded
+                if not _trusted_class(found[0]):
+                    tx.output.add_guard(
+                        AttrSource(TypeSource(self.source), name),
+                        GuardKind.ID_MATCH,
+                        attr,
+                        tx.location_text(),
+                    )
+                tx.call_function_value(attr.fset, [self, value], {})
+                return
+            setter = _python_method_of(type(attr), "__set__")
+            if isinstance(setter, types.FunctionType) and not (
+                type(attr).__module__ or ""
+            ).startswith("framejit."):
+                # a data descriptor written in Python (a validating field): its __set__
+                descriptor = tx.wrap_source(ConstSource(attr, f"{found[0].__qualname__}.{name}"))
+                UserFunctionVariable(setter).call(tx, [descriptor, self, value], {})
+                return
+            if type(attr) is types.MemberDescriptorType:
+                # a `__slots__` slot: written by the replay's setattr like any attribute
+                tx.output.side_effects.store_attr(self, name, value)
+                return
         if custom or (found is not None and hasattr(type(found[1]), "__set__")):
             raise Unsupported(
                 "side_effect",
