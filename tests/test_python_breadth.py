@@ -2198,3 +2198,27 @@ def test_property_setters_python_descriptors_and_slots_on_arguments_are_captured
         assert [getattr(g, n, None) for n in ("_c", "_size", "a", "b")] == [
             getattr(w, n, None) for n in ("_c", "_size", "a", "b")
         ]
+
+
+class _Dynamic:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("times"):
+            return self.t * int(name[5:])
+        raise AttributeError(name)
+
+
+def _dynamic_attributes(t: torch.Tensor) -> tuple:
+    d = _Dynamic(t)
+    return d.times3 + d.t, hasattr(d, "nope"), getattr(d, "times" + "2").shape
+
+
+def test_getattr_fallback_of_an_object_made_in_the_frame_is_inlined() -> None:
+    t = torch.ones(2)
+    explained = framejit.explain(_dynamic_attributes, t)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_dynamic_attributes)(t), _dynamic_attributes(t)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (False, torch.Size([2]))

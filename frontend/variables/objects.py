@@ -1173,7 +1173,18 @@ class NewObjectVariable(VariableTracker):
             return UserMethodVariable(UserFunctionVariable(hook), self).call(
                 tx, [ConstantVariable(name)], {}
             )
-        return self.generic_getattr(tx, name)
+        fallback = _class_attr(self.cls, "__getattr__")
+        if fallback is None or not isinstance(fallback[1], types.FunctionType):
+            return self.generic_getattr(tx, name)
+        try:
+            return self.generic_getattr(tx, name)
+        except Unsupported as exc:
+            if exc.python_exception() is not AttributeError:
+                raise
+        # not found the usual way: the class's `__getattr__`, inlined, as Python calls it
+        return UserMethodVariable(UserFunctionVariable(fallback[1]), self).call(
+            tx, [ConstantVariable(name)], {}
+        )
 
     def generic_getattr(self, tx: Translator, name: str) -> VariableTracker:
         """`object.__getattribute__(obj, name)`: properties, the instance dict, then the
