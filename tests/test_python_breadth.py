@@ -2222,3 +2222,25 @@ def test_getattr_fallback_of_an_object_made_in_the_frame_is_inlined() -> None:
     got, want = framejit.jit(_dynamic_attributes)(t), _dynamic_attributes(t)
     same(got[0], want[0])
     assert got[1:] == want[1:] == (False, torch.Size([2]))
+
+
+class _Base:
+    pass
+
+
+class _Derived(_Base):
+    pass
+
+
+def _reads_the_mro(t: torch.Tensor) -> tuple:
+    names = [c.__name__ for c in _Derived.__mro__]
+    return t + len(_Derived.__bases__), names, _Derived.__bases__[0] is _Base
+
+
+def test_a_classes_mro_and_bases_are_constants() -> None:
+    t = torch.ones(1)
+    explained = framejit.explain(_reads_the_mro, t)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_reads_the_mro)(t), _reads_the_mro(t)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (["_Derived", "_Base", "object"], True)

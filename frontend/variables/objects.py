@@ -901,6 +901,12 @@ class ClassVariable(VariableTracker):
         if found is None:
             if name in ("__name__", "__qualname__", "__module__"):
                 return ConstantVariable(getattr(self.cls, name))
+            if name in ("__mro__", "__bases__"):  # fixed for the class: tuples of classes
+                from framejit.frontend.variables.containers import TupleVariable
+
+                return TupleVariable(
+                    [ClassVariable(c) for c in getattr(self.cls, name)]  # type: ignore[misc]
+                )
             raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
         attr = found[1]
         if (
