@@ -683,7 +683,11 @@ class IteratorVariable(VariableTracker):
         note_undoable(lambda: setattr(self, "index", old))
         self.index = index
 
+    def _before_taking(self) -> None:
+        """Raise where Python's iterator would, before an item is taken (a subclass's check)."""
+
     def next(self) -> VariableTracker | None:
+        self._before_taking()
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]
@@ -691,6 +695,7 @@ class IteratorVariable(VariableTracker):
         return item
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
+        self._before_taking()
         rest = self.items[self.index :]
         self._advance_to(len(self.items))
         return rest
@@ -724,19 +729,11 @@ class ContainerIteratorVariable(IteratorVariable):
     def items(self) -> list[VariableTracker]:  # type: ignore[override]
         return self.container.items if self.is_list else self._keys  # type: ignore[attr-defined,return-value]
 
-    def _check_size(self) -> None:
+    def _before_taking(self) -> None:
         if self.size is not None and len(self.container.items) != self.size:  # type: ignore[attr-defined]
             raise Unsupported.raised(
                 "iterating", RuntimeError(f"{self.what} changed size during iteration")
             )
-
-    def next(self) -> VariableTracker | None:
-        self._check_size()
-        return super().next()
-
-    def unpack(self, tx: Translator) -> list[VariableTracker]:
-        self._check_size()
-        return super().unpack(tx)
 
     def reconstruct(self, cg: CodeGen) -> None:
         if self.is_list:

@@ -316,19 +316,11 @@ class DrainedItemsVariable(IteratorVariable):
         self.versions = [_fake_version(t) for t in watched]
         self.start, self.taken, self.source = start, taken, source
 
-    def _check(self) -> None:
+    def _before_taking(self) -> None:
         if any(_fake_version(t) != v for t, v in zip(self.watched, self.versions, strict=True)):
             raise Unsupported(
                 "generator", "taking an item of a drained generator whose tensor was changed"
             )
-
-    def next(self) -> VariableTracker | None:
-        self._check()
-        return super().next()
-
-    def unpack(self, tx: Translator) -> list[VariableTracker]:
-        self._check()
-        return super().unpack(tx)
 
     def reconstruct(self, cg: CodeGen) -> None:
         if self.source is not None:  # the same object, the items the trace took skipped
