@@ -2244,3 +2244,21 @@ def test_a_classes_mro_and_bases_are_constants() -> None:
     got, want = framejit.jit(_reads_the_mro)(t), _reads_the_mro(t)
     same(got[0], want[0])
     assert got[1:] == want[1:] == (["_Derived", "_Base", "object"], True)
+
+
+def _tensor_in_its_own_list(t: torch.Tensor) -> tuple:
+    seen = [t, 3]
+    return t + 1, t in seen, t in (t,)
+
+
+def test_a_tensor_found_by_identity_in_a_list_is_no_break() -> None:
+    """`t in [t, 3]`: the first item is `t` itself, so Python compares no values; it broke
+    (`in` with a tensor). A tensor that must be compared by value still raises as eager."""
+    t = torch.ones(2)
+    explained = framejit.explain(_tensor_in_its_own_list, t)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_tensor_in_its_own_list)(t), _tensor_in_its_own_list(t)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (True, True)
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        framejit.jit(lambda a, b: b in [a, 3])(torch.ones(2), torch.zeros(2))

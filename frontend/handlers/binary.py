@@ -73,7 +73,9 @@ def is_op(tx: Translator, inst: Any) -> None:
 def contains_op(tx: Translator, inst: Any) -> None:
     container = tx.pop()
     item = tx.pop()
-    if isinstance(item, TensorVariable) or isinstance(container, TensorVariable):
+    if isinstance(container, TensorVariable) or (
+        isinstance(item, TensorVariable) and not isinstance(container, BaseSequence)
+    ):
         raise Unsupported("data_dependent", "`in` with a tensor")
     if isinstance(container, DictVariable):
         if not item.is_constant():
