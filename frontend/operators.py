@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from framejit.frontend.dynamic import ShapeCheck
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import ConstSource
 from framejit.frontend.variables.base import (
     BINARY_OPS,
     ConstantVariable,
@@ -338,7 +339,9 @@ class OperatorsMixin:
                 pin = getattr(v, "pin", None)
                 if pin is not None:
                     pin(self, "an `is` comparison")
-            return a.obj is b.obj
+            same = a.obj is b.obj
+            self._guard_identity(a, b, same)
+            return same
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return False
         if _made_in_frame(a) or _made_in_frame(b):
@@ -347,6 +350,21 @@ class OperatorsMixin:
         if fa is not None and fb is not None:  # `type(self).forward is wrapper`
             return fa is fb
         raise Unsupported("unsupported_object", f"{a.type_name()} is {b.type_name()}")
+
+    def _guard_identity(self, a: VariableTracker, b: VariableTracker, same: bool) -> None:
+        """`a is b` between objects the trace read (`arg is _MISSING`, two arguments): the
+        answer holds only while they are (or are not) one object. An object the trace holds
+        without a source stands for itself."""
+        sa, sb = getattr(a, "source", None), getattr(b, "source", None)
+        if sa is None and sb is None:
+            return  # both fixed objects of the trace
+        first, other, other_source = (sa, b, sb) if sa is not None else (sb, a, sa)
+        second = other_source or ConstSource(other.obj, type(other.obj).__name__)
+        where = self.location_text()
+        if same:
+            self.output.add_guard(first, GuardKind.DUPLICATE_INPUT, second, where)
+        else:
+            self.output.add_guard(None, GuardKind.NO_ALIASING, [first, second], where)
 
     def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
         if isinstance(obj, TensorVariable):

@@ -1592,3 +1592,56 @@ def test_grad_fn_and_version_are_read_as_they_are_now() -> None:
         x.add_(5)
         y.add_(5)
         torch.testing.assert_close(jitted(x), version(y))
+
+
+_SENTINEL = object()
+
+
+class _HasK:
+    K = 2
+
+
+def _is_sentinel(x: torch.Tensor, a: object) -> torch.Tensor:
+    return x * (1 if a is _SENTINEL else 2)
+
+
+def _is_same(x: torch.Tensor, a: object, b: object) -> torch.Tensor:
+    return x * (1 if a is b else 2)
+
+
+def _class_constant(x: torch.Tensor, obj: _HasK) -> torch.Tensor:
+    return x * type(obj).K
+
+
+def _tensor_attribute(x: torch.Tensor) -> torch.Tensor:
+    return x * getattr(x, "scale", 1) + (2 if hasattr(x, "tag") else 3)
+
+
+def test_identity_class_attributes_and_tensor_attributes_are_guarded() -> None:
+    """Three answers were fixed at the first call with no guard: `a is SENTINEL` / `a is b`
+    between objects from outside, `type(obj).K`, and `hasattr(x, name)` / `getattr(x, name,
+    default)` of a Python attribute set on a tensor (always False)."""
+    x = torch.ones(2)
+    fn = framejit.jit(_is_sentinel, backend="eager")
+    for a in (_SENTINEL, object(), _SENTINEL):
+        torch.testing.assert_close(fn(x, a), _is_sentinel(x, a))
+    fn = framejit.jit(_is_same, backend="eager")
+    c, d = _HasK(), _HasK()
+    for a, b in ((c, d), (c, c), (d, c)):
+        torch.testing.assert_close(fn(x, a, b), _is_same(x, a, b))
+    fn = framejit.jit(_class_constant, backend="eager")
+    obj = _HasK()
+    torch.testing.assert_close(fn(x, obj), _class_constant(x, obj))
+    _HasK.K = 3
+    try:
+        torch.testing.assert_close(fn(x, obj), _class_constant(x, obj))
+    finally:
+        _HasK.K = 2
+    fn = framejit.jit(_tensor_attribute, backend="eager")
+    t = torch.ones(2)
+    torch.testing.assert_close(fn(t), _tensor_attribute(t))
+    t.scale, t.tag = 5, "t"
+    torch.testing.assert_close(fn(t), _tensor_attribute(t))
+    u = torch.ones(2)
+    u.scale = 7
+    torch.testing.assert_close(framejit.jit(_tensor_attribute)(u), _tensor_attribute(u))

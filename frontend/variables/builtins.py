@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from framejit.frontend.errors import Unsupported
+from framejit.frontend.sources import TypeSource
 from framejit.frontend.variables.base import (
     ConstantVariable,
     ExceptionVariable,
@@ -270,6 +271,11 @@ def _custom_instancecheck(cls: Any) -> Any:
 def _type(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 1 or kwargs:
         return None
+    source = getattr(args[0], "source", None)
+    if source is not None and not isinstance(args[0], TensorVariable):
+        # the class of an object from outside, read through it: `type(self).K` is guarded
+        # on the class attribute as `self.__class__.K` is (a class is patched at run time)
+        return tx.wrap_source(TypeSource(source))
     return tx.wrap_value(args[0].python_type(), None)
 
 

@@ -157,6 +157,15 @@ class TensorVariable(VariableTracker):
             return tx.wrap_source(AttrSource(self.source, "grad"))
         descriptor = getattr(torch.Tensor, name, None)
         if descriptor is None:
+            if self.source is not None:
+                # a Python attribute set on the tensor (`x.scale = 5`): read from its
+                # instance dict, or guarded absent there (`hasattr`, `getattr`'s default)
+                if name in getattr(tx.output.read_source(self.source), "__dict__", {}):
+                    return tx.wrap_source(AttrSource(self.source, name))
+                tx.output.require_absent(
+                    AttrSource(self.source, "__dict__"), name, tx.location_text()
+                )
+                raise Unsupported("exception", f"Tensor.{name}", "AttributeError")
             raise Unsupported("unsupported_attr", f"Tensor.{name}")
         if callable(descriptor) and not isinstance(descriptor, property):
             return TensorMethodVariable(self, name)
