@@ -2262,3 +2262,33 @@ def test_a_tensor_found_by_identity_in_a_list_is_no_break() -> None:
     assert got[1:] == want[1:] == (True, True)
     with pytest.raises(RuntimeError, match="ambiguous"):
         framejit.jit(lambda a, b: b in [a, 3])(torch.ones(2), torch.zeros(2))
+
+
+class _CachesAProduct:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t, self.calls = t, 0
+
+    @functools.cached_property
+    def squared(self) -> torch.Tensor:
+        self.calls += 1
+        return self.t * self.t
+
+
+def _reads_a_cached_property(x: torch.Tensor, h: _CachesAProduct) -> tuple:
+    return x + h.squared + h.squared, h.calls
+
+
+def test_functools_cached_property_on_an_argument_is_one_graph() -> None:
+    """Its value is computed once and stored in the instance dict, as its __get__ does (whose
+    RLock on Python 3.11 is a `with` the translator does not model: it broke the graph)."""
+    x = torch.ones(2)
+    explained = framejit.explain(_reads_a_cached_property, x, _CachesAProduct(torch.ones(2)))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got_h, want_h = _CachesAProduct(torch.full((2,), 3.0)), _CachesAProduct(torch.full((2,), 3.0))
+    got = framejit.jit(_reads_a_cached_property)(x, got_h)
+    want = _reads_a_cached_property(x, want_h)
+    same(got[0], want[0])
+    assert got[1] == want[1] == 1 and got_h.calls == want_h.calls == 1
+    same(vars(got_h)["squared"], vars(want_h)["squared"])
+    got = framejit.jit(_reads_a_cached_property)(x, got_h)  # cached now: no call
+    assert got[1] == 1 and got_h.calls == 1

@@ -328,6 +328,15 @@ class UserObjectVariable(VariableTracker):
             return None
         if (type(attr).__module__ or "").startswith("framejit."):
             return None  # a jit function as a method: its bound form is followed as it is
+        if type(attr) is functools.cached_property and isinstance(
+            getattr(self.obj, "__dict__", None), dict
+        ):
+            # what its __get__ does, without the lock Python 3.11's takes: the value computed
+            # and stored in the instance dict, where the next read finds it
+            value = tx.call_function_value(attr.func, [self], {})
+            view = self.getattr(tx, "__dict__")
+            tx.setitem(view, ConstantVariable(attr.attrname or name), value)
+            return value
         descriptor = tx.wrap_source(ConstSource(attr, f"{owner.__qualname__}.{name}"))
         cls = tx.wrap_value(type(self.obj), TypeSource(self.source))
         return UserFunctionVariable(getter).call(tx, [descriptor, self, cls], {})
