@@ -17,6 +17,7 @@ import math
 import operator
 import sys
 import types
+import typing
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -2292,3 +2293,29 @@ def test_functools_cached_property_on_an_argument_is_one_graph() -> None:
     same(vars(got_h)["squared"], vars(want_h)["squared"])
     got = framejit.jit(_reads_a_cached_property)(x, got_h)  # cached now: no call
     assert got[1] == 1 and got_h.calls == 1
+
+
+class _Point(typing.NamedTuple):
+    x: torch.Tensor
+    k: int = 2
+
+    def scaled(self, s: float) -> torch.Tensor:
+        return self.x * s * self.k
+
+    @property
+    def norm(self) -> torch.Tensor:
+        return self.x.abs().sum()
+
+
+def _uses_named_tuple_methods(t: torch.Tensor) -> tuple:
+    p = _Point(t)
+    return p.scaled(3) + p.norm, p.k
+
+
+def test_methods_and_properties_of_a_typing_named_tuple_are_inlined() -> None:
+    t = torch.ones(2)
+    explained = framejit.explain(_uses_named_tuple_methods, t)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_uses_named_tuple_methods)(t), _uses_named_tuple_methods(t)
+    same(got[0], want[0])
+    assert got[1] == want[1] == 2

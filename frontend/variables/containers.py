@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import operator
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -416,6 +417,19 @@ class NamedTupleVariable(BaseSequence):
             from framejit.frontend.variables.functions import BoundMethodVariable
 
             return BoundMethodVariable(self, name)
+        if fields is not None:
+            # a method or property the NamedTuple class writes in Python: as for any class
+            # (the class is fixed: it is this tracker's own)
+            from framejit.frontend.variables.functions import (
+                UserFunctionVariable,
+                UserMethodVariable,
+            )
+
+            attr = next((k.__dict__[name] for k in self.cls.__mro__ if name in k.__dict__), None)
+            if isinstance(attr, types.FunctionType):
+                return UserMethodVariable(UserFunctionVariable(attr), self)
+            if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+                return UserFunctionVariable(attr.fget).call(tx, [self], {})
         return super().getattr(tx, name)
 
     def call_method(
