@@ -335,9 +335,17 @@ class JitFunction:
     def __defaults__(self) -> tuple[Any, ...] | None:
         return self._fn.__defaults__
 
+    @__defaults__.setter
+    def __defaults__(self, value: tuple[Any, ...] | None) -> None:
+        self._fn.__defaults__ = value  # as set on the function: followed at the next call
+
     @property
     def __kwdefaults__(self) -> dict[str, Any] | None:
         return self._fn.__kwdefaults__
+
+    @__kwdefaults__.setter
+    def __kwdefaults__(self, value: dict[str, Any] | None) -> None:
+        self._fn.__kwdefaults__ = value
 
     def __reduce__(self) -> Any:
         """By reference where the function's module holds this object under its qualified

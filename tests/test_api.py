@@ -698,3 +698,19 @@ def test_threads_compiling_at_once_get_eagers_results() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert wrong == []
+
+
+def test_defaults_set_on_a_jit_function_are_its_functions() -> None:
+    """`jitted.__defaults__ = ...` raised AttributeError (a read-only property); it sets the
+    defaults of the function it compiles, which the next call follows."""
+
+    def scaled(x: torch.Tensor, a: int = 1, *, b: int = 2) -> torch.Tensor:
+        return x * a + b
+
+    jitted = framejit.jit(scaled, backend="eager")
+    x = torch.ones(2)
+    torch.testing.assert_close(jitted(x), x + 2)
+    jitted.__defaults__ = (3,)
+    jitted.__kwdefaults__ = {"b": 10}
+    assert jitted.__defaults__ == scaled.__defaults__ == (3,)
+    torch.testing.assert_close(jitted(x), x * 3 + 10)
