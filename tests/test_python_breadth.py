@@ -2319,3 +2319,22 @@ def test_methods_and_properties_of_a_typing_named_tuple_are_inlined() -> None:
     got, want = framejit.jit(_uses_named_tuple_methods)(t), _uses_named_tuple_methods(t)
     same(got[0], want[0])
     assert got[1] == want[1] == 2
+
+
+_Pair = collections.namedtuple("_Pair", "a b")
+
+
+def _makes_a_pair(t: torch.Tensor) -> tuple:
+    m = _Pair._make([t * 2, 3.0])
+    n = m._replace(b=4.0)
+    return m.a + n.b, m.b, type(m).__name__
+
+
+def test_namedtuple_make_is_captured() -> None:
+    """`_make` builds through `tuple.__new__(cls, items)`, a C call that broke the graph."""
+    t = torch.ones(1)
+    explained = framejit.explain(_makes_a_pair, t)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = framejit.jit(_makes_a_pair)(t), _makes_a_pair(t)
+    same(got[0], want[0])
+    assert got[1:] == want[1:] == (3.0, "_Pair")

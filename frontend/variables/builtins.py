@@ -975,6 +975,31 @@ for _fn in (
     builtin(_fn)(_index_combinatoric(_fn))
 
 
+@builtin(tuple.__new__)
+def _tuple_new(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    """`tuple.__new__(cls, items)`: a namedtuple's `_make` (and its `_replace`) build one so."""
+    from framejit.frontend.variables.containers import NamedTupleVariable
+
+    if kwargs or len(args) != 2 or not args[0].is_constant():
+        return None
+    cls = args[0].as_constant()
+    if not (isinstance(cls, type) and issubclass(cls, tuple)):
+        return None
+    items = _iterable_items(tx, args[1])
+    if cls is tuple:
+        return TupleVariable(items)
+    fields = getattr(cls, "_fields", None)
+    if fields is None or cls.__new__ is tuple.__new__:
+        return None  # a tuple subclass that is not a namedtuple's
+    if len(items) != len(fields):
+        raise Unsupported(
+            "exception",
+            f"{cls.__name__}._make",
+            f"TypeError: expected {len(fields)} arguments, got {len(items)}",
+        )
+    return NamedTupleVariable(cls, list(items))
+
+
 @builtin(itertools.repeat)
 def _repeat(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     times = kwargs.get("times", args[1] if len(args) == 2 else None)
