@@ -285,28 +285,7 @@ class CodeGen:
             self.subscr()
             return
         if isinstance(vt, SymNodeVariable) and vt.node in self.python_values:
-            computed = self._python_value_locals.get(vt.node)
-            if computed is not None:  # computed once, before any write to what it reads
-                self._emit(Instr("LOAD_FAST", computed))
-                return
-            fn, inputs = self.python_values[vt.node]
-
-            def load_inputs() -> None:
-                for source, dim in inputs:
-                    if dim is None:
-                        source.emit_load(self)
-                    else:
-                        self.call_const(
-                            operator.methodcaller("size", dim), source_loader(source), 1
-                        )
-
-            def source_loader(source: Any) -> Callable[[], None]:
-                return lambda: source.emit_load(self)
-
-            self.call_const(fn, load_inputs, len(inputs))
-            name = self._new_obj_name()
-            self._python_value_locals[vt.node] = name
-            self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
+            self._emit(Instr("LOAD_FAST", self.python_value(vt.node)))
             return
         if wrap_function is not None:
             fn = getattr(vt, "fn", None)
@@ -349,6 +328,30 @@ class CodeGen:
             self._built[id(vt)] = name
             self._keep.append(vt)
             self._emit(Instr("COPY", 1), Instr("STORE_FAST", name))
+
+    def python_value(self, node: Any) -> str:
+        """The local holding the symbolic int `node` the code computes from its inputs'
+        sizes and values (`python_values`), computed the first time it is asked for: a caller
+        asks before the writes that could change those inputs are replayed."""
+        computed = self._python_value_locals.get(node)
+        if computed is not None:
+            return computed
+        fn, inputs = self.python_values[node]
+
+        def load_inputs() -> None:
+            for source, dim in inputs:
+                if dim is None:
+                    source.emit_load(self)
+                else:
+                    self.call_const(operator.methodcaller("size", dim), source_loader(source), 1)
+
+        def source_loader(source: Any) -> Callable[[], None]:
+            return lambda: source.emit_load(self)
+
+        self.call_const(fn, load_inputs, len(inputs))
+        name = self._python_value_locals[node] = self._new_obj_name()
+        self._emit(Instr("STORE_FAST", name))
+        return name
 
     def _new_obj_name(self) -> str:
         """A local never used before in this code: `_built` loses entries after a branch and
@@ -637,6 +640,21 @@ def argnames_of(code: types.CodeType) -> tuple[str, ...]:
     return tuple(code.co_varnames[: _total_args(code)])
 
 
+def call_with_frame_args(fn: types.FunctionType, args: Sequence[Any]) -> Any:
+    """`fn` called with its arguments as a frame holds them (`argnames_of` order: positional,
+    keyword-only, then the `*args` tuple and the `**kwargs` dict)."""
+    code = fn.__code__
+    npos, end = code.co_argcount, code.co_argcount + code.co_kwonlyargcount
+    positional = list(args[:npos])
+    keywords = dict(zip(code.co_varnames[npos:end], args[npos:end]))
+    if code.co_flags & 0x04:  # CO_VARARGS
+        positional += args[end]
+        end += 1
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        keywords.update(args[end])
+    return fn(*positional, **keywords)
+
+
 # --- when the compiled graph raises -------------------------------------------------------------
 
 
@@ -722,10 +740,6 @@ class EagerRerun:
         if hook.available():
             hook.require().set_code_state(self.code, None)  # skip: always run as it is
         self.globals = fn.__globals__
-        self.npos = code.co_argcount
-        self.kwonly = code.co_varnames[self.npos : self.npos + code.co_kwonlyargcount]
-        self.varargs = bool(code.co_flags & 0x04)
-        self.varkw = bool(code.co_flags & 0x08)
 
     def __call__(self, error: BaseException, args: tuple[Any, ...], closure: Any) -> Any:
         if getattr(error, "framejit_rerun", True) is False:
@@ -755,16 +769,7 @@ class EagerRerun:
             )
         del error
         fn = types.FunctionType(self.code, self.globals, self.code.co_name, None, closure)
-        npos = self.npos
-        positional = args[:npos]
-        end = npos + len(self.kwonly)
-        keywords = dict(zip(self.kwonly, args[npos:end]))
-        if self.varargs:
-            positional += args[end]
-            end += 1
-        if self.varkw:
-            keywords.update(args[end])
-        return fn(*positional, **keywords)
+        return call_with_frame_args(fn, args)
 
     def __repr__(self) -> str:
         return f"<eager rerun of {self.code.co_qualname}>"

@@ -365,13 +365,13 @@ def _load_before_writes(
             continue
         seen.add(id(vt))
         source = getattr(vt, "source", None)
-        if isinstance(source, (AttrSource, ItemSource, GlobalSource, FreeVarSource)) or (
-            # a symbolic int the code computes from the places it was read from (`st.step +
-            # 1`, OutputGraph.sizes_in_python): computed now, before they are written
-            isinstance(vt, SymNodeVariable) and source is None
-        ):
+        if isinstance(source, (AttrSource, ItemSource, GlobalSource, FreeVarSource)):
             cg.reconstruct(vt)
             cg.remember(vt)
+        elif isinstance(vt, SymNodeVariable) and vt.node in cg.python_values:
+            # a symbolic int the code computes from the places it was read from (`st.step +
+            # 1`, OutputGraph.sizes_in_python): computed now, before they are written
+            cg.python_value(vt.node)
         todo += _parts(vt)
 
 

@@ -232,31 +232,15 @@ class OperatorsMixin:
     def _user_compare(
         self, op: Any, a: VariableTracker, b: VariableTracker
     ) -> VariableTracker | None:
-        """`a == b`, `a < b`... where a class of a or b defines the comparison in Python
-        (`__eq__`, `__lt__`, ...): inlined as Python calls it, the reflected method of the other
-        operand when the first gives NotImplemented; `!=` with only `__eq__` defined is its
-        negation, as object's `__ne__` does. None when no such method decides it."""
-        names = _COMPARE_DUNDERS.get(op)
-        if names is None:
-            return None
-        forward, reflected = names
-        for obj, other, name in ((a, b, forward), (b, a, reflected)):
-            if not isinstance(obj, (UserObjectVariable, NewObjectVariable)):
-                continue
-            cls = obj.python_type()
-            method = _python_method(cls, name)
-            negate = False
-            if method is None and name == "__ne__" and "__ne__" not in _defining(cls):
-                method, negate = _python_method(cls, "__eq__"), True
-            if method is None:
-                continue
-            result = UserFunctionVariable(method).call(self, [obj, other], {})
-            if result.is_constant() and result.as_constant() is NotImplemented:
-                continue
-            if negate:
-                return ConstantVariable(not result.truth(self))
-            return result
-        return None
+        """`a == b`, `a < b`... where a class of a or b defines the comparison in Python: as
+        for `+` (`_user_operator`: the reflected method on NotImplemented); `!=` where no class
+        defines `__ne__` is the negation of `==`, as object's `__ne__` does."""
+        result = self._user_operator(op, a, b)
+        if result is None and op is operator.ne and not any(_defines_ne(v) for v in (a, b)):
+            equal = self._user_operator(operator.eq, a, b)
+            if equal is not None:
+                return ConstantVariable(not equal.truth(self))
+        return result
 
     def _compare_lazy(
         self, op: Any, a: VariableTracker, b: VariableTracker
@@ -463,6 +447,16 @@ for _op in DUNDER_OPERATORS:
         f"__r{_name}__",
         f"__i{_name}__",
     )
+# comparisons: the reflected method is the mirrored comparison
+for _op, _forward, _reflected in (
+    (operator.eq, "__eq__", "__eq__"),
+    (operator.ne, "__ne__", "__ne__"),
+    (operator.lt, "__lt__", "__gt__"),
+    (operator.le, "__le__", "__ge__"),
+    (operator.gt, "__gt__", "__lt__"),
+    (operator.ge, "__ge__", "__le__"),
+):
+    _DUNDERS[_op] = (_forward, _reflected, None)
 
 # `n += t` on a number: Python computes `n + t`
 _OUT_OF_PLACE = {
@@ -526,14 +520,6 @@ def _symbol(op: Any) -> str:
     return getattr(op, "__name__", "?")
 
 
-_COMPARE_DUNDERS = {
-    operator.eq: ("__eq__", "__eq__"),
-    operator.ne: ("__ne__", "__ne__"),
-    operator.lt: ("__lt__", "__gt__"),
-    operator.le: ("__le__", "__ge__"),
-    operator.gt: ("__gt__", "__lt__"),
-    operator.ge: ("__ge__", "__le__"),
-}
 _UNARY_DUNDERS = {
     operator.neg: "__neg__",
     operator.pos: "__pos__",
@@ -542,9 +528,13 @@ _UNARY_DUNDERS = {
 }
 
 
-def _defining(cls: type) -> set[str]:
-    """The names the classes of `cls`'s MRO, `object` left out, define themselves."""
-    return {name for klass in cls.__mro__ if klass is not object for name in klass.__dict__}
+def _defines_ne(vt: VariableTracker) -> bool:
+    """Does a class of `vt`'s, `object` left out, define `__ne__` (in Python or C)?"""
+    try:
+        cls = vt.python_type()
+    except Unsupported:
+        return False
+    return any("__ne__" in klass.__dict__ for klass in cls.__mro__ if klass is not object)
 
 
 def _is_object(vt: VariableTracker) -> bool:

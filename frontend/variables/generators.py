@@ -20,7 +20,6 @@ then the graph break, and the resume function iterates over a real generator.
 from __future__ import annotations
 
 import functools
-import inspect
 import operator
 import types
 import weakref
@@ -378,18 +377,10 @@ def wrap_drained(tx: Translator, value: DrainedItems, source: Any) -> VariableTr
 
 def start_generator(fn: types.FunctionType, names: list[str], values: tuple) -> Any:
     """`fn` called with the arguments it was bound to (parameter `names`, their `values`)."""
-    code = fn.__code__
+    from framejit.frontend.codegen import argnames_of, call_with_frame_args
+
     bound = dict(zip(names, values, strict=True))
-    params = code.co_varnames
-    at = code.co_argcount + code.co_kwonlyargcount
-    positional = [bound[n] for n in params[: code.co_argcount]]
-    keywords = {n: bound[n] for n in params[code.co_argcount : at]}
-    if code.co_flags & inspect.CO_VARARGS:
-        positional += list(bound[params[at]])
-        at += 1
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        keywords.update(bound[params[at]])
-    return fn(*positional, **keywords)
+    return call_with_frame_args(fn, [bound[n] for n in argnames_of(fn.__code__)])
 
 
 class DrainedItems:
