@@ -42,7 +42,7 @@ from framejit.frontend.codegen import CodeGen, EagerRerun, GraphError, argnames_
 from framejit.frontend.dynamic import DynamicInputs
 from framejit.frontend.errors import FullGraphError, Unsupported
 from framejit.frontend.inlining import _RealCell, real_cell, runs_as_python
-from framejit.frontend.output_graph import OutputGraph
+from framejit.frontend.output_graph import NeedsPythonDispatch, OutputGraph
 from framejit.frontend.side_effects import ReplayOutOfOrder, written_tensors
 from framejit.frontend.sources import (
     AttrSource,
@@ -168,6 +168,10 @@ def compile_frame(
                 # trace again with a graph break at that call (side_effects.py)
                 log.debug("tracing %s again with a break at %s", fn.__qualname__, exc.construct)
                 in_place = {*in_place, exc.where}
+            except NeedsPythonDispatch as exc:
+                # an op's C++ fake kernel pinned symbolic sizes before refusing them: trace
+                # again with the op run through its Python decomposition (output_graph.py)
+                log.debug("tracing %s again with %s decomposed", fn.__qualname__, exc.label)
             finally:
                 forget_undo(undo_base)
 
@@ -241,7 +245,7 @@ def _compile_frame_once(
             logs.artifact("graph_breaks", f"running {code.co_qualname} eagerly: {exc.describe()}")
         entry = _eager_entry(fn, output, argnames, _kept(exc))
         return CompileResult(entry, [], [exc], time.perf_counter() - start)
-    except FullGraphError:
+    except (FullGraphError, NeedsPythonDispatch):
         raise
     except Exception as exc:
         if config.raise_internal_errors:

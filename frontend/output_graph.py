@@ -467,17 +467,27 @@ class OutputGraph:
                 with python_dispatch:
                     result = run()
             except RuntimeError as exc:
+                if (
+                    self.dynamic.symbols
+                    and _SYMBOLIC_REFUSED in str(exc)
+                    and learn_python_dispatch(kind, target)
+                ):
+                    # a C++ kernel that reads numel() or storage_offset() (lstm's, a negative
+                    # pad's) after it has pinned sizes to their values: trace the frame again
+                    # with this op run through its Python decomposition from the start
+                    raise NeedsPythonDispatch(label) from None
                 if not (self.dynamic.symbols and _CONCRETE_ONLY in str(exc)):
                     raise
                 # a C++ kernel that takes only concrete sizes (constant_pad_nd's, given a pad
-                # computed from a symbolic size): its Python decomposition takes symbolic ones
+                # computed from a symbolic size) refuses them at its arguments, before any
+                # guard: its Python decomposition takes symbolic ones
                 with enable_python_dispatcher():
                     result = run()
         except DynamicOutputShapeException:
             raise Unsupported("dynamic_shape_op", f"{label}") from None
         except DataDependentOutputException:
             raise Unsupported("data_dependent", f"{label}") from None
-        except Unsupported:
+        except (Unsupported, NeedsPythonDispatch):
             raise
         except Exception as exc:  # the same call would fail eagerly; let eager raise it
             if "symbolic sizes" in str(exc) or _CONCRETE_ONLY in str(exc):
@@ -794,6 +804,37 @@ def _is_structseq(cls: type) -> bool:
 
 
 _CONCRETE_ONLY = "expected to contain only concrete integers"
+_SYMBOLIC_REFUSED = "on tensor with symbolic sizes/strides"
+
+
+class NeedsPythonDispatch(Exception):  # noqa: N818 - a signal to compile_frame, not an error
+    """An op's C++ fake kernel refused symbolic sizes after pinning some: compile_frame
+    traces the frame again, with the op now in `_LEARNED_PYTHON_DISPATCH`."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(label)
+        self.label = label
+
+
+# ops found (in this process) to need their Python decompositions under symbolic sizes
+_LEARNED_PYTHON_DISPATCH: set[Any] = set()
+
+
+def _dispatch_key(kind: str, target: Any) -> Any:
+    try:
+        hash(target)
+    except TypeError:
+        return None
+    return (kind, target)
+
+
+def learn_python_dispatch(kind: str, target: Any) -> bool:
+    """Note that `target` needs the Python dispatcher; False if it had it already."""
+    key = _dispatch_key(kind, target)
+    if key is None or key in _LEARNED_PYTHON_DISPATCH or _wants_python_dispatch(kind, target):
+        return False
+    _LEARNED_PYTHON_DISPATCH.add(key)
+    return True
 
 
 class _QuietLogger:
@@ -865,6 +906,8 @@ _PYTHON_DISPATCH_FUNCTIONS = (
     torch.nn.functional.upsample_nearest,
     torch.nn.functional.upsample_bilinear,
     torch.nn.functional.unfold,  # im2col's C++ meta pins the image size too
+    torch.nn.functional.fold,  # and col2im's the batch size
+    torch._C._nn.col2im,
     *(
         getattr(torch._C._nn, name)
         for name in dir(torch._C._nn)
@@ -875,6 +918,8 @@ _PYTHON_DISPATCH_METHODS = frozenset({"matmul", "__matmul__", "__rmatmul__", "in
 
 
 def _wants_python_dispatch(kind: str, target: Any) -> bool:
+    if _LEARNED_PYTHON_DISPATCH and _dispatch_key(kind, target) in _LEARNED_PYTHON_DISPATCH:
+        return True
     if kind == "call_method":
         return target in _PYTHON_DISPATCH_METHODS
     return any(target is f for f in _PYTHON_DISPATCH_FUNCTIONS)

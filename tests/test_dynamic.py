@@ -842,6 +842,50 @@ def test_pad_computed_from_a_symbolic_size_is_captured(backend: str, capfd: Any)
     assert "failed while attempting" not in capfd.readouterr().err
 
 
+def crops_and_pads(x: torch.Tensor) -> torch.Tensor:
+    return F.pad(x, (-1, 2)) * 2
+
+
+def folds(x: torch.Tensor) -> torch.Tensor:
+    return F.fold(x, (4, 4), (2, 2)) * 2  # col2im's C++ meta pinned the batch size
+
+
+_LSTM = torch.nn.LSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True)
+
+
+def runs_an_lstm(x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    out, (h, c) = _LSTM(x, (h0, h0 * 0.5))
+    return out.sum(1)[:, :6] + h[-1] + c[0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_kernels_that_refuse_symbolic_sizes_late_are_traced_decomposed(backend: str) -> None:
+    # a negative pad (a crop) and nn.LSTM: their C++ fake kernels pin the symbolic sizes to
+    # their values, then call storage_offset()/numel() and fail. It was a graph break at every
+    # new size (and a recompile per size); the frame is traced again with those ops run
+    # through their Python decompositions
+    for fn, make in (
+        (crops_and_pads, lambda n: (torch.randn(3, n),)),
+        (folds, lambda n: (torch.randn(n, 12, 9),)),
+        (runs_an_lstm, lambda n: (torch.randn(2, n, 4), torch.randn(4, 2, 6))),
+    ):
+        counter = CompileCounter()
+        counted_fn = framejit.jit(fn, backend=counter)
+        jitted = framejit.jit(fn, backend=backend)
+        for n in (5, 7, 9, 12):
+            args = make(n)
+            want = fn(*args)
+            close(counted_fn(*args), want)
+            got = jitted(*args)
+            close(got, want)
+            if fn is runs_an_lstm:
+                weight = _LSTM.weight_hh_l1_reverse
+                (g_got,) = torch.autograd.grad(got.sum(), weight)
+                (g_want,) = torch.autograd.grad(want.sum(), weight)
+                close(g_got, g_want)
+        assert counter.frame_count == 2, fn  # one graph per shape kind: no break
+
+
 def raises_to_a_big_power(x: torch.Tensor, n: int) -> torch.Tensor:
     q, _ = divmod(n, 7)
     big = (n**30) * x.shape[0]  # a Python big int: beyond int64
