@@ -224,6 +224,12 @@ class Translator(OperatorsMixin, InliningMixin):
                     if isinstance(raised, FrameRunsAsPython):
                         raise  # no break: the frame runs as Python (compile_frame)
                     exc = raised
+                    if (
+                        caught is not None
+                        and exc.python_exception() is not None
+                        and self._catch(exc, inst)
+                    ):
+                        continue  # raised in the clause (or re-raised): a handler further out
                     if caught is not None:
                         # The `except` clause we entered cannot be traced to its end: rewind to
                         # the instruction that raised and break there, as without the clause.
@@ -250,8 +256,13 @@ class Translator(OperatorsMixin, InliningMixin):
                     raise GraphBreak(
                         inst, exc, stack, local_vars, kw_names, cells, run_instruction=run_it
                     ) from None
-                if caught is not None and inst.opname == "POP_EXCEPT" and self.handling == 0:
-                    caught = None  # the clause ran to its end
+                if (
+                    caught is not None
+                    and inst.opname == "POP_EXCEPT"
+                    and self.handling == 0
+                    and instructions[self.ip].opname != "RERAISE"
+                ):
+                    caught = None  # the clause ran to its end (not out through a re-raise)
         except Unsupported as exc:
             exc.stack.insert(0, self.location())
             raise
@@ -271,7 +282,11 @@ class Translator(OperatorsMixin, InliningMixin):
         entry = self.decoded.handler_for(inst.offset)
         if entry is None:
             return False
-        if not self.decoded.is_except_clause(entry.target):
+        if self.decoded.is_plain_cleanup(entry.target) and self.handling > 0:
+            # a raise inside an `except` clause's body: its tidying up (deleting `err`,
+            # POP_EXCEPT) is traced, then RERAISE hands the exception to the handler outside
+            pass
+        elif not self.decoded.is_except_clause(entry.target):
             if not self.decoded.is_plain_cleanup(entry.target):
                 # A `with` block's exit or a `finally` body would run here (`with
                 # torch.no_grad(): raise ...` in a called function); they are not traced, so

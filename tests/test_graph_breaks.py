@@ -1036,6 +1036,68 @@ def test_root_frame_except_clause_with_the_exception_bound() -> None:
         torch.testing.assert_close(fast(x, {}), fn(x, {}))
 
 
+class ShapeMismatch(ValueError):
+    code = 7  # a class constant the handler reads
+
+
+class WithInit(ValueError):
+    def __init__(self, what: str) -> None:
+        super().__init__(f"bad {what}")
+        self.what = what
+
+
+def _check_rows(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] != 3:
+        raise ShapeMismatch("rows", x.shape[0])
+    return x
+
+
+def _check_cols(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[1] != 2:
+        raise WithInit("cols")
+    return x
+
+
+def test_user_exception_classes_and_raise_from_are_traced() -> None:
+    # a library's `class ShapeMismatch(ValueError): code = 7` raised in a callee and caught
+    # by the caller, and `raise ... from err`: each was a graph break (creating the exception
+    # object, the raise with a cause)
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        try:
+            y = _check_rows(x) * 2
+        except ShapeMismatch as err:
+            y = x * err.code + err.args[1] + len(str(err))
+        return y.sin()
+
+    def chained(x: torch.Tensor) -> torch.Tensor:
+        try:
+            try:
+                y = _check_rows(x)
+            except ShapeMismatch as err:
+                raise KeyError("rows") from err
+        except KeyError as outer:
+            cause = outer.__cause__
+            y = x + (cause.code if isinstance(cause, ShapeMismatch) else 100)
+        return y.cos()
+
+    def with_init(x: torch.Tensor) -> torch.Tensor:
+        try:  # a class with its own __init__: its call runs as Python, still right
+            y = _check_cols(x)
+        except WithInit as err:
+            y = x - len(err.what)
+        return y
+
+    for fn, traced in ((rows, True), (chained, True), (with_init, False)):
+        for shape in ((3, 2), (4, 2), (4, 5)):
+            x = torch.randn(shape)
+            if traced:
+                explained = framejit.explain(fn, x)
+                assert (explained.graph_count, explained.graph_break_count) == (1, 0), fn
+            fast = framejit.jit(fn, backend="eager")
+            torch.testing.assert_close(fast(x), fn(x))
+            torch.testing.assert_close(fast(x), fn(x))
+
+
 def _validate(t):
     if t.shape[0] != 3:
         raise ValueError(f"expected 3 rows, got {t.shape[0]}")

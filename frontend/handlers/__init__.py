@@ -45,7 +45,6 @@ _UNSUPPORTED_ALL: dict[str, str] = {
     "BEFORE_ASYNC_WITH": "async code runs eagerly",
     "WITH_EXCEPT_START": "`with` blocks are not captured yet",
     "CHECK_EG_MATCH": "exception groups are not captured",
-    "RERAISE": "an exception that leaves its handler runs as Python",
     "SETUP_ANNOTATIONS": "annotations at module level",
     "LOAD_BUILD_CLASS": "defining a class inside a function",
     "IMPORT_STAR": "import *",

@@ -116,13 +116,38 @@ def raise_varargs(tx: Translator, inst: Any) -> None:
     # runs for real, unless an `except` clause of an inlined frame catches it (the type of a
     # `raise KeyError(key)` is known).
     err = Unsupported("exception", "raise", "raising an exception runs as Python")
-    if inst.arg == 1:
-        raised = tx.stack[-1]
+    if inst.arg in (1, 2):
+        raised, cause = tx.stack[-inst.arg], tx.stack[-1] if inst.arg == 2 else None
+        if cause is not None and not (
+            isinstance(raised, ExceptionVariable)
+            and (
+                isinstance(cause, ExceptionVariable)
+                or (cause.is_constant() and cause.as_constant() is None)
+            )
+        ):
+            raise err  # `raise Cls from ...`, `from SomeClass`: runs as Python
         if isinstance(raised, ExceptionVariable):
+            if cause is not None:  # `raise err from cause`: the caught object carries it
+                raised = ExceptionVariable(raised.exc_type, raised.args, cause)
             err.exc_type = raised.exc_type
             err.exc_value = raised  # what an `except ... as e:` of the frame will see
         elif isinstance(raised, ClassVariable) and issubclass(raised.cls, BaseException):
             err.exc_type = raised.cls
+    raise err
+
+
+@handler("RERAISE")
+def reraise(tx: Translator, inst: Any) -> None:
+    # leaving an `except` clause with an exception (one raised in its body, or one it did not
+    # match): a traced one goes on to the next handler out (Translator._catch), as in CPython
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionVariable):
+        raise Unsupported(
+            "unsupported_opcode", "RERAISE", "an exception that leaves its handler runs as Python"
+        )
+    err = Unsupported("exception", "raise", "raising an exception runs as Python")
+    err.exc_type = exc.exc_type
+    err.exc_value = exc
     raise err
 
 

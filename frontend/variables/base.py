@@ -454,13 +454,22 @@ COMPARE_OPS: dict[str, Any] = {
 }
 
 
+EXCEPTION_CONSTANT_TYPES = (int, float, str, bool, type(None), bytes)
+
+
 class ExceptionVariable(VariableTracker):
     """An exception the traced code raised and an `except` clause of an inlined frame caught
     (or one it built: `KeyError(key)`)."""
 
-    def __init__(self, exc_type: type[BaseException], args: list[VariableTracker] | None) -> None:
+    def __init__(
+        self,
+        exc_type: type[BaseException],
+        args: list[VariableTracker] | None,
+        cause: VariableTracker | None = None,
+    ) -> None:
         self.exc_type = exc_type
         self.args = args  # None: raised by an operation the translator models; not known
+        self.cause = cause  # `raise err from cause`: an ExceptionVariable or a None constant
 
     def __repr__(self) -> str:
         return f"Exception({self.exc_type.__name__})"
@@ -473,13 +482,23 @@ class ExceptionVariable(VariableTracker):
 
         if name == "args" and self.args is not None:
             return TupleVariable(list(self.args))
+        if name == "__cause__":
+            return self.cause if self.cause is not None else ConstantVariable(None)
+        if name == "__suppress_context__":
+            return ConstantVariable(self.cause is not None)
+        for base in self.exc_type.__mro__:  # a constant of a user exception class (`code = 3`)
+            if base.__module__ != "builtins" and name in vars(base):
+                value = vars(base)[name]
+                if not name.startswith("__") and type(value) in EXCEPTION_CONSTANT_TYPES:
+                    return ConstantVariable(value)
+                break
         raise Unsupported("unsupported_attr", f"{self.exc_type.__name__}.{name}")
 
     def has_tensors(self) -> bool:
         return any(a.has_tensors() for a in self.args or ())
 
     def reconstruct(self, cg: CodeGen) -> None:
-        if self.args is None:
+        if self.args is None or self.cause is not None:
             raise Unsupported("reconstruct", f"a caught {self.exc_type.__name__}")
 
         def emit() -> None:

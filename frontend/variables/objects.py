@@ -38,6 +38,7 @@ from framejit.frontend.sources import (
     submodule_source,
 )
 from framejit.frontend.variables.base import (
+    EXCEPTION_CONSTANT_TYPES,
     ConstantVariable,
     ExceptionVariable,
     VariableTracker,
@@ -967,8 +968,9 @@ class ClassVariable(VariableTracker):
         handled = call_builtin_class(tx, cls, args, kwargs)
         if handled is not None:
             return handled
-        if cls.__module__ == "builtins" and issubclass(cls, Exception) and not kwargs:
-            return ExceptionVariable(cls, list(args))  # `KeyError(key)`, to be raised
+        if issubclass(cls, Exception) and not kwargs and _plain_exception_class(cls):
+            # `KeyError(key)`, or a library's `class ConfigError(ValueError): pass`, to be raised
+            return ExceptionVariable(cls, list(args))
         if cls in (torch.finfo, torch.iinfo) and args and all_constant(args, kwargs):
             # `torch.finfo(x.dtype).min`: a pure function of the (guarded) dtype
             try:
@@ -1054,6 +1056,36 @@ class ClassVariable(VariableTracker):
         if fresh is not None:
             return fresh
         raise Unsupported("unsupported_call", f"creating a {cls.__qualname__} object")
+
+
+# what a class statement puts in a class's __dict__ without the user writing it
+_CLASS_BOOKKEEPING = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__annotations__",
+    }
+)
+
+
+def _plain_exception_class(cls: type) -> bool:
+    """A builtin exception class, or one whose Python subclasses add only constants (no
+    `__init__`, `__str__` or other methods, no properties): making one, raising it and reading
+    its `args` or class constants is then all Python's own."""
+    for base in cls.__mro__:
+        if base.__module__ == "builtins":
+            continue
+        for name, value in vars(base).items():
+            if name in _CLASS_BOOKKEEPING:
+                continue
+            if type(value) not in EXCEPTION_CONSTANT_TYPES:
+                return False
+    return True
 
 
 GETTERS = (operator.itemgetter, operator.attrgetter)
