@@ -2338,3 +2338,107 @@ def test_namedtuple_make_is_captured() -> None:
     got, want = framejit.jit(_makes_a_pair)(t), _makes_a_pair(t)
     same(got[0], want[0])
     assert got[1:] == want[1:] == (3.0, "_Pair")
+
+
+# --- iterator classes and the __getitem__ protocol ---------------------------------------------
+
+
+class _Countdown:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> _Countdown:
+        return self
+
+    def __next__(self) -> int:
+        if self.n <= 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n
+
+
+class _Rows:  # iterated by the old protocol: obj[0], obj[1], ... until IndexError
+    def __init__(self, items: list) -> None:
+        self.items = items
+        self.reads = 0
+
+    def __getitem__(self, i: int) -> Any:
+        self.reads += 1
+        return self.items[i]
+
+
+class _Box:  # an __iter__ that returns a separate iterator object
+    def __init__(self, tensors: list) -> None:
+        self.tensors = tensors
+
+    def __iter__(self) -> _BoxIter:
+        return _BoxIter(self.tensors)
+
+
+class _BoxIter:
+    def __init__(self, tensors: list) -> None:
+        self.tensors, self.i = tensors, 0
+
+    def __iter__(self) -> _BoxIter:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self.i >= len(self.tensors):
+            raise StopIteration
+        self.i += 1
+        return self.tensors[self.i - 1]
+
+
+def test_iterator_classes_and_getitem_iteration_are_traced() -> None:
+    # each was a graph break ("iterating over _Rows"), and an iterator class whose __iter__
+    # returns self made the translator recurse without end (an internal error)
+    def counts(x):
+        for i in _Countdown(3):
+            x = x + i
+        return x
+
+    def rows(x):
+        out = [x * v for v in _Rows([1, 2, 3])]
+        a, b = _Rows([x, x + 1])
+        return out, a - b
+
+    def from_outside(x, cd, box, seq):
+        total = sum(t * x for t in box)
+        it = iter(cd)
+        first = next(it)
+        return total + first, list(it), cd.n, [v * x for v in seq], seq.reads
+
+    check(counts, torch.randn(3))
+    check(rows, torch.randn(3))
+    counter = CompileCounter()
+    jitted = framejit.jit(from_outside, backend=counter)
+    box = _Box([torch.ones(2), torch.full((2,), 2.0)])
+    for _ in range(2):
+        x = torch.randn(2)
+        cd_a, cd_b, seq_a, seq_b = _Countdown(4), _Countdown(4), _Rows([1, 5]), _Rows([1, 5])
+        same(jitted(x, cd_a, box, seq_a), from_outside(x, cd_b, box, seq_b))
+        assert (cd_a.n, seq_a.reads) == (cd_b.n, seq_b.reads) == (0, 3)
+    assert counter.frame_count == 1
+
+
+def test_iterator_classes_resume_after_a_break(capsys) -> None:
+    # the loop's iterator reaches the code after the break: the object itself, or the rest of
+    # a __getitem__ iteration (no item read twice)
+    def loop(x, cd, seq):
+        out = []
+        for i in cd:
+            out.append(x + i)
+            print("i", i)
+        for v in seq:
+            out.append(x * v)
+            print("v", v)
+        return out, cd.n, seq.reads
+
+    jitted = framejit.jit(loop, backend="eager")
+    x = torch.randn(2)
+    for _ in range(2):
+        cd_a, cd_b, seq_a, seq_b = _Countdown(3), _Countdown(3), _Rows([2, 3]), _Rows([2, 3])
+        same(jitted(x, cd_a, seq_a), loop(x, cd_b, seq_b))
+        assert seq_a.reads == seq_b.reads == 3
+        printed = capsys.readouterr().out.splitlines()
+        assert printed[: len(printed) // 2] == printed[len(printed) // 2 :]

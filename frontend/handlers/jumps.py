@@ -19,7 +19,11 @@ from framejit.frontend.variables.containers import (
     container_iterator,
 )
 from framejit.frontend.variables.generators import LazyIteratorVariable
-from framejit.frontend.variables.objects import ClassVariable, NewObjectVariable
+from framejit.frontend.variables.objects import (
+    ClassVariable,
+    NewObjectVariable,
+    UserObjectVariable,
+)
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -81,7 +85,8 @@ handler("JUMP_IF_FALSE_OR_POP", until=(3, 11))(_jump_or_pop(False))
 @handler("GET_ITER")
 def get_iter(tx: Translator, inst: Any) -> None:
     value = tx.pop()
-    if isinstance(value, NewObjectVariable):  # a class whose __iter__ is a generator: lazy
+    if isinstance(value, (NewObjectVariable, UserObjectVariable)):
+        # a class whose __iter__ is a generator, or that is an iterator (__next__): lazy
         value = value.python_iter(tx) or value
     if isinstance(value, (IteratorVariable, LazyIteratorVariable)):
         tx.push(value)

@@ -248,7 +248,7 @@ def _isinstance(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker |
     try:
         return ConstantVariable(issubclass(t, cls))
     except TypeError as exc:
-        raise Unsupported("exception", "isinstance()", str(exc)) from None
+        raise Unsupported.raised("isinstance()", exc) from None
 
 
 def _custom_instancecheck(cls: Any) -> Any:
@@ -545,9 +545,9 @@ def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         return None
     if isinstance(args[0], (IteratorVariable, LazyIteratorVariable)):
         return args[0]
-    from framejit.frontend.variables.objects import NewObjectVariable
+    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
 
-    if isinstance(args[0], NewObjectVariable):
+    if isinstance(args[0], (NewObjectVariable, UserObjectVariable)):
         it = args[0].python_iter(tx)
         if it is not None:
             return it

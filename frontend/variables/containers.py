@@ -86,7 +86,7 @@ class BaseSequence(VariableTracker):
         try:
             return self.items[key]
         except (IndexError, TypeError) as exc:
-            raise Unsupported("exception", f"{self.kind.__name__}[{key!r}]", str(exc)) from None
+            raise Unsupported.raised(f"{self.kind.__name__}[{key!r}]", exc) from None
 
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
         from framejit.frontend.variables.functions import BoundMethodVariable

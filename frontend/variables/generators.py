@@ -560,6 +560,78 @@ class RangeIteratorVariable(LazyIteratorVariable):
         cg.call_const(iter, lambda: cg.call_const(range, bounds, 3), 1)
 
 
+def _stops(exc: Unsupported, kinds: tuple[type[BaseException], ...]) -> bool:
+    raised = exc.python_exception()
+    return raised is not None and issubclass(raised, kinds)
+
+
+class UserIteratorVariable(LazyIteratorVariable):
+    """An iterator object whose class writes `__next__` in Python (an `__iter__` that returns
+    self): each item is its `__next__` call, traced; the StopIteration it raises ends it."""
+
+    def __init__(self, obj: VariableTracker) -> None:
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"UserIterator({self.obj!r})"
+
+    def python_type(self) -> type:
+        return self.obj.python_type()
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.obj]
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        try:
+            return self.obj.call_method(tx, "__next__", [], {})
+        except Unsupported as exc:
+            if _stops(exc, (StopIteration,)):
+                return None
+            raise
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        cg.reconstruct(self.obj)  # it is its own iterator: a resumed loop calls its __next__
+
+
+class GetItemIterator(LazyIteratorVariable):
+    """`iter(obj)` of an object whose class has a Python `__getitem__` and no `__iter__`:
+    obj[0], obj[1], ... until it raises IndexError (or StopIteration), as CPython iterates."""
+
+    def __init__(self, obj: VariableTracker) -> None:
+        self.obj = obj
+        self.index = 0
+
+    def __repr__(self) -> str:
+        return f"GetItemIterator({self.obj!r}, {self.index})"
+
+    def python_type(self) -> type:
+        return type(iter([]))
+
+    def reachable(self) -> list[VariableTracker]:
+        return [self.obj]
+
+    def next_item(self, tx: Translator) -> VariableTracker | None:
+        try:
+            item = self.obj.call_method(tx, "__getitem__", [ConstantVariable(self.index)], {})
+        except Unsupported as exc:
+            if _stops(exc, (IndexError, StopIteration)):
+                return None
+            raise
+        index = self.index
+        self.index += 1
+        note_undoable(lambda: setattr(self, "index", index))
+        return item
+
+    def reconstruct(self, cg: CodeGen) -> None:
+        from framejit.frontend.variables.objects import getitem_iter
+
+        def emit() -> None:
+            cg.reconstruct(self.obj)
+            cg.load_const(self.index)
+
+        cg.call_const(getitem_iter, emit, 2)
+
+
 class LazyEnumerate(LazyIteratorVariable):
     def __init__(self, inner: LazyIteratorVariable | IteratorVariable, start: int) -> None:
         self.inner = inner

@@ -300,7 +300,19 @@ class UserObjectVariable(VariableTracker):
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         if isinstance(self.obj, list):
             return self.list_items(tx, "iterating over")
+        it = self.python_iter(tx)
+        if it is not None:
+            return it.unpack(tx)
         return super().unpack(tx)
+
+    def python_iter(self, tx: Translator) -> VariableTracker | None:
+        """`iter(obj)` of an object from outside whose class iterates in Python (an iterator
+        class, a Python `__iter__`, the `__getitem__` protocol); None for others."""
+        if self.source is None or isinstance(self.obj, (torch.nn.Module, list, dict, tuple)):
+            return None
+        if type(self.obj).__module__.startswith("torch."):  # a DataLoader stays a break
+            return None
+        return python_iter(tx, self, type(self.obj))
 
     def _written_to_instance_dict(self, tx: Translator, name: str) -> VariableTracker | None:
         """What the trace stored under `name` through `obj.__dict__[name] = v` (a caching
@@ -489,7 +501,7 @@ class UserObjectVariable(VariableTracker):
     def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
         found = _class_attr(type(self.obj), name)
         if (
-            name in ("__getitem__", "__len__", "__contains__")
+            name in ("__getitem__", "__len__", "__contains__", "__iter__", "__next__")
             and found is not None
             and isinstance(found[1], types.FunctionType)
         ):
@@ -639,7 +651,7 @@ class NNModuleVariable(UserObjectVariable):
                 )
             )
         except (TypeError, ValueError) as exc:
-            raise Unsupported("exception", f"Module.{name}(...)", str(exc)) from None
+            raise Unsupported.raised(f"Module.{name}(...)", exc) from None
         paths = _tree_paths(self.obj, src)
         items: list[VariableTracker] = []
         for item in found:
@@ -959,7 +971,7 @@ class ClassVariable(VariableTracker):
             try:
                 getter = cls(*[a.as_constant() for a in args])
             except TypeError as exc:
-                raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+                raise Unsupported.raised(f"{cls.__name__}(...)", exc) from None
             return GetterVariable(getter)
         if cls is collections.defaultdict and (not args or args[0].python_type() is not dict):
             contents = call_builtin_class(tx, dict, args[1:], kwargs)
@@ -976,7 +988,7 @@ class ClassVariable(VariableTracker):
             try:
                 return ConstantVariable(constant_fold(cls, args, kwargs))
             except (TypeError, ValueError) as exc:
-                raise Unsupported("exception", f"torch.{cls.__name__}(...)", str(exc)) from None
+                raise Unsupported.raised(f"torch.{cls.__name__}(...)", exc) from None
         if cls in GRAD_MODE_CLASSES:
             mode = GRAD_MODE_CLASSES[cls]
             if mode is None:
@@ -993,7 +1005,7 @@ class ClassVariable(VariableTracker):
             try:
                 return ConstantVariable(cls(args[0].as_constant()))
             except ValueError as exc:
-                raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+                raise Unsupported.raised(f"{cls.__name__}(...)", exc) from None
         if cls is torch.inference_mode:
             mode = args[0] if args else kwargs.get("mode", ConstantVariable(True))
             if len(args) > 1 or set(kwargs) - {"mode"} or not mode.is_constant():
@@ -1361,12 +1373,7 @@ class NewObjectVariable(VariableTracker):
     def python_iter(self, tx: Translator) -> VariableTracker | None:
         """`iter(obj)` for a class whose `__iter__` is written in Python (often a generator):
         its result, not yet consumed; None for other classes."""
-        found = _class_attr(self.cls, "__iter__")
-        if found is None or not isinstance(found[1], types.FunctionType):
-            return None
-        if found[1] is collections.abc.Sequence.__iter__:  # unpack() reads it item by item
-            return None
-        return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, [], {})
+        return python_iter(tx, self, self.cls)
 
     def truth(self, tx: Translator) -> bool:
         for name in ("__bool__", "__len__"):
@@ -1400,6 +1407,44 @@ class NewObjectVariable(VariableTracker):
         cg.call_const(fill_object, emit, 2 if self.dict_items is None else 3)
 
 
+def python_iter(tx: Translator, obj: VariableTracker, cls: type) -> VariableTracker | None:
+    """`iter(obj)` where `cls`, obj's class, iterates in Python: its `__iter__`'s result, not
+    yet consumed (a generator, or an iterator object whose `__next__` is written in Python,
+    such as the object itself); or, with no `__iter__`, the old sequence protocol of a Python
+    `__getitem__` (obj[0], obj[1], ... up to IndexError). None for other classes."""
+    from framejit.frontend.variables.generators import GetItemIterator, UserIteratorVariable
+
+    found = _class_attr(cls, "__iter__")
+    if found is None:
+        getitem = _class_attr(cls, "__getitem__")
+        if getitem is not None and isinstance(getitem[1], types.FunctionType):
+            return GetItemIterator(obj)
+        return None
+    if not isinstance(found[1], types.FunctionType):
+        return None
+    if found[1] is collections.abc.Sequence.__iter__:  # unpack() reads it item by item
+        return None
+    it = obj.call_method(tx, "__iter__", [], {})
+    if isinstance(it, (NewObjectVariable, UserObjectVariable)):
+        step = _class_attr(it.python_type(), "__next__")
+        if step is None or not isinstance(step[1], types.FunctionType):
+            raise Unsupported("unsupported_object", f"iterating over {cls.__name__}")
+        return UserIteratorVariable(it)
+    return it
+
+
+def getitem_iter(obj: Any, start: int) -> Any:
+    """The rest of `iter(obj)` for an object iterated by its `__getitem__`, from `start` (what
+    a graph break hands the code after it)."""
+    i = start
+    while True:
+        try:
+            yield obj[i]
+        except (IndexError, StopIteration):
+            return
+        i += 1
+
+
 def cls_new(cls: type) -> Any:
     return cls.__new__(cls)
 
@@ -1430,7 +1475,7 @@ def _bind_signature(
         sig = inspect.signature(cls)
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
-        raise Unsupported("exception", f"{cls.__name__}(...)", str(exc)) from None
+        raise Unsupported.raised(f"{cls.__name__}(...)", exc) from None
     made = (
         {f.name: f.default_factory for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         if factories
