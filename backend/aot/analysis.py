@@ -71,6 +71,7 @@ class OutputSpec:
     detached: bool = False
     conj: bool = False
     neg: bool = False
+    creation_meta: Any = None  # autograd's CreationMeta of the view, where not DEFAULT
 
 
 @dataclasses.dataclass
@@ -127,6 +128,10 @@ class _Recorder(torch.fx.Interpreter):
         self._alive: list[torch.Tensor] = []
         self.unsupported: str | None = None
         self._inputs: set[int] = set()
+        self._unfolded: set[int] = set()  # x.unfold(...) and views of it
+        # the first graph value in each storage: what `y.detach()` (not a view, but y's memory)
+        # is rebuilt from
+        self.owner: dict[Any, torch.Tensor] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
@@ -135,23 +140,35 @@ class _Recorder(torch.fx.Interpreter):
         elif isinstance(value, torch.Tensor):
             self.producer.setdefault(id(value), n)
             self._alive.append(value)
+            if value.layout == torch.strided and n.op != "get_attr":
+                self.owner.setdefault(_storage(value), value)
             new = n.op != "get_attr" and id(value) not in self._inputs  # not `w.float()` of w
             # a view made under no_grad of a tensor that requires grad (`w.t()` of a parameter
             # at inference) is a leaf that requires grad too, but it is the input's alias, not
             # a new tensor: the output is rebuilt as that view
-            if new and value.requires_grad and value.is_leaf and not value._is_view():
+            # (`_is_view` first: `is_leaf` of a no_grad view written in place raises)
+            if new and value.requires_grad and not value._is_view() and value.is_leaf:
                 # `torch.zeros(3, requires_grad=True)`: the traced graph would make it a
                 # constant, and nothing downstream would require grad
                 self._unsupported(f"{n.name} makes a leaf tensor that requires grad")
         return value
 
     def call_function(self, target: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-        self._check_write(getattr(target, "__name__", ""), args, kwargs)
-        return super().call_function(target, args, kwargs)
+        name = getattr(target, "__name__", "")
+        self._check_write(name, args, kwargs)
+        return self._note_unfold(name, args, super().call_function(target, args, kwargs))
 
     def call_method(self, target: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         self._check_write(target, args, kwargs)
-        return super().call_method(target, args, kwargs)
+        return self._note_unfold(target, args, super().call_method(target, args, kwargs))
+
+    def _note_unfold(self, name: str, args: tuple, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and (
+            name == "unfold"
+            or (value._is_view() and any(id(a) in self._unfolded for a in _tensors(list(args))))
+        ):
+            self._unfolded.add(id(value))
+        return value
 
     def _unsupported(self, reason: str) -> None:
         if self.unsupported is None:
@@ -173,13 +190,20 @@ class _Recorder(torch.fx.Interpreter):
             written, read = [args[0]], _tensors((args[1:], list(kwargs.values())))
         else:
             return
+        if any(id(w) in self._unfolded for w in written):
+            # functionalization writes an unfold view back through unfold_backward, which
+            # zero-fills what no window covers (`x.unfold(0, 2, 2).zero_()` of 7 elements)
+            self._unsupported(f"{name} writes through an unfold view")
         self._check_overlap(name, written, read)
 
     def _check_overlap(
         self, name: str, written: list[torch.Tensor], read: list[torch.Tensor]
     ) -> None:
         for w in written:
-            if _has_symbols(w) or w.layout != torch.strided:
+            if w.layout != torch.strided:
+                continue
+            if _has_symbols(w) or any(_has_symbols(r) for r in read):
+                self._check_symbolic_overlap(name, w, read)
                 continue
             if _has_internal_overlap(w):
                 # eager raises, or (a view it cannot judge cheaply, `x.unfold(0, 2, 1)`)
@@ -190,13 +214,27 @@ class _Recorder(torch.fx.Interpreter):
             if any(_shares_elements(w, r) for r in read):
                 self._unsupported(f"{name} reads elements it writes through another view")
 
+    def _check_symbolic_overlap(self, name: str, w: torch.Tensor, read: list[torch.Tensor]) -> None:
+        """The same checks where sizes are symbolic: whether two views overlap can depend on
+        the sizes, so any read of the written memory through another tensor runs the graph as
+        captured; internal overlap (a 0 stride, `unfold` windows that overlap) is judged on the
+        sizes of this call, which automatic dynamic makes symbolic only from the second."""
+        if any(r is not w and _storage(r) == _storage(w) for r in read):
+            self._unsupported(f"{name} reads memory it writes, with symbolic sizes")
+            return
+        hinted = _with_hints(w)
+        if hinted is None or _has_internal_overlap(hinted):
+            self._unsupported(f"{name} writes a tensor whose elements may share memory")
+
     def _check_setitem(self, args: tuple) -> None:
         """`x[index] = value`: with a basic index, eager copies `value` into the view
         `x[index]` (copy_'s checks); with an advanced one it calls `index_put_`, which also
         rejects a value or index that is `x` itself or overlaps it fully."""
         target, index, value = args
-        if not isinstance(target, torch.Tensor) or _has_symbols(target):
+        if not isinstance(target, torch.Tensor):
             return
+        if id(target) in self._unfolded:
+            self._unsupported("setitem writes through an unfold view")
         items = index if isinstance(index, tuple) else (index,)
         if all(_basic_index(i) for i in items):
             self._check_overlap("setitem", [target[index]], _tensors(value))
@@ -323,6 +361,16 @@ def _storage(t: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(t.untyped_storage())
 
 
+def _real_storages(inputs: list[Any], unique: list[int]) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for i in unique:
+        try:
+            out[i] = _storage(inputs[i])
+        except (RuntimeError, NotImplementedError):  # no storage (a sparse tensor): its own
+            out[i] = ("no storage", i)
+    return out
+
+
 def _layout(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
@@ -385,6 +433,23 @@ def _like_autograd(fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         return out.copy_(fake)
 
 
+def _with_hints(t: torch.Tensor) -> torch.Tensor | None:
+    """A meta tensor with `t`'s sizes and strides as they are in this call (None where a size
+    has no such value: one computed from data)."""
+
+    def hint(n: Any) -> int | None:
+        if not isinstance(n, torch.SymInt):
+            return int(n)
+        value = n.node.hint
+        return None if value is None else int(value)
+
+    sizes, strides = [hint(n) for n in t.shape], [hint(n) for n in t.stride()]
+    if None in sizes or None in strides:
+        return None
+    with unset_fake_temporarily():
+        return torch.empty_strided(sizes, strides, dtype=t.dtype, device="meta")
+
+
 def _has_symbols(value: Any) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat)):
         return True
@@ -438,8 +503,11 @@ def analyze(
         info.mutated.append(i)
         info.mutated_values.append(mutations[i])
     storages = {i: _storage(fakes[i]) for i in unique}
+    # the inputs' own storages: symbolic fakes are made one by one (symbolic_inputs), so
+    # `f(t, t[1:])` gets two storages there
+    shared = _real_storages(example_inputs, unique) if symbolic is not None else storages
     for i in info.mutated:
-        if any(j != i and storages[j] == storages[i] for j in unique):
+        if any(j != i and (shared[j] == shared[i] or storages[j] == storages[i]) for j in unique):
             info.fallback = f"mutated input {i} shares memory with another input"
 
     input_of = {id(fakes[i]): i for i in unique}
@@ -488,7 +556,7 @@ def analyze(
                 )
             )
             continue
-        base = value._base
+        base = _base_of(value, recorder)
         if base is not None and id(base) in recorder.producer and base.dtype == value.dtype:
             info.outputs.append(OutputSpec("graph_view"))  # filled in below
             pending_views.append((position, value))
@@ -496,7 +564,7 @@ def analyze(
         assert isinstance(arg, torch.fx.Node), f"output {position} is a tensor but not a node"
         info.outputs.append(OutputSpec("graph", compute(arg, value)))
     for position, value in pending_views:
-        base = value._base
+        base = _base_of(value, recorder)
         index = compute(recorder.producer[id(base)], base)
         detached = base.requires_grad and not value.requires_grad
         info.outputs[position] = OutputSpec(
@@ -505,8 +573,32 @@ def analyze(
     return info
 
 
-def _bits(view: torch.Tensor) -> dict[str, bool]:
-    return {"conj": view.is_conj(), "neg": view.is_neg()}
+def _base_of(value: torch.Tensor, recorder: _Recorder) -> torch.Tensor | None:
+    """The graph value `value` is a view of: its `_base`, or for a tensor that shares another
+    one's memory without being its view (`y.detach()`), the first value in that memory."""
+    if value._base is not None:
+        return value._base
+    if value.layout != torch.strided:
+        return None
+    owner = recorder.owner.get(_storage(value))
+    return owner if owner is not None and owner is not value else None
+
+
+def _bits(view: torch.Tensor) -> dict[str, Any]:
+    return {"conj": view.is_conj(), "neg": view.is_neg(), "creation_meta": _creation_meta(view)}
+
+
+_GET_CREATION_META = getattr(torch._C._autograd, "_get_creation_meta", None)
+
+
+def _creation_meta(view: torch.Tensor) -> Any:
+    """How autograd made the view, where in-place writes to it are refused for it (an output
+    of `split`/`chunk`/`unbind`, a view made under no_grad of a tensor that requires grad);
+    None for ordinary views."""
+    if _GET_CREATION_META is None or not view.requires_grad or not view._is_view():
+        return None
+    meta = _GET_CREATION_META(view)
+    return None if meta == torch._C._autograd.CreationMeta.DEFAULT else meta
 
 
 def _functional_mutations(

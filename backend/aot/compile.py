@@ -131,6 +131,9 @@ def aot_compile(
         # an op without a derivative (heaviside, floor_divide) in a graph that requires grad:
         # eager raises only if the backward reaches it, so the graph runs as captured
         underivable = "derivative for" in str(exc) and "is not implemented" in str(exc)
+        # a saved tensor written in place later (`y.mul_(y); y[0] = 0`): eager's backward
+        # would raise, its forward does not; the joint trace runs the backward
+        underivable |= "modified by an inplace operation" in str(exc)
         if config.raise_internal_errors and not (value_dependent or underivable):
             raise  # a bug of the stage: the tests want to see it
         log.info(

@@ -102,7 +102,31 @@ def decomposition_table() -> dict[Any, Any]:
     for op in list(table):
         if op_name(op) in RANDOM_OPS or op_name(op) in _KEPT_WHOLE:
             del table[op]
+    table[getattr(torch.ops.aten.random, "from")] = _random_from_to
     return table
+
+
+_FLOAT_DIGITS = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
+
+
+def _random_from_to(x: torch.Tensor, low: int, high: int | None = None, **kw: Any) -> Any:
+    """`x.random_(low, high)` (aten's overload is named `from`, a Python keyword: fx cannot
+    print a graph that calls it) as `random(x, high - low) + low`: the CPU and CUDA kernels
+    draw `value % range + low` from the same generator either way, so the numbers are the same
+    while the range fits what `random_(high - low)` accepts for the dtype."""
+    if high is None or kw:
+        return NotImplemented
+    span = high - low
+    if x.dtype.is_floating_point:  # integers a float holds exactly: 2 ** its digits
+        digits = _FLOAT_DIGITS.get(x.dtype)
+        fits = digits is not None and span - 1 <= 2**digits
+    elif x.dtype == torch.bool:
+        fits = False
+    else:
+        fits = span - 1 <= torch.iinfo(x.dtype).max
+    if not fits or span <= 0:
+        return NotImplemented
+    return torch.ops.aten.random.to(x, span) + low
 
 
 # Ops the core table decomposes that the stage keeps whole. The CPU flash attention's

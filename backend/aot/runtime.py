@@ -63,6 +63,9 @@ def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[A
                 view = view.conj()
             if view.is_neg() != spec.neg:
                 view = torch._neg_view(view)
+            if spec.creation_meta is not None and view.requires_grad:
+                # eager's refusal of an in-place write to a `split` output holds for it too
+                torch._C._autograd._set_creation_meta(view, spec.creation_meta)
             out.append(view.detach() if spec.detached else view)
         elif kind == "repeat":
             out.append(out[spec.index])
