@@ -257,6 +257,9 @@ class OutputGraph:
         else:
             fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["val"] = fake
+        # its layout as the graph receives it: an in-place metadata op of the trace
+        # (`x.squeeze_(1)`) changes the fake itself
+        node.meta["input_layout"] = (tuple(fake.shape), tuple(fake.stride()))
         node.meta["source"] = str(source)
         # Parameters and buffers: their storage stays put between calls (a backend may record
         # their addresses, as CUDA graph trees do).

@@ -383,9 +383,17 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Fake
     `(fake_mode, fakes)`, fresh FakeTensors for `example_inputs` with the sizes the frontend
     gave the placeholders, in the frontend's FakeTensorMode (whose ShapeEnv records what the
     stage assumes about sizes, so the frontend's guards include it). None for static graphs."""
-    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("val") for n in placeholders]
     if len(vals) != len(example_inputs) or not any(_has_symbols(v) for v in vals):
         return None
+    # the sizes the graph is called with (the frontend's fake itself may have been changed by
+    # an in-place metadata op of the trace, `x.squeeze_(1)`)
+    layouts = [
+        n.meta.get("input_layout")
+        or ((v.shape, v.stride()) if isinstance(v, torch.Tensor) else None)
+        for n, v in zip(placeholders, vals)
+    ]
     mode = next((v.fake_mode for v in vals if isinstance(v, torch.Tensor)), None)
     if mode is None:  # only int and float inputs: a mode over their ShapeEnv
         shape_env = next(
@@ -405,10 +413,9 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Fake
                 fakes.append(fakes[first[id(real)]])
             else:
                 first[id(real)] = i
+                size, stride = layouts[i]
                 with mode:
-                    fake = torch.empty_strided(
-                        val.shape, val.stride(), dtype=val.dtype, device=val.device
-                    )
+                    fake = torch.empty_strided(size, stride, dtype=val.dtype, device=val.device)
                 fakes.append(_like_autograd(fake, real))
         return mode, fakes
 

@@ -647,3 +647,23 @@ def test_a_backward_that_eager_would_refuse_still_runs_the_forward():
     torch.testing.assert_close(out, f(x))
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+def test_an_input_squeezed_in_place_with_symbolic_sizes_runs_as_captured():
+    # the trace's squeeze_ changed the frontend's fake of the input itself, so the stage built
+    # its symbolic input already squeezed: no metadata change seen, a resize warning, and
+    # the graph went through the functional path
+    def f(x):
+        x.squeeze_(1)
+        return x * 2
+
+    jitted = framejit.jit(f, backend="aot_eager")
+    for n in (3, 5, 6):
+        x = torch.randn(n, 1, 2)
+        expected_x = x.clone()
+        expected = f(expected_x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = jitted(x)
+        torch.testing.assert_close(got, expected)
+        assert x.shape == expected_x.shape == (n, 2)
