@@ -428,12 +428,18 @@ def stack_kind(item: VariableTracker | None, held: frozenset[int] = frozenset())
     from framejit.frontend.variables.containers import IteratorVariable
     from framejit.frontend.variables.generators import (
         DrainedItemsVariable,
+        GetItemIterator,
         LazyIteratorVariable,
         RangeIteratorVariable,
+        UserIteratorVariable,
     )
 
     if item is NULL:
         return "null"
+    if isinstance(item, (UserIteratorVariable, GetItemIterator)):
+        # a Python __next__ or __getitem__ may count or change state: the items are taken
+        # when the code after the break asks for them, from the object itself
+        return "value"
     if isinstance(getattr(item, "drained", item), DrainedItemsVariable):
         # a drained generator's items that re-check the generator's tensors at each step:
         # the object itself, never a tuple of its items taken now (`wrap_drained`)

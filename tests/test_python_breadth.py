@@ -2442,3 +2442,81 @@ def test_iterator_classes_resume_after_a_break(capsys) -> None:
         assert seq_a.reads == seq_b.reads == 3
         printed = capsys.readouterr().out.splitlines()
         assert printed[: len(printed) // 2] == printed[len(printed) // 2 :]
+
+
+class _Logged:
+    """An iterator class that logs each __next__, to compare when items are taken."""
+
+    def __init__(self, n: int, log: list, tag: str = "a") -> None:
+        self.n, self.i, self.log, self.tag = n, 0, log, tag
+
+    def __iter__(self) -> _Logged:
+        return self
+
+    def __next__(self) -> int:
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        self.log.append((self.tag, self.i))
+        return self.i
+
+
+def test_iterator_objects_give_items_only_when_asked(capsys) -> None:
+    # zip, enumerate, islice and a loop that breaks took every item first (the iterator read
+    # to its end, __next__ calls out of order with the loop body)
+    def zipped(x, a, b, log):
+        return [x * (i + j) for i, j in zip(a, b)], a.i, b.i
+
+    def enumerated(x, it, log):
+        for k, v in enumerate(it):
+            if k == 1:
+                break
+            x = x + v
+        return x, it.i
+
+    def with_next(x, it, log):
+        first = next(it)
+        return x + first + next(it, 100), it.i
+
+    def loop_with_a_break(x, it, log):
+        for v in it:
+            log.append(("body", v))
+            print(v)  # a graph break in the body
+            x = x + v
+        return x
+
+    for fn, make in (
+        (zipped, lambda log: (_Logged(5, log, "a"), _Logged(2, log, "b"))),
+        (enumerated, lambda log: (_Logged(10, log),)),
+        (with_next, lambda log: (_Logged(1, log),)),
+        (loop_with_a_break, lambda log: (_Logged(3, log),)),
+    ):
+        jitted = framejit.jit(fn, backend="eager")
+        for _ in range(2):
+            x = torch.randn(2)
+            log_a, log_b = [], []
+            same(jitted(x, *make(log_a), log_a), fn(x, *make(log_b), log_b))
+            assert log_a == log_b, fn.__name__
+        capsys.readouterr()
+
+
+def test_a_grad_mode_decorator_on_a_function_the_frame_defines() -> None:
+    # `@torch.no_grad()` on a nested helper: torch's context_decorator closure held the
+    # no_grad object, which could not be rebuilt (a graph break, no graph)
+    def fn(x):
+        @torch.no_grad()
+        def frozen(t):
+            return t * 2
+
+        @torch.enable_grad()
+        def tracked(t):
+            return t * 3
+
+        a = frozen(x)
+        b = tracked(x)
+        return a + 1, b, a.requires_grad, b.requires_grad
+
+    x = torch.randn(3, requires_grad=True)
+    check(fn, x)
+    with torch.no_grad():
+        check(fn, x)

@@ -7,6 +7,8 @@ are known.
 
 from __future__ import annotations
 
+import inspect
+import types
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend import versions
@@ -18,7 +20,7 @@ from framejit.frontend.variables.containers import (
     TupleVariable,
     container_iterator,
 )
-from framejit.frontend.variables.generators import LazyIteratorVariable
+from framejit.frontend.variables.generators import LazyIteratorVariable, UserIteratorVariable
 from framejit.frontend.variables.objects import (
     ClassVariable,
     NewObjectVariable,
@@ -101,6 +103,12 @@ def for_iter(tx: Translator, inst: Any) -> None:
     it = tx.stack[-1]
     if isinstance(it, LazyIteratorVariable):
         it.looped = True  # a `for` loop's own iterator (a graph break may drain it ahead)
+        item = it.next_item(tx)
+    elif isinstance(it, (NewObjectVariable, UserObjectVariable)) and isinstance(
+        inspect.getattr_static(it.python_type(), "__next__", None), types.FunctionType
+    ):
+        # an iterator object a resume function got for its loop: its __next__, item by item
+        tx.stack[-1] = it = UserIteratorVariable(it)
         item = it.next_item(tx)
     else:
         if not isinstance(it, IteratorVariable):

@@ -445,6 +445,36 @@ def _pullable(tx: Translator, x: VariableTracker) -> VariableTracker:
     return IteratorVariable(x.unpack(tx))
 
 
+def _iterates_in_python(x: VariableTracker) -> bool:
+    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+
+    if not isinstance(x, (NewObjectVariable, UserObjectVariable)):
+        return False
+    cls = x.python_type()
+    return any(
+        isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
+        for name in ("__iter__", "__next__", "__getitem__")
+    )
+
+
+def _has_python_next(x: VariableTracker) -> bool:
+    return isinstance(inspect.getattr_static(x.python_type(), "__next__", None), types.FunctionType)
+
+
+def _python_iterators(tx: Translator, args: Args) -> Args:
+    """`args` with each object whose class iterates in Python (an iterator class, a Python
+    `__iter__` or `__getitem__`) replaced by `iter(obj)`, as zip, enumerate, map and filter
+    call it: a lazy iterator, so its `__next__` runs only for the items taken, in Python's
+    order (it may count, or be an iterator the caller goes on reading)."""
+    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+
+    out = list(args)
+    for k, a in enumerate(args):
+        if isinstance(a, (NewObjectVariable, UserObjectVariable)):
+            out[k] = a.python_iter(tx) or a
+    return out
+
+
 @builtin(list)
 def _list(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if kwargs or len(args) > 1:
@@ -511,6 +541,7 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
     if not args or not start.is_constant():
         return None
     first = start.as_constant()
+    args = _python_iterators(tx, args[:1])
     if _has_lazy(args[:1]):
         return LazyEnumerate(args[0], first)
     return IteratorVariable(
@@ -524,6 +555,7 @@ def _enumerate(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | 
 @builtin(zip)
 def _zip(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     strict = kwargs.get("strict", ConstantVariable(False)).as_constant()
+    args = _python_iterators(tx, args)
     if _has_lazy(args):
         return LazyZip([_pullable(tx, a) for a in args], bool(strict))
     columns = [_iterable_items(tx, a) for a in args]
@@ -556,6 +588,11 @@ def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 
 @builtin(next)
 def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if args and _iterates_in_python(args[0]):
+        from framejit.frontend.variables.generators import UserIteratorVariable
+
+        if _has_python_next(args[0]):  # an iterator object: next() calls its __next__
+            args = [UserIteratorVariable(args[0]), *args[1:]]
     if not args or not isinstance(args[0], (IteratorVariable, LazyIteratorVariable)):
         return None
     item = pull(tx, args[0])
@@ -571,14 +608,14 @@ def _map(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) < 2 or kwargs:
         return None
     # lazy, as in Python: each item is computed when the consumer asks for it
-    return LazyMap(args[0], [_pullable(tx, a) for a in args[1:]])
+    return LazyMap(args[0], [_pullable(tx, a) for a in _python_iterators(tx, args[1:])])
 
 
 @builtin(filter)
 def _filter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if len(args) != 2 or kwargs:
         return None
-    return LazyFilter(args[0], _pullable(tx, args[1]))
+    return LazyFilter(args[0], _pullable(tx, _python_iterators(tx, args[1:])[0]))
 
 
 @builtin(sum)
@@ -786,7 +823,7 @@ def _any_all(fn: Any) -> Handler:
             return None  # constants fold through PURE
         # item by item, stopping where Python's any/all stop: a generator or map is left
         # where eager leaves it, and its later items are never computed
-        it = _pullable(tx, args[0])
+        it = _pullable(tx, _python_iterators(tx, args[:1])[0])
         while (item := pull(tx, it)) is not None:
             if isinstance(item, TensorVariable):
                 raise Unsupported("data_dependent", f"{fn.__name__}() over tensors")
@@ -882,7 +919,7 @@ def _chain(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None
 def _islice(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if kwargs or not 2 <= len(args) <= 4 or _iterator_input(args[:1]):
         return None
-    if not all(a.is_constant() for a in args[1:]):
+    if not all(a.is_constant() for a in args[1:]) or _iterates_in_python(args[0]):
         return None
     bounds = slice(*[a.as_constant() for a in args[1:]])
     return IteratorVariable(_iterable_items(tx, args[0])[bounds])

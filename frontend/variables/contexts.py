@@ -11,6 +11,7 @@ transformed code after the graph. compile_frame restores the tracing thread's mo
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,75 @@ class GradModeVariable(VariableTracker):
     def exit(self, tx: Translator) -> None:
         if self.prior is not None:
             set_grad_mode(tx, self.prior)
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        """`torch.no_grad()(fn)`: `@torch.no_grad()` on a function the frame defines."""
+        from framejit.frontend.variables.functions import (
+            NestedFunctionVariable,
+            UserFunctionVariable,
+        )
+
+        fn = args[0] if len(args) == 1 and not kwargs else None
+        code = getattr(fn, "code", None) or getattr(getattr(fn, "fn", None), "__code__", None)
+        if (
+            not isinstance(fn, (NestedFunctionVariable, UserFunctionVariable))
+            or code is None
+            or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE)
+        ):
+            return super().call(tx, args, kwargs)
+        if self.applied_on_creation and self.prior is not None:
+            set_grad_mode(tx, self.prior)  # set_grad_enabled's __call__ puts the mode back
+            self.prior = None
+        return GradModeDecoratedVariable(self.cls, self.mode, fn)
+
+
+class GradModeDecoratedVariable(VariableTracker):
+    """A function wrapped by a grad-mode context used as a decorator: each call runs it in a
+    fresh context of the same kind, as torch's `context_decorator` does."""
+
+    def __init__(self, cls: type, mode: bool, fn: VariableTracker) -> None:
+        self.cls = cls
+        self.mode = mode
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"GradModeDecorated({self.cls.__name__}, {self.fn!r})"
+
+    def python_type(self) -> type:
+        return type(lambda: None)
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        ctx = GradModeVariable.create(tx, self.cls, self.mode)
+        ctx.enter(tx)
+        try:
+            result = self.fn.call(tx, args, kwargs)
+        except BaseException:
+            ctx.exit(tx)  # the real grad mode as before the call (a break rewinds the graph)
+            raise
+        ctx.exit(tx)
+        return result
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__code__", "__wrapped__"):
+            return self.fn if name == "__wrapped__" else self.fn.getattr(tx, name)
+        return super().getattr(tx, name)
+
+    def reconstruct(self, cg: Any) -> None:
+        def emit() -> None:
+            cg.load_const(self.cls)
+            cg.load_const(self.mode)
+            cg.reconstruct(self.fn)
+
+        cg.call_const(grad_mode_decorated, emit, 3)
+
+
+def grad_mode_decorated(cls: type, mode: bool, fn: Any) -> Any:
+    """What `@cls(...)` made of `fn`, rebuilt after a graph break."""
+    return cls(mode)(fn) if cls is torch.set_grad_enabled else cls()(fn)
 
 
 class GradModeExit:
