@@ -179,7 +179,7 @@ class OperatorsMixin:
             raise Unsupported("unsupported_object", f"{a.type_name()} {_symbol(op)}= ...")
         if isinstance(a, DictVariable) and op is operator.ior:
             if a.cls in (dict, collections.OrderedDict) and isinstance(b, DictVariable):
-                a.mutate(self, "update", [b], {})
+                a.call_method(self, "update", [b], {})
                 return a
             raise Unsupported("unsupported_object", f"{a.type_name()} |= {b.type_name()}")
         return None

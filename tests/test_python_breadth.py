@@ -2520,3 +2520,50 @@ def test_a_grad_mode_decorator_on_a_function_the_frame_defines() -> None:
     check(fn, x)
     with torch.no_grad():
         check(fn, x)
+
+
+def _counted(x):
+    _counted.calls = getattr(_counted, "calls", 0) + 1  # a call counter kept on the function
+    return x * _counted.calls
+
+
+def _flag_holder():
+    pass
+
+
+def test_a_missing_attribute_of_a_function_is_guarded_absent() -> None:
+    # getattr(f, "calls", 0) / hasattr(helper, "flag") of a function without them folded to
+    # the default with no guard: the counter stayed 1, a flag set later was not seen
+    def flagged(x):
+        return x + (1 if hasattr(_flag_holder, "flag") else 0)
+
+    jitted = framejit.jit(_counted, backend="eager")
+    got = [jitted(torch.ones(1)).item() for _ in range(3)]
+    del _counted.calls
+    want = [_counted(torch.ones(1)).item() for _ in range(3)]
+    assert got == want == [1.0, 2.0, 3.0]
+    fast = framejit.jit(flagged, backend="eager")
+    before = fast(torch.ones(1)).item()
+    _flag_holder.flag = True
+    try:
+        assert (before, fast(torch.ones(1)).item()) == (1.0, 2.0)
+    finally:
+        del _flag_holder.flag
+
+
+def test_dict_in_place_union_with_tensor_values() -> None:
+    # `d |= {...}` with a tensor value hit an internal AttributeError (a graph break)
+    def fn(x, outside):
+        d = {"z": 1}
+        alias = d
+        d |= {"t": x * 2}
+        outside |= {"u": x + 1}
+        return d, alias is d, alias["t"]
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    x = torch.randn(2)
+    got_dict, want_dict = {"a": 0}, {"a": 0}
+    same(jitted(x, got_dict), fn(x, want_dict))
+    same(got_dict, want_dict)
+    assert counter.frame_count == 1

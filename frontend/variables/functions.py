@@ -59,7 +59,15 @@ class UserFunctionVariable(VariableTracker):
             return ConstantVariable(self.fn.__code__)
         if self.source is not None and hasattr(self.fn, name):
             return tx.wrap_source(AttrSource(self.source, name))
+        if self.source is not None and name not in _FUNCTION_SLOTS:
+            # an attribute a program may set on the function later (`f.calls = ...`): its
+            # absence is guarded, so `hasattr(f, "calls")` and `getattr(f, "calls", 0)` hold
+            tx.output.require_absent(AttrSource(self.source, "__dict__"), name, tx.location_text())
+            raise Unsupported("exception", f"function.{name}", "AttributeError")
         raise Unsupported("unsupported_attr", f"function.{name}")
+
+
+_FUNCTION_SLOTS = frozenset(dir(types.FunctionType))
 
 
 class NestedFunctionVariable(VariableTracker):
