@@ -305,7 +305,7 @@ def resume_code(
     if cached is not None:
         return cached
     index = _instruction_index(code, offset)
-    body, target, _ = _body(code, index)
+    body, target, active = _body(code, index)
     stack_args = [
         f"___stack{i}{RANGE_SUFFIX if kind == 'range' else ''}"
         for i, kind in enumerate(kinds)
@@ -322,7 +322,14 @@ def resume_code(
             prologue.append(Instr("LOAD_FAST", f"___stack{i}{RANGE_SUFFIX * (kind == 'range')}"))
             if kind in ("iter", "range"):
                 prologue.append(Instr("GET_ITER"))
-    prologue.append(Instr("JUMP_FORWARD", target))
+    if active is None:
+        prologue.append(Instr("JUMP_FORWARD", target))
+    else:
+        # the jump lands inside a `try` range: it goes through a range of its own with the
+        # same handler, so the stack-size analysis reaches the handler (a body that only ends
+        # in `raise` reaches it no other way) with its depth
+        stub = TryBegin(active.target, active.push_lasti, active.stack_depth)
+        prologue += [stub, Instr("JUMP_FORWARD", target), TryEnd(stub)]
     bc = Bytecode()
     root_name, root_qualname, _ = _resume_origin.get(code, (code.co_name, code.co_qualname, 0))
     real = list(dis.get_instructions(code))

@@ -1225,3 +1225,41 @@ def test_tensors_without_fakes_are_a_break_with_a_reason(case: tuple[str, Any, A
     explained = framejit.explain(fn, *args)
     assert explained.graph_break_count >= 1
     assert any(name.split("_")[-1] in reason for reason in explained.break_reasons)
+
+
+def test_a_break_in_a_try_body_that_ends_in_raise_inside_a_loop(capsys) -> None:
+    # the resume function jumps into the `try` range; its body only ends in `raise`, so the
+    # stack-size analysis never reached the handler: building it failed ("negative size")
+    # and the whole frame ran uncompiled
+    def counts(x):
+        n = 0
+        for i in range(3):
+            try:
+                if x[i].item() < 0:
+                    raise ValueError(i)
+                n += 10
+            except ValueError as err:
+                n += err.args[0]
+        return x.abs() * n, n
+
+    def prints(x):
+        n = 0
+        for _ in range(2):
+            try:
+                print("step")
+                raise KeyError
+            except KeyError:
+                n += 1
+        return x * n
+
+    for fn in (counts, prints):
+        x = torch.tensor([1.0, -1.0, -2.0])
+        explained = framejit.explain(fn, x)
+        assert explained.graph_count >= 1 and all(
+            "resume function" not in str(r) for r in explained.break_reasons
+        )
+        fast = framejit.jit(fn, backend="eager")
+        for _ in range(2):
+            got, want = fast(x), fn(x)
+            torch.testing.assert_close(got, want)
+    capsys.readouterr()
