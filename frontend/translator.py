@@ -305,6 +305,7 @@ class Translator(OperatorsMixin, InliningMixin):
                 value = ExceptionVariable(exc_type, [ConstantVariable(a) for a in known])
             else:
                 value = ExceptionVariable(exc_type, None)
+        value.raised = True
         self.push(value)
         self.ip = self.decoded.index_of[entry.target]
         return True

@@ -1263,3 +1263,21 @@ def test_a_break_in_a_try_body_that_ends_in_raise_inside_a_loop(capsys) -> None:
             got, want = fast(x), fn(x)
             torch.testing.assert_close(got, want)
     capsys.readouterr()
+
+
+def test_a_caught_exception_kept_after_its_clause_keeps_its_traceback() -> None:
+    # the exception raised in the trace was rebuilt after the graph as a new object, without
+    # a traceback; it is now the real one (the frame raises it for real)
+    def fn(x):
+        try:
+            raise ValueError("tb")
+        except ValueError as e:
+            err = e
+        return x + 1, err.__traceback__ is not None, str(err)
+
+    jitted = framejit.jit(fn, backend="eager")
+    x = torch.ones(2)
+    for _ in range(2):
+        got, want = jitted(x), fn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] == (True, "tb")

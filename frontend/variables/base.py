@@ -470,6 +470,9 @@ class ExceptionVariable(VariableTracker):
         self.exc_type = exc_type
         self.args = args  # None: raised by an operation the translator models; not known
         self.cause = cause  # `raise err from cause`: an ExceptionVariable or a None constant
+        # raised in the trace: the real one has a traceback (and __context__), which a new
+        # object made after the graph would lack
+        self.raised = False
 
     def __repr__(self) -> str:
         return f"Exception({self.exc_type.__name__})"
@@ -498,7 +501,7 @@ class ExceptionVariable(VariableTracker):
         return any(a.has_tensors() for a in self.args or ())
 
     def reconstruct(self, cg: CodeGen) -> None:
-        if self.args is None or self.cause is not None:
+        if self.args is None or self.cause is not None or self.raised:
             raise Unsupported("reconstruct", f"a caught {self.exc_type.__name__}")
 
         def emit() -> None:
