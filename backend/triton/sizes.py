@@ -318,8 +318,19 @@ def _python_text(value: Any) -> str:
     if name in ("Min", "Max"):
         return f"{name.lower()}({', '.join(_python_text(a) for a in value.args)})"
     if name in _PYTHON_FUNCTIONS:
-        return _PYTHON_FUNCTIONS[name].format(*(_python_text(a) for a in value.args))
+        return _PYTHON_FUNCTIONS[name].format(*(_operand_text(a) for a in value.args))
     return factor_text(value)
+
+
+def _operand_text(value: Any) -> str:
+    """An operand of `//`, `%` or `if`: a sum or product in parentheses (`x % s1*s2` is
+    `(x % s1)*s2` in Python)."""
+    text = _python_text(value)
+    if isinstance(value, int) or getattr(value, "is_Atom", False):
+        return text
+    if type(value).__name__ in ("Min", "Max"):
+        return text
+    return f"({text})"  # (a wrapped one again: harmless)
 
 
 def _nonnegative(value: Any) -> bool:

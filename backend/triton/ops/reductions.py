@@ -128,7 +128,8 @@ def _mean(ctx: Lowering, node: torch.fx.Node, x: TensorValue, dims=None, keepdim
     if not out.dtype.is_floating_point:  # eager raises: mean needs a floating dtype
         raise NotLowered(f"mean in {out.dtype}")
     dims = _dims(x, dims)
-    total = reduce(ctx, x, dims, keepdim, "sum", out.dtype)
+    # the sum in float32 for a half type, as eager keeps it: rounded to float16 it overflows
+    total = reduce(ctx, x, dims, keepdim, "sum", compute_dtype(out.dtype))
     n = _numel(x, dims)
     return elementwise(ctx, out.shape, out.dtype, [total, n], _binary("truediv"))
 
@@ -204,19 +205,21 @@ def _variance(
     correction: float,
     dtype: torch.dtype,
 ) -> tuple[TensorValue, TensorValue]:
-    """(variance, mean) of `x` over `dims`, the mean kept with dims (for broadcasting)."""
+    """(variance, mean) of `x` over `dims`, the mean kept with dims (for broadcasting). The
+    sums, the mean and the squares stay in float32 for a half type, as eager keeps them (a sum
+    of squares rounded to float16 overflows); the results are `dtype`."""
     n = _numel(x, dims)
+    acc = compute_dtype(dtype)
+    kept = [1 if k in dims else s for k, s in enumerate(x.shape)]
     mean = elementwise(
-        ctx,
-        [1 if k in dims else s for k, s in enumerate(x.shape)],
-        dtype,
-        [reduce(ctx, x, dims, True, "sum", dtype), n],
-        _binary("truediv"),
+        ctx, kept, acc, [reduce(ctx, x, dims, True, "sum", acc), n], _binary("truediv")
     )
-    centered = elementwise(ctx, x.shape, dtype, [x, mean], _binary("sub"))
-    squares = reduce(ctx, centered, dims, keepdim, "sum", dtype, pre=lambda v: op("mul", v, v))
+    centered = elementwise(ctx, x.shape, acc, [x, mean], _binary("sub"))
+    squares = reduce(ctx, centered, dims, keepdim, "sum", acc, pre=lambda v: op("mul", v, v))
     denominator = max(n - correction, 0)
     var = elementwise(ctx, squares.shape, dtype, [squares, denominator], _binary("truediv"))
+    if acc != dtype:
+        mean = elementwise(ctx, kept, dtype, [mean], lambda v: v)
     return var, mean
 
 

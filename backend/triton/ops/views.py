@@ -10,12 +10,14 @@ from typing import Any
 
 import torch.fx
 from framejit.backend.triton.ir import Expr, Ix, contiguous_strides, is_static, linear, unflatten
-from framejit.backend.triton.lower import Lowering, TensorValue
+from framejit.backend.triton.lower import Lowering, NotLowered, TensorValue
 from framejit.backend.triton.ops.table import aten, broadcast_index, lowering, meta, slice_bound
 
 
 @lowering("view", "_unsafe_view", "reshape", dtype="same")
 def _view(ctx: Lowering, node: torch.fx.Node, x: TensorValue, shape: Sequence[int]):
+    if isinstance(shape, torch.dtype):  # `x.view(torch.int32)`: a reinterpretation of the bits
+        raise NotLowered("a view as another dtype")
     out = tuple(meta(node).shape)
     strides = contiguous_strides(out)
 

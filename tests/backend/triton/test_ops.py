@@ -207,3 +207,8 @@ def test_looped_reduction() -> None:
 def test_extern_fallback_ops() -> None:
     check(lambda x: (torch.cumsum(x, -1) + 1, torch.sort(x, -1).values * 2), rand(3, 5))
     check(lambda x, w: torch.cat([x, w], 0).relu(), rand(2, 3), rand(4, 3))
+
+
+def test_a_view_as_another_dtype_runs_as_an_aten_call() -> None:
+    # `x.view(torch.int32)` reached the shape view's lowering, which read the dtype as sizes
+    check(lambda x: (x.view(torch.int32) + 1, x.view(torch.int16)[:, :3] * 2), torch.randn(4, 3))

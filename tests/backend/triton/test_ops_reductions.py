@@ -233,3 +233,16 @@ def test_batch_norm_training_updates_running_stats() -> None:
     torch.testing.assert_close(bn.running_mean, ref.running_mean)
     torch.testing.assert_close(bn.running_var, ref.running_var)
     assert int(bn.num_batches_tracked) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_mean_and_variance_accumulate_in_float32(dtype: torch.dtype) -> None:
+    # the sums were rounded to the half type: a mean of 20000s and a sum of squares of
+    # +-200 overflowed float16 to inf where eager is finite
+    big = torch.full((2, 8), 20000.0, dtype=dtype)
+    spread = torch.tensor([200.0, -200.0] * 4, dtype=dtype)
+    check_lowered(lambda x: (x.mean(1), x.mean()), big)
+    check_lowered(
+        lambda x: (torch.var(x), torch.std(x, 0), torch.var_mean(x)[0], torch.var_mean(x)[1]),
+        spread,
+    )

@@ -344,3 +344,23 @@ def test_gradients_through_growing_slices_of_a_leaf() -> None:
         want.backward()
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(p1.grad, p2.grad)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.roll(x, -2) * 2,  # a flattened roll: `(k + s0*s1) % (s0*s1)`
+        lambda x: F.pixel_shuffle(x, 2) + 1,
+    ],
+    ids=["roll", "pixel_shuffle"],
+)
+def test_derived_sizes_over_products_are_parenthesized(fn) -> None:
+    # the wrapper wrote `(2 + s0*s1) % s0*s1`, which Python reads as `((2 + s0*s1) % s0)*s1`:
+    # wrong values (roll) and wrong output shapes (pixel_shuffle)
+    require_interpreter()
+    jitted = framejit.jit(fn, backend="triton", dynamic=True)
+    for s in [(2, 8, 3, 2), (3, 4, 2, 3), (2, 4, 5, 2)]:
+        x = torch.randn(*s)
+        got, want = jitted(x), fn(x)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
