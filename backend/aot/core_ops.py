@@ -55,7 +55,7 @@ _CORE_OP_NAMES = (
     "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "copysign", "cosh", "erfc",
     "erfinv", "exp2", "expm1", "fmax", "fmin", "hypot", "isinf", "log10", "log2", "sinh", "tan",
     "median", "native_group_norm", "var_mean",
-    "binary_cross_entropy", "binary_cross_entropy_backward", "linspace", "logspace",
+    "binary_cross_entropy", "binary_cross_entropy_backward", "linspace", "logspace", "logit",
     # attention kernels of CUDA (torch's, run as externs; no decomposition exists for them)
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -144,6 +144,9 @@ _KEPT_WHOLE = frozenset(
         # reference does not (linspace(4.3, -3, 50, dtype=int64) differed)
         "aten.linspace",
         "aten.logspace",
+        # eager clamps to [eps, 1 - eps] in the tensor's dtype (1 - 1e-6 is 1.0 in float16:
+        # logit(1.0) is inf); the decomposition clamps in float32
+        "aten.logit",
     }
 )
 

@@ -136,6 +136,32 @@ def _register_unary(table: dict[str, Callable[[Expr], Expr]], rounding: bool = F
 _register_unary(_UNARY_FLOAT)
 
 
+@lowering("logit", dtype="promote", rejects=BOOL)
+def _logit(ctx: Lowering, node: torch.fx.Node, x: TensorValue, eps: float | None = None):
+    """log(x / (1 - x)), x first clamped to [eps, 1 - eps] with the bounds in the tensor's
+    dtype, as eager's kernel clamps (1 - 1e-6 is 1.0 in float16)."""
+    out = meta(node)
+    if not out.dtype.is_floating_point:
+        raise NotLowered(f"logit in {out.dtype}")
+    if eps is not None and not isinstance(eps, float):
+        raise NotLowered("a symbolic eps")
+    lo, hi = (
+        (None, None) if eps is None else (_in_dtype(eps, out.dtype), _in_dtype(1 - eps, out.dtype))
+    )
+
+    def fn(v: Expr) -> Expr:
+        if lo is not None:
+            nan = op("ne", v, v, dtype=torch.bool)  # NaN stays NaN through the clamp
+            clamped = op("minimum", op("maximum", v, const(lo, v.dtype)), const(hi, v.dtype))
+            v = op("where", nan, v, clamped)
+        ratio = op("truediv", v, op("sub", const(1.0, v.dtype), v))
+        if out.dtype != v.dtype:  # eager's half kernels round each step to the half type
+            ratio = convert(convert(ratio, out.dtype), v.dtype)
+        return op("log", ratio)
+
+    return elementwise(ctx, out.shape, out.dtype, [x], fn)
+
+
 @lowering("relu", dtype="promote", rejects=BOOL)
 def _relu(ctx: Lowering, node: torch.fx.Node, x: TensorValue):
     """x < 0 ? 0 : x, as eager's CPU loop: -0.0 and NaN pass through. CUDA's relu is
@@ -649,11 +675,21 @@ def _where(ctx: Lowering, node: torch.fx.Node, cond: TensorValue, a: Any, b: Any
     return ctx.pointwise(out.shape, out.dtype, body)
 
 
+def _in_dtype(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=dtype).item()
+    return value
+
+
 @lowering("clamp", "hardtanh", dtype="promote", rejects=BOOL)
 def _clamp(ctx: Lowering, node: torch.fx.Node, x: TensorValue, lo: Any = None, hi: Any = None):
     out = meta(node)
     if node.target.overloadpacket is aten.hardtanh:
         lo, hi = (-1.0 if lo is None else lo), (1.0 if hi is None else hi)
+    if out.dtype in (torch.float16, torch.bfloat16):
+        # eager's kernels take a number bound in the tensor's dtype (`logit(x, eps=1e-6)` of
+        # float16 clamps to 1 - 1e-6, which is 1.0 there)
+        lo, hi = (_in_dtype(v, out.dtype) for v in (lo, hi))
     values = [x] + [v for v in (lo, hi) if v is not None]
     ordered = out.dtype.is_floating_point and eager_orders_zeros(str(out.device))
 

@@ -127,3 +127,12 @@ def test_tails_where_a_difference_formula_cancels() -> None:
         ),
         torch.zeros(1, dtype=torch.int64),
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("eps", [None, 1e-6, 0.1])
+def test_logit_clamps_in_the_tensors_dtype(dtype: torch.dtype, eps: float | None) -> None:
+    # the AOT stage's decomposition clamped to [eps, 1 - eps] in float32: logit(1.0, 1e-6)
+    # of float16 gave 13.8 where eager (1 - 1e-6 rounds to 1.0) gives inf
+    x = torch.cat([torch.tensor([0.0, 1.0, 0.25, float("nan"), -0.5, 1.5]), torch.rand(40)])
+    check_lowered(lambda t: torch.logit(t, eps), x.to(dtype))
