@@ -56,6 +56,7 @@ _CORE_OP_NAMES = (
     "erfinv", "exp2", "expm1", "fmax", "fmin", "hypot", "isinf", "log10", "log2", "sinh", "tan",
     "median", "native_group_norm", "var_mean",
     "binary_cross_entropy", "binary_cross_entropy_backward", "linspace", "logspace", "logit",
+    "heaviside",
     # attention kernels of CUDA (torch's, run as externs; no decomposition exists for them)
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -147,6 +148,8 @@ _KEPT_WHOLE = frozenset(
         # eager clamps to [eps, 1 - eps] in the tensor's dtype (1 - 1e-6 is 1.0 in float16:
         # logit(1.0) is inf); the decomposition clamps in float32
         "aten.logit",
+        # eager refuses operands of two dtypes; the decomposition computes a result
+        "aten.heaviside",
     }
 )
 

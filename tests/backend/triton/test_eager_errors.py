@@ -200,3 +200,17 @@ def test_a_divisor_that_cannot_be_zero_is_not_checked() -> None:
     a, b = torch.tensor([7, -7, 9]), torch.tensor([2, 1, 3])
     assert "err_ptr" not in aten_stages(lambda x: x // 3 + x % -2, a).source
     assert "err_ptr" in aten_stages(lambda x, y: x // y, a, b).source
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "triton"])
+def test_heaviside_of_two_dtypes_raises_as_in_eager(backend: str) -> None:
+    # the AOT stage's decomposition of heaviside computed a result for operands eager refuses
+    require_interpreter()
+    a, b = torch.tensor([-1.0, 0.0, 2.0]), torch.full((3,), 0.5, dtype=torch.float16)
+    want = _eager_error(torch.heaviside, a, b)
+    with pytest.raises(type(want), match="different dtypes"):
+        framejit.jit(lambda x, y: torch.heaviside(x, y) * 2, backend=backend)(a, b)
+    x, y = torch.tensor([-1.0, 0.0, 2.0]), torch.full((3,), 0.5)
+    torch.testing.assert_close(
+        framejit.jit(torch.heaviside, backend=backend)(x, y), torch.heaviside(x, y)
+    )
