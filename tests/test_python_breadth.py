@@ -2567,3 +2567,21 @@ def test_dict_in_place_union_with_tensor_values() -> None:
     same(jitted(x, got_dict), fn(x, want_dict))
     same(got_dict, want_dict)
     assert counter.frame_count == 1
+
+
+def test_grad_fn_and_is_leaf_of_a_tensor_the_graph_makes() -> None:
+    # `y.grad_fn is None` broke the graph (the grad_fn object cannot be a graph value)
+    def fn(x):
+        y = x * 2
+        z = y.detach() + 1
+        name = y.grad_fn.name() if y.grad_fn is not None else "none"
+        return y, z, y.grad_fn is None, z.grad_fn is None, y.is_leaf, z.is_leaf, name
+
+    def folds(x):
+        y = x * 2
+        return y, y.grad_fn is None, (y + 1).detach().grad_fn is None, bool(y.grad_fn)
+
+    counter = check(fn, torch.randn(3, requires_grad=True), graphs=None)
+    assert counter.frame_count <= 2  # `.name()` of the real grad_fn is read after the graph
+    check(fn, torch.randn(3), graphs=1)
+    check(folds, torch.randn(3, requires_grad=True), graphs=1)

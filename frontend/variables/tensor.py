@@ -141,6 +141,10 @@ class TensorVariable(VariableTracker):
 
         if name in ("is_leaf", "grad_fn") and self.source is not None:
             return tx.wrap_source(AttrSource(self.source, name))  # not part of TENSOR_MATCH
+        if name == "grad_fn":  # of a tensor the graph makes: whether it has one is known
+            if self.fake.grad_fn is None:
+                return ConstantVariable(None)
+            return GradFnVariable(self)
         if name == "_version":
             # changes with every in-place write, the graph's own included: read at run time
             raise Unsupported("unsupported_attr", "Tensor._version", "it is read as Python")
@@ -278,3 +282,21 @@ def _is_size(vt: VariableTracker) -> bool:
     if isinstance(vt, SizeVariable):
         return True
     return vt.is_constant() and isinstance(vt.as_constant(), torch.Size)
+
+
+class GradFnVariable(VariableTracker):
+    """`y.grad_fn` of a tensor the graph makes, which has one: `y.grad_fn is None` and
+    `if y.grad_fn:` fold; anything else reads the real one after the graph."""
+
+    def __init__(self, tensor: TensorVariable) -> None:
+        self.tensor = tensor
+
+    def python_type(self) -> type:
+        return type(self.tensor.fake.grad_fn)
+
+    def truth(self, tx: Translator) -> bool:
+        return True
+
+    def reconstruct(self, cg: Any) -> None:
+        cg.reconstruct(self.tensor)
+        cg.load_attr("grad_fn")
