@@ -409,6 +409,17 @@ class SideEffects:
             ):
                 raise ReplayOutOfOrder(where, "a tensor it reads is written later in the graph")
 
+    def class_attr(self, cls: type, name: str) -> VariableTracker | None:
+        """A write to `name` on the class `cls` recorded so far (from any of its trackers)."""
+        for obj, attrs in self.attrs.values():
+            if (
+                name in attrs
+                and getattr(obj, "cls", None) is cls
+                and type(obj).__name__ == ("ClassVariable")
+            ):
+                return attrs[name]
+        return None
+
     def load_attr(self, obj: VariableTracker, name: str) -> VariableTracker | None:
         entry = self.attrs.get(id(obj))
         return entry[1].get(name) if entry is not None else None

@@ -2585,3 +2585,43 @@ def test_grad_fn_and_is_leaf_of_a_tensor_the_graph_makes() -> None:
     assert counter.frame_count <= 2  # `.name()` of the real grad_fn is read after the graph
     check(fn, torch.randn(3), graphs=1)
     check(folds, torch.randn(3, requires_grad=True), graphs=1)
+
+
+class _Counted:
+    count = 0
+    step = 1.5
+    scale = 2
+
+
+class _CountedSub(_Counted):
+    pass
+
+
+def test_class_attribute_writes_and_reads_through_instances() -> None:
+    # `Cls.count += 1` broke the graph; an object made in the frame read a class attribute as
+    # a constant with no guard, so `Cls.scale = 3` between calls was not seen
+    def fn(x, obj):
+        _Counted.count += 1
+        _CountedSub.step = _CountedSub.step * 2
+        o = _Counted()
+        total = x * _Counted.count + obj.count + o.count + _CountedSub.count
+        return total * o.scale, _CountedSub.step, _Counted.step, o.step
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    try:
+        got = [jitted(torch.ones(1), _CountedSub()) for _ in range(4)]
+        _Counted.scale = 3
+        got.append(jitted(torch.ones(1), _CountedSub()))
+        got_state = (_Counted.count, _CountedSub.step, "step" in vars(_CountedSub))
+        _Counted.count, _Counted.scale = 0, 2
+        del _CountedSub.step
+        want = [fn(torch.ones(1), _CountedSub()) for _ in range(4)]
+        _Counted.scale = 3
+        want.append(fn(torch.ones(1), _CountedSub()))
+        assert got_state == (_Counted.count, _CountedSub.step, "step" in vars(_CountedSub))
+        same(got, want)
+        assert counter.frame_count <= 5, counter.frame_count
+    finally:
+        _Counted.count, _Counted.scale = 0, 2
+        vars(_CountedSub).get("step") is not None and delattr(_CountedSub, "step")

@@ -387,6 +387,9 @@ class UserObjectVariable(VariableTracker):
         instance_dict = getattr(self.obj, "__dict__", None)
         if instance_dict is not None and name in instance_dict:
             return tx.wrap_source(self._attr_source(name))
+        pending = pending_class_attr(tx, cls, name)
+        if pending is not None:  # `Cls.count += 1` earlier in the trace
+            return pending
         if found is not None:
             owner, attr = found
             if isinstance(instance_dict, dict) and self.source is not None:
@@ -880,6 +883,11 @@ def _tree_paths(mod: torch.nn.Module, src: Source, modules_only: bool = False) -
     return paths
 
 
+# class attributes a traced `Cls.name = value` may replace: plain values, not methods or
+# descriptors (an instance's lookup of those binds or calls them)
+_PLAIN_CLASS_VALUES = (int, float, bool, str, bytes, type(None), tuple, list, dict, set)
+
+
 class ClassVariable(VariableTracker):
     def __init__(self, cls: type, source: Source | None = None) -> None:
         self.cls = cls
@@ -908,7 +916,28 @@ class ClassVariable(VariableTracker):
     def as_constant(self) -> Any:
         return self.cls
 
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        """`Cls.count += 1` on a user class from outside the frame: replayed after the graph
+        (`setattr(Cls, ...)`); reads in the trace, through the class or its instances, see it."""
+        if (
+            self.source is None
+            or type(self.cls) is not type
+            or self.cls.__flags__ & _IMMUTABLETYPE
+            or _trusted_class(self.cls)
+            or name.startswith("__")
+        ):
+            return super().setattr(tx, name, value)
+        found = _class_attr(self.cls, name)
+        if found is not None and not isinstance(found[1], _PLAIN_CLASS_VALUES):
+            raise Unsupported(
+                "side_effect", f"setting {self.cls.__name__}.{name}", "replacing a class's method"
+            )
+        tx.output.side_effects.store_attr(self, name, value)
+
     def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        pending = pending_class_attr(tx, self.cls, name)
+        if pending is not None:
+            return pending
         meta = type(self.cls)
         if meta is not type:
             # a property of the metaclass (`GroupMember.WORLD` in torch.distributed) comes
@@ -1255,6 +1284,9 @@ class NewObjectVariable(VariableTracker):
             return tx.call_function_value(found[1].fget, [self], {})
         if name in self.attrs:
             return self.attrs[name]
+        pending = pending_class_attr(tx, self.cls, name)
+        if pending is not None:  # `Cls.count += 1` earlier in the trace
+            return pending
         if name == "__dict__":
             return self._attrs_view()
         if name == "__class__":
@@ -1279,6 +1311,10 @@ class NewObjectVariable(VariableTracker):
             return UserFunctionVariable(getter).call(
                 tx, [descriptor, self, ClassVariable(self.cls)], {}
             )
+        if not _trusted_class(owner):
+            # a user class's attribute can change between calls (`Cls.scale = 3`): read
+            # through the class and guarded, as `Cls.scale` itself is
+            return tx.wrap_source(AttrSource(owner_source, name))
         try:
             return tx.wrap_value(attr, None)
         except Unsupported:  # a class attribute such as a dict of constraints: read and guarded
@@ -1508,6 +1544,18 @@ TRUSTED_MODULE_ROOTS = frozenset(
         "cmath",
     }
 )
+
+
+def pending_class_attr(tx: Translator, cls: type, name: str) -> VariableTracker | None:
+    """What the trace has written to `name` on `cls` or the class of the MRO it resolves to
+    (`Cls.count += 1`), which the real class gets only when the writes are replayed."""
+    for klass in cls.__mro__:
+        written = tx.output.side_effects.class_attr(klass, name)
+        if written is not None:
+            return written
+        if name in vars(klass):
+            return None
+    return None
 
 
 def _trusted_class(cls: type) -> bool:
