@@ -2625,3 +2625,30 @@ def test_class_attribute_writes_and_reads_through_instances() -> None:
     finally:
         _Counted.count, _Counted.scale = 0, 2
         vars(_CountedSub).get("step") is not None and delattr(_CountedSub, "step")
+
+
+class _Bag:
+    def __init__(self, items: list) -> None:
+        self.items, self.reads = items, 0
+
+    def __iter__(self):
+        for item in self.items:
+            self.reads += 1
+            yield item
+
+
+def test_in_walks_the_iteration_of_a_class_without_contains() -> None:
+    # `x in obj` without __contains__ goes through __iter__ (or __getitem__) up to the first
+    # match, as Python does: it broke the graph
+    def fn(x, bag):
+        found = (3 in bag) + (9 in _Rows([1, 9])) + (7 in bag)
+        return x + found, bag.reads
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    for _ in range(2):
+        a, b = _Bag([1, 3, 5]), _Bag([1, 3, 5])
+        same(jitted(torch.ones(1), a), fn(torch.ones(1), b))
+        assert a.reads == b.reads == 5
+    assert counter.frame_count == 1
+    assert framejit.explain(fn, torch.ones(1), _Bag([1, 3])).graph_break_count == 0

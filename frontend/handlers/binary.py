@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dis
+import inspect
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from framejit.frontend.variables.base import (
     BINARY_OPS,
     COMPARE_OPS,
     ConstantVariable,
+    VariableTracker,
 )
 from framejit.frontend.variables.containers import (
     BaseSequence,
@@ -19,6 +21,7 @@ from framejit.frontend.variables.containers import (
     SliceVariable,
     same_or_equal,
 )
+from framejit.frontend.variables.generators import pull
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
@@ -85,9 +88,28 @@ def contains_op(tx: Translator, inst: Any) -> None:
         found = item.as_constant() in container.as_constant()
     elif isinstance(container, BaseSequence):
         found = any(same_or_equal(tx, x, item) for x in container.items)
+    elif (it := _iterated_for_in(tx, container)) is not None:
+        # no __contains__: Python walks the object's own iteration up to the first match
+        found = False
+        while (x := pull(tx, it)) is not None:
+            if same_or_equal(tx, x, item):
+                found = True
+                break
     else:
         found = container.call_method(tx, "__contains__", [item], {}).truth(tx)
     tx.push(ConstantVariable(found != bool(inst.arg)))
+
+
+def _iterated_for_in(tx: Translator, container: VariableTracker) -> VariableTracker | None:
+    """`x in obj` of a user class without `__contains__` that iterates in Python (an
+    `__iter__`, or the `__getitem__` protocol): `iter(obj)`, lazy; None otherwise."""
+    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+
+    if not isinstance(container, (NewObjectVariable, UserObjectVariable)):
+        return None
+    if inspect.getattr_static(container.python_type(), "__contains__", None) is not None:
+        return None
+    return container.python_iter(tx)
 
 
 @handler("BINARY_SUBSCR")
