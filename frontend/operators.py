@@ -350,7 +350,30 @@ class OperatorsMixin:
         else:
             self.output.add_guard(None, GuardKind.NO_ALIASING, [first, second], where)
 
+    def _via_index(self, index: VariableTracker) -> VariableTracker:
+        """An object whose class writes `__index__` in Python, used as a list or tensor index
+        (alone or in a tuple): its int, as Python asks for it."""
+        if type(index) is TupleVariable:
+            items = [self._via_index(i) for i in index.items]
+            if all(a is b for a, b in zip(items, index.items)):
+                return index
+            return TupleVariable(items)
+        if not isinstance(index, (NewObjectVariable, UserObjectVariable)):
+            return index
+        method = _python_dunder(index.python_type(), "__index__")
+        if method is None:
+            return index
+        result = index.call_method(self, "__index__", [], {})
+        if not (result.is_constant() and type(result.as_constant()) is int) and not (
+            isinstance(result, SymNodeVariable) and result.python_type() is int
+        ):
+            error = TypeError(f"__index__ returned non-int (type {result.type_name()})")
+            raise Unsupported.raised("__index__", error)
+        return result
+
     def getitem(self, obj: VariableTracker, index: VariableTracker) -> VariableTracker:
+        if isinstance(obj, (TensorVariable, BaseSequence)):
+            index = self._via_index(index)
         if isinstance(obj, TensorVariable):
             split = _symbolic_positions(obj, index)
             if split is not None:
@@ -369,6 +392,8 @@ class OperatorsMixin:
         return obj.call_method(self, "__getitem__", [index], {})
 
     def setitem(self, obj: VariableTracker, index: VariableTracker, value: VariableTracker) -> None:
+        if isinstance(obj, (TensorVariable, BaseSequence)):
+            index = self._via_index(index)
         if isinstance(obj, TensorVariable):
             split = _symbolic_positions(obj, index)
             if split is not None:
@@ -553,3 +578,10 @@ def _function_of(vt: VariableTracker) -> types.FunctionType | None:
 def _holds_symbols(vt: VariableTracker) -> bool:
     """A tuple (a shape) with symbolic sizes in it: folding it to a constant would pin them."""
     return isinstance(vt, BaseSequence) and any(isinstance(i, SymNodeVariable) for i in vt.items)
+
+
+def _python_dunder(cls: type, name: str) -> types.FunctionType | None:
+    import inspect
+
+    found = inspect.getattr_static(cls, name, None)
+    return found if isinstance(found, types.FunctionType) else None

@@ -2652,3 +2652,29 @@ def test_in_walks_the_iteration_of_a_class_without_contains() -> None:
         assert a.reads == b.reads == 5
     assert counter.frame_count == 1
     assert framejit.explain(fn, torch.ones(1), _Bag([1, 3])).graph_break_count == 0
+
+
+class _Idx:
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __index__(self) -> int:
+        return self.v
+
+
+def test_objects_with_a_python_index_as_list_and_tensor_indices() -> None:
+    # `lst[Idx(2)]` and `x[Idx(1)]` broke the graph ("indexing a list with a _Idx")
+    def fn(x, i):
+        lst = [10, 20, 30]
+        lst[_Idx(0)] = 5
+        x[_Idx(0)] = 7.0
+        return x[_Idx(1)], lst[_Idx(2)] + x, x[i, _Idx(0)], lst
+
+    counter = CompileCounter()
+    jitted = framejit.jit(fn, backend=counter)
+    for _ in range(2):
+        a, b = torch.zeros(3, 2), torch.zeros(3, 2)
+        same(jitted(a, _Idx(2)), fn(b, _Idx(2)))
+        same(a, b)
+    assert counter.frame_count == 1
+    assert framejit.explain(fn, torch.zeros(3, 2), _Idx(1)).graph_break_count == 0
