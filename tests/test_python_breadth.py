@@ -2678,3 +2678,32 @@ def test_objects_with_a_python_index_as_list_and_tensor_indices() -> None:
         same(a, b)
     assert counter.frame_count == 1
     assert framejit.explain(fn, torch.zeros(3, 2), _Idx(1)).graph_break_count == 0
+
+
+class _Fmt:
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __format__(self, spec: str) -> str:
+        return f"F{self.v}{spec}"
+
+
+class _Named:
+    def __init__(self, n: str) -> None:
+        self.n = n
+
+    def __str__(self) -> str:
+        return f"<{self.n}>"
+
+    def __repr__(self) -> str:
+        return f"_Named({self.n!r})"
+
+
+def test_f_strings_of_objects_with_python_format_str_and_repr() -> None:
+    # an f-string field of a user object broke the graph ("formatting a _Fmt into a string")
+    def fn(x, named):
+        s = f"{_Fmt(3):>3} {named} {named!r} {named!s:>10} {_Named('q')}"
+        return x * len(s), s
+
+    check(fn, torch.ones(1), _Named("a"))
+    assert framejit.explain(fn, torch.ones(1), _Named("a")).graph_break_count == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import types
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
@@ -61,10 +63,43 @@ def build_string(tx: Translator, inst: Any) -> None:
     tx.push(ConstantVariable("".join(_key(p) for p in parts)))
 
 
+def _python_formatted(
+    tx: Translator, value: VariableTracker, conversion: int, spec: str
+) -> VariableTracker | None:
+    """An f-string field of an object whose class writes the method Python calls in Python
+    (`__format__`; `__str__` for `!s` or an empty spec; `__repr__` for `!r`): its result."""
+    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+
+    if not isinstance(value, (NewObjectVariable, UserObjectVariable)):
+        return None
+    cls = value.python_type()
+
+    def python(name: str) -> bool:
+        return isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
+
+    if conversion == 0 and python("__format__"):
+        result, formatted = value.call_method(tx, "__format__", [ConstantVariable(spec)], {}), True
+    elif (conversion == 1 or (conversion == 0 and not spec)) and python("__str__"):
+        result, formatted = value.call_method(tx, "__str__", [], {}), False
+    elif conversion == 2 and python("__repr__"):
+        result, formatted = value.call_method(tx, "__repr__", [], {}), False
+    else:
+        return None
+    if not (result.is_constant() and isinstance(result.as_constant(), str)):
+        raise Unsupported("unsupported_object", f"formatting a {value.type_name()} into a string")
+    if spec and not formatted:  # `{obj!s:>8}`: the string, then the spec
+        return ConstantVariable(format(result.as_constant(), spec))
+    return result
+
+
 @handler("FORMAT_VALUE")
 def format_value(tx: Translator, inst: Any) -> None:
     spec = tx.pop().as_constant() if inst.arg & 0x04 else ""
     value = tx.pop()
+    text = _python_formatted(tx, value, inst.arg & 0x03, spec)
+    if text is not None:
+        tx.push(text)
+        return
     if not value.is_constant():
         raise Unsupported(
             "data_dependent" if value.has_tensors() else "unsupported_object",
