@@ -2707,3 +2707,34 @@ def test_f_strings_of_objects_with_python_format_str_and_repr() -> None:
 
     check(fn, torch.ones(1), _Named("a"))
     assert framejit.explain(fn, torch.ones(1), _Named("a")).graph_break_count == 0
+
+
+class _WithParameterList(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.pl = nn.ParameterList([nn.Parameter(torch.randn(3)) for _ in range(n)])
+
+    def forward(self, x):
+        for p in self.pl:
+            x = x * p
+        return x + sum(p.sum() for p in self.pl)
+
+
+def test_iterating_a_parameter_list() -> None:
+    # `for p in self.pl` broke the graph ("iterating over ParameterList"); appending a
+    # parameter between calls compiles again
+    m = _WithParameterList(3)
+    assert framejit.explain(m, torch.randn(3)).graph_break_count == 0
+    jitted = framejit.jit(m)
+    x = torch.randn(3)
+    for grow in (False, True):
+        if grow:
+            m.pl.append(nn.Parameter(torch.randn(3)))
+        got = jitted(x)
+        torch.testing.assert_close(got, m(x))
+        got.sum().backward()
+        g_got = [p.grad.clone() for p in m.pl]
+        m.zero_grad()
+        m(x).sum().backward()
+        torch.testing.assert_close(g_got, [p.grad for p in m.pl])
+        m.zero_grad()

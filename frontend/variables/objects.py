@@ -597,6 +597,14 @@ class NNModuleVariable(UserObjectVariable):
             return self._children(tx)
         if isinstance(self.obj, torch.nn.ModuleDict):
             return [ConstantVariable(k) for k in self.module_keys(tx)]
+        if isinstance(self.obj, torch.nn.ParameterList):
+            # its __iter__ is a generator over self[i]: the same items, by index
+            n = self.call_method(tx, "__len__", [], {})
+            if n.is_constant():
+                return [
+                    self.call_method(tx, "__getitem__", [ConstantVariable(i)], {})
+                    for i in range(n.as_constant())
+                ]
         raise Unsupported("unsupported_object", f"iterating over {type(self.obj).__name__}")
 
     def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
