@@ -209,8 +209,9 @@ def _body(code: types.CodeType, index: int) -> tuple[list[Any], Label, TryBegin 
             if pending is not None:
                 # The handler's stack depth as the original table has it (`bytecode` would
                 # recompute it by flow from the code's start, which a resume function skips).
-                entry = next(e for e in table if e.start <= offsets[seen] < e.end)
-                pending.stack_depth, pending.push_lasti = entry.depth, entry.lasti
+                entry = next((e for e in table if e.start <= offsets[seen] < e.end), None)
+                if entry is not None:  # (none: as `bytecode` read it)
+                    pending.stack_depth, pending.push_lasti = entry.depth, entry.lasti
                 pending = None
             if skipping_prologue and item.name in _PROLOGUE:
                 seen += 1

@@ -105,6 +105,7 @@ EXTERN_OPS = frozenset(
         "erfc",  # likewise: 1 - erf(x) cancels to 0 from x = 4 (float32)
         "linspace",  # eager's casts of the ends to integer/bfloat16 dtypes (kept whole)
         "logspace",
+        "heaviside",  # eager's refusal of two dtypes (kept whole; rare in models)
     ]
 )
 
