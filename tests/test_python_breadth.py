@@ -2627,7 +2627,7 @@ def test_class_attribute_writes_and_reads_through_instances() -> None:
         vars(_CountedSub).get("step") is not None and delattr(_CountedSub, "step")
 
 
-class _Bag:
+class _LazyBag:
     def __init__(self, items: list) -> None:
         self.items, self.reads = items, 0
 
@@ -2647,11 +2647,11 @@ def test_in_walks_the_iteration_of_a_class_without_contains() -> None:
     counter = CompileCounter()
     jitted = framejit.jit(fn, backend=counter)
     for _ in range(2):
-        a, b = _Bag([1, 3, 5]), _Bag([1, 3, 5])
+        a, b = _LazyBag([1, 3, 5]), _LazyBag([1, 3, 5])
         same(jitted(torch.ones(1), a), fn(torch.ones(1), b))
         assert a.reads == b.reads == 5
     assert counter.frame_count == 1
-    assert framejit.explain(fn, torch.ones(1), _Bag([1, 3])).graph_break_count == 0
+    assert framejit.explain(fn, torch.ones(1), _LazyBag([1, 3])).graph_break_count == 0
 
 
 class _Idx:
@@ -2688,7 +2688,7 @@ class _Fmt:
         return f"F{self.v}{spec}"
 
 
-class _Named:
+class _Shown:
     def __init__(self, n: str) -> None:
         self.n = n
 
@@ -2696,17 +2696,17 @@ class _Named:
         return f"<{self.n}>"
 
     def __repr__(self) -> str:
-        return f"_Named({self.n!r})"
+        return f"_Shown({self.n!r})"
 
 
 def test_f_strings_of_objects_with_python_format_str_and_repr() -> None:
     # an f-string field of a user object broke the graph ("formatting a _Fmt into a string")
     def fn(x, named):
-        s = f"{_Fmt(3):>3} {named} {named!r} {named!s:>10} {_Named('q')}"
+        s = f"{_Fmt(3):>3} {named} {named!r} {named!s:>10} {_Shown('q')}"
         return x * len(s), s
 
-    check(fn, torch.ones(1), _Named("a"))
-    assert framejit.explain(fn, torch.ones(1), _Named("a")).graph_break_count == 0
+    check(fn, torch.ones(1), _Shown("a"))
+    assert framejit.explain(fn, torch.ones(1), _Shown("a")).graph_break_count == 0
 
 
 class _WithParameterList(nn.Module):

@@ -56,7 +56,8 @@ _CORE_OP_NAMES = (
     "erfinv", "exp2", "expm1", "fmax", "fmin", "hypot", "isinf", "log10", "log2", "sinh", "tan",
     "median", "native_group_norm", "var_mean",
     "binary_cross_entropy", "binary_cross_entropy_backward", "linspace", "logspace", "logit",
-    "heaviside",
+    "heaviside", "huber_loss", "huber_loss_backward", "soft_margin_loss",
+    "soft_margin_loss_backward",
     # attention kernels of CUDA (torch's, run as externs; no decomposition exists for them)
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -150,6 +151,12 @@ _KEPT_WHOLE = frozenset(
         "aten.logit",
         # eager refuses operands of two dtypes; the decomposition computes a result
         "aten.heaviside",
+        # eager's result takes the input's dtype (a bfloat16 input with a float32 target
+        # gives bfloat16); the decompositions promote to float32
+        "aten.huber_loss",
+        "aten.huber_loss_backward",  # (eager's refuses a float32 target for bfloat16)
+        "aten.soft_margin_loss",
+        "aten.soft_margin_loss_backward",
     }
 )
 

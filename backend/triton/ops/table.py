@@ -106,6 +106,10 @@ EXTERN_OPS = frozenset(
         "linspace",  # eager's casts of the ends to integer/bfloat16 dtypes (kept whole)
         "logspace",
         "heaviside",  # eager's refusal of two dtypes (kept whole; rare in models)
+        "huber_loss",  # eager's result dtype (the input's), kept whole
+        "huber_loss_backward",
+        "soft_margin_loss",
+        "soft_margin_loss_backward",
     ]
 )
 
