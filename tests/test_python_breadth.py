@@ -2738,3 +2738,50 @@ def test_iterating_a_parameter_list() -> None:
         m(x).sum().backward()
         torch.testing.assert_close(g_got, [p.grad for p in m.pl])
         m.zero_grad()
+
+
+class _Registry(collections.abc.MutableMapping):
+    """A Mapping written in Python, as transformers' attention-function registry is."""
+
+    shared = {"eager": 1, "sdpa": 2}
+
+    def __init__(self) -> None:
+        self.local: dict = {}
+
+    def __getitem__(self, k):
+        return self.local[k] if k in self.local else self.shared[k]
+
+    def __setitem__(self, k, v):
+        self.local[k] = v
+
+    def __delitem__(self, k):
+        del self.local[k]
+
+    def __iter__(self):
+        return iter({**self.shared, **self.local})
+
+    def __len__(self) -> int:
+        return len(self.shared.keys() | self.local.keys())
+
+
+_REGISTRY = _Registry()
+
+
+def test_keys_values_items_of_a_python_mapping() -> None:
+    # `Mapping.keys()` returns `KeysView(self)`, which was a graph break ("creating a
+    # KeysView object": transformers' ALL_ATTENTION_FUNCTIONS.valid_keys() in whole-script)
+    def fn(x):
+        ks = list(_REGISTRY.keys())
+        vs = list(_REGISTRY.values())
+        items = dict(_REGISTRY.items())
+        in_keys = "sdpa" in _REGISTRY.keys()  # noqa: SIM118 - the view's own __contains__
+        return x * len(ks) + sum(vs), in_keys, len(_REGISTRY.keys()), items
+
+    check(fn, torch.ones(1))
+    assert framejit.explain(fn, torch.ones(1)).graph_break_count == 0
+    jitted = framejit.jit(fn, backend="eager")
+    _REGISTRY["flash"] = 5  # a new key: the guards on the mapping's dicts see it
+    try:
+        same(jitted(torch.ones(1)), fn(torch.ones(1)))
+    finally:
+        del _REGISTRY["flash"]

@@ -1101,6 +1101,9 @@ class ClassVariable(VariableTracker):
             elif args or kwargs:
                 raise Unsupported("exception", f"{cls.__qualname__}() takes no arguments")
             return obj
+        if cls in _MAPPING_VIEWS and len(args) == 1 and not kwargs:
+            # `Mapping.keys(self)` of a Mapping written in Python: `KeysView(self)`
+            return MappingViewVariable(cls, args[0])
         fresh = fresh_torch_module(cls, args, kwargs)
         if fresh is not None:
             return fresh
@@ -1552,6 +1555,46 @@ TRUSTED_MODULE_ROOTS = frozenset(
         "cmath",
     }
 )
+
+
+_MAPPING_VIEWS = (collections.abc.KeysView, collections.abc.ValuesView, collections.abc.ItemsView)
+
+
+class MappingViewVariable(VariableTracker):
+    """`KeysView(mapping)` (or values/items) of a mapping whose class is written in Python:
+    what `Mapping.keys()` returns. Iterating it walks the mapping's own iteration, as the
+    view's `__iter__` does; `len` and `in` ask the mapping."""
+
+    def __init__(self, cls: type, mapping: VariableTracker) -> None:
+        self.cls = cls
+        self.mapping = mapping
+
+    def __repr__(self) -> str:
+        return f"{self.cls.__name__}({self.mapping!r})"
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def unpack(self, tx: Translator) -> list[VariableTracker]:
+        from framejit.frontend.variables.containers import TupleVariable
+
+        keys = self.mapping.unpack(tx)
+        if self.cls is collections.abc.KeysView:
+            return keys
+        values = [tx.getitem(self.mapping, k) for k in keys]
+        if self.cls is collections.abc.ValuesView:
+            return values
+        return [TupleVariable([k, v]) for k, v in zip(keys, values)]
+
+    def call_method(self, tx: Translator, name: str, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if name == "__len__" and not args and not kwargs:
+            return self.mapping.call_method(tx, "__len__", [], {})
+        if name == "__contains__" and len(args) == 1 and self.cls is collections.abc.KeysView:
+            return self.mapping.call_method(tx, "__contains__", args, {})
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg: Any) -> None:
+        cg.call_const(self.cls, lambda: cg.reconstruct(self.mapping), 1)
 
 
 def pending_class_attr(tx: Translator, cls: type, name: str) -> VariableTracker | None:
