@@ -40,6 +40,7 @@ from framejit.frontend.variables.functions import (
 from framejit.frontend.variables.objects import (
     NewObjectVariable,
     UserObjectVariable,
+    python_function,
 )
 from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
@@ -196,7 +197,7 @@ class OperatorsMixin:
         for obj, other, name in ((a, b, inplace), (a, b, forward), (b, a, reflected)):
             if name is None or not isinstance(obj, (UserObjectVariable, NewObjectVariable)):
                 continue
-            method = _python_method(obj.python_type(), name)
+            method = python_function(obj.python_type(), name)
             if method is not None:
                 result = UserFunctionVariable(method).call(self, [obj, other], {})
                 if not (result.is_constant() and result.as_constant() is NotImplemented):
@@ -272,7 +273,7 @@ class OperatorsMixin:
             return self.wrap_constant_result(op(a.as_constant()))
         name = _UNARY_DUNDERS.get(op)
         if name is not None and isinstance(a, (UserObjectVariable, NewObjectVariable)):
-            method = _python_method(a.python_type(), name)  # `-vec`: the class's __neg__
+            method = python_function(a.python_type(), name)  # `-vec`: the class's __neg__
             if method is not None:
                 return UserFunctionVariable(method).call(self, [a], {})
         raise Unsupported("unsupported_object", f"{_symbol(op)}{a.type_name()}")
@@ -360,8 +361,7 @@ class OperatorsMixin:
             return TupleVariable(items)
         if not isinstance(index, (NewObjectVariable, UserObjectVariable)):
             return index
-        method = _python_dunder(index.python_type(), "__index__")
-        if method is None:
+        if python_function(index.python_type(), "__index__") is None:
             return index
         result = index.call_method(self, "__index__", [], {})
         if not (result.is_constant() and type(result.as_constant()) is int) and not (
@@ -530,14 +530,6 @@ def _type_subscript(obj: VariableTracker, index: VariableTracker) -> Any:
         return None
 
 
-def _python_method(cls: type, name: str) -> types.FunctionType | None:
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            attr = klass.__dict__[name]
-            return attr if isinstance(attr, types.FunctionType) else None
-    return None
-
-
 def _symbol(op: Any) -> str:
     for sym, fn in BINARY_OPS.items():
         if fn is op:
@@ -578,10 +570,3 @@ def _function_of(vt: VariableTracker) -> types.FunctionType | None:
 def _holds_symbols(vt: VariableTracker) -> bool:
     """A tuple (a shape) with symbolic sizes in it: folding it to a constant would pin them."""
     return isinstance(vt, BaseSequence) and any(isinstance(i, SymNodeVariable) for i in vt.items)
-
-
-def _python_dunder(cls: type, name: str) -> types.FunctionType | None:
-    import inspect
-
-    found = inspect.getattr_static(cls, name, None)
-    return found if isinstance(found, types.FunctionType) else None

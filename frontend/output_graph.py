@@ -834,7 +834,7 @@ def _dispatch_key(kind: str, target: Any) -> Any:
 def learn_python_dispatch(kind: str, target: Any) -> bool:
     """Note that `target` needs the Python dispatcher; False if it had it already."""
     key = _dispatch_key(kind, target)
-    if key is None or key in _LEARNED_PYTHON_DISPATCH or _wants_python_dispatch(kind, target):
+    if key is None or _wants_python_dispatch(kind, target):  # learned, or listed, already
         return False
     _LEARNED_PYTHON_DISPATCH.add(key)
     return True

@@ -411,12 +411,10 @@ class SideEffects:
 
     def class_attr(self, cls: type, name: str) -> VariableTracker | None:
         """A write to `name` on the class `cls` recorded so far (from any of its trackers)."""
+        from framejit.frontend.variables.objects import ClassVariable
+
         for obj, attrs in self.attrs.values():
-            if (
-                name in attrs
-                and getattr(obj, "cls", None) is cls
-                and type(obj).__name__ == ("ClassVariable")
-            ):
+            if name in attrs and isinstance(obj, ClassVariable) and obj.cls is cls:
                 return attrs[name]
         return None
 

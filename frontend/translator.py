@@ -282,11 +282,10 @@ class Translator(OperatorsMixin, InliningMixin):
         entry = self.decoded.handler_for(inst.offset)
         if entry is None:
             return False
-        if self.decoded.is_plain_cleanup(entry.target) and self.handling > 0:
-            # a raise inside an `except` clause's body: its tidying up (deleting `err`,
-            # POP_EXCEPT) is traced, then RERAISE hands the exception to the handler outside
-            pass
-        elif not self.decoded.is_except_clause(entry.target):
+        # a raise inside an `except` clause's body goes to the clause's tidying up (deleting
+        # `err`, POP_EXCEPT), which is traced; its RERAISE hands the exception on outward
+        leaves_clause = self.handling > 0 and self.decoded.is_plain_cleanup(entry.target)
+        if not leaves_clause and not self.decoded.is_except_clause(entry.target):
             if not self.decoded.is_plain_cleanup(entry.target):
                 # A `with` block's exit or a `finally` body would run here (`with
                 # torch.no_grad(): raise ...` in a called function); they are not traced, so

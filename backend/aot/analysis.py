@@ -366,8 +366,8 @@ def _real_storages(inputs: list[Any], unique: list[int]) -> dict[int, Any]:
     for i in unique:
         try:
             out[i] = _storage(inputs[i])
-        except (RuntimeError, NotImplementedError):  # no storage (a sparse tensor): its own
-            out[i] = ("no storage", i)
+        except (RuntimeError, NotImplementedError):
+            out[i] = ("no storage", i)  # a sparse tensor: it shares memory with no other input
     return out
 
 
@@ -510,11 +510,11 @@ def analyze(
         info.mutated.append(i)
         info.mutated_values.append(mutations[i])
     storages = {i: _storage(fakes[i]) for i in unique}
-    # the inputs' own storages: symbolic fakes are made one by one (symbolic_inputs), so
-    # `f(t, t[1:])` gets two storages there
+    # symbolic fakes are made one per input (symbolic_inputs): `f(t, t[1:])` gets two storages
+    # there, so the inputs' own storages say which share memory
     shared = _real_storages(example_inputs, unique) if symbolic is not None else storages
     for i in info.mutated:
-        if any(j != i and (shared[j] == shared[i] or storages[j] == storages[i]) for j in unique):
+        if any(j != i and shared[j] == shared[i] for j in unique):
             info.fallback = f"mutated input {i} shares memory with another input"
 
     input_of = {id(fakes[i]): i for i in unique}

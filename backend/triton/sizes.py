@@ -326,11 +326,9 @@ def _operand_text(value: Any) -> str:
     """An operand of `//`, `%` or `if`: a sum or product in parentheses (`x % s1*s2` is
     `(x % s1)*s2` in Python)."""
     text = _python_text(value)
-    if isinstance(value, int) or getattr(value, "is_Atom", False):
-        return text
-    if type(value).__name__ in ("Min", "Max"):
-        return text
-    return f"({text})"  # (a wrapped one again: harmless)
+    if isinstance(value, int) or value.is_Atom or type(value).__name__ in ("Min", "Max"):
+        return text  # a name, a number, a call
+    return f"({text})"
 
 
 def _nonnegative(value: Any) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dis
-import inspect
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -103,11 +102,15 @@ def contains_op(tx: Translator, inst: Any) -> None:
 def _iterated_for_in(tx: Translator, container: VariableTracker) -> VariableTracker | None:
     """`x in obj` of a user class without `__contains__` that iterates in Python (an
     `__iter__`, or the `__getitem__` protocol): `iter(obj)`, lazy; None otherwise."""
-    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+    from framejit.frontend.variables.objects import (
+        NewObjectVariable,
+        UserObjectVariable,
+        _class_attr,
+    )
 
     if not isinstance(container, (NewObjectVariable, UserObjectVariable)):
         return None
-    if inspect.getattr_static(container.python_type(), "__contains__", None) is not None:
+    if _class_attr(container.python_type(), "__contains__") is not None:
         return None
     return container.python_iter(tx)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-import types
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
@@ -68,14 +66,18 @@ def _python_formatted(
 ) -> VariableTracker | None:
     """An f-string field of an object whose class writes the method Python calls in Python
     (`__format__`; `__str__` for `!s` or an empty spec; `__repr__` for `!r`): its result."""
-    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+    from framejit.frontend.variables.objects import (
+        NewObjectVariable,
+        UserObjectVariable,
+        python_function,
+    )
 
     if not isinstance(value, (NewObjectVariable, UserObjectVariable)):
         return None
     cls = value.python_type()
 
     def python(name: str) -> bool:
-        return isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
+        return python_function(cls, name) is not None
 
     if conversion == 0 and python("__format__"):
         result, formatted = value.call_method(tx, "__format__", [ConstantVariable(spec)], {}), True

@@ -7,8 +7,6 @@ are known.
 
 from __future__ import annotations
 
-import inspect
-import types
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend import versions
@@ -20,7 +18,7 @@ from framejit.frontend.variables.containers import (
     TupleVariable,
     container_iterator,
 )
-from framejit.frontend.variables.generators import LazyIteratorVariable, UserIteratorVariable
+from framejit.frontend.variables.generators import LazyIteratorVariable, user_iterator
 from framejit.frontend.variables.objects import (
     ClassVariable,
     NewObjectVariable,
@@ -104,12 +102,10 @@ def for_iter(tx: Translator, inst: Any) -> None:
     if isinstance(it, LazyIteratorVariable):
         it.looped = True  # a `for` loop's own iterator (a graph break may drain it ahead)
         item = it.next_item(tx)
-    elif isinstance(it, (NewObjectVariable, UserObjectVariable)) and isinstance(
-        inspect.getattr_static(it.python_type(), "__next__", None), types.FunctionType
-    ):
+    elif (user := user_iterator(it)) is not None:
         # an iterator object a resume function got for its loop: its __next__, item by item
-        tx.stack[-1] = it = UserIteratorVariable(it)
-        item = it.next_item(tx)
+        tx.stack[-1] = user
+        item = user.next_item(tx)
     else:
         if not isinstance(it, IteratorVariable):
             it = IteratorVariable(it.unpack(tx))
@@ -142,9 +138,8 @@ def raise_varargs(tx: Translator, inst: Any) -> None:
         if isinstance(raised, ExceptionVariable):
             if cause is not None:  # `raise err from cause`: the caught object carries it
                 raised = ExceptionVariable(raised.exc_type, raised.args, cause)
-            err.exc_type = raised.exc_type
-            err.exc_value = raised  # what an `except ... as e:` of the frame will see
-        elif isinstance(raised, ClassVariable) and issubclass(raised.cls, BaseException):
+            raise _raising(raised)
+        if isinstance(raised, ClassVariable) and issubclass(raised.cls, BaseException):
             err.exc_type = raised.cls
     raise err
 
@@ -158,10 +153,16 @@ def reraise(tx: Translator, inst: Any) -> None:
         raise Unsupported(
             "unsupported_opcode", "RERAISE", "an exception that leaves its handler runs as Python"
         )
+    raise _raising(exc)
+
+
+def _raising(exc: ExceptionVariable) -> Unsupported:
+    """The signal of a traced raise of `exc`: an `except` clause of a traced frame that
+    matches its type takes it, and sees `exc` as `e` (Translator._catch)."""
     err = Unsupported("exception", "raise", "raising an exception runs as Python")
     err.exc_type = exc.exc_type
     err.exc_value = exc
-    raise err
+    return err
 
 
 @handler("PUSH_EXC_INFO")

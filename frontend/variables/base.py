@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.sources import Source
+from framejit.frontend.sources import AttrSource, Source
 
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
@@ -455,6 +455,14 @@ COMPARE_OPS: dict[str, Any] = {
 
 
 EXCEPTION_CONSTANT_TYPES = (int, float, str, bool, type(None), bytes)
+
+
+def missing_attribute(tx: Translator, source: Source, name: str, owner: str) -> Unsupported:
+    """`obj.name` of an object from outside that has no such attribute (`hasattr`, a
+    `getattr` default): its absence from the object's instance dict is guarded, so setting it
+    later compiles again; the AttributeError Python raises, for the caller to raise."""
+    tx.output.require_absent(AttrSource(source, "__dict__"), name, tx.location_text())
+    return Unsupported("exception", f"{owner}.{name}", "AttributeError")
 
 
 class ExceptionVariable(VariableTracker):

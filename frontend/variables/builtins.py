@@ -46,6 +46,7 @@ from framejit.frontend.variables.generators import (
     LazyMap,
     LazyZip,
     pull,
+    user_iterator,
 )
 from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
@@ -446,19 +447,16 @@ def _pullable(tx: Translator, x: VariableTracker) -> VariableTracker:
 
 
 def _iterates_in_python(x: VariableTracker) -> bool:
-    from framejit.frontend.variables.objects import NewObjectVariable, UserObjectVariable
+    from framejit.frontend.variables.objects import (
+        NewObjectVariable,
+        UserObjectVariable,
+        python_function,
+    )
 
     if not isinstance(x, (NewObjectVariable, UserObjectVariable)):
         return False
     cls = x.python_type()
-    return any(
-        isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
-        for name in ("__iter__", "__next__", "__getitem__")
-    )
-
-
-def _has_python_next(x: VariableTracker) -> bool:
-    return isinstance(inspect.getattr_static(x.python_type(), "__next__", None), types.FunctionType)
+    return any(python_function(cls, name) for name in ("__iter__", "__next__", "__getitem__"))
 
 
 def _python_iterators(tx: Translator, args: Args) -> Args:
@@ -588,11 +586,8 @@ def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
 
 @builtin(next)
 def _next(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if args and _iterates_in_python(args[0]):
-        from framejit.frontend.variables.generators import UserIteratorVariable
-
-        if _has_python_next(args[0]):  # an iterator object: next() calls its __next__
-            args = [UserIteratorVariable(args[0]), *args[1:]]
+    if args and (user := user_iterator(args[0])) is not None:
+        args = [user, *args[1:]]  # an iterator object: next() calls its __next__
     if not args or not isinstance(args[0], (IteratorVariable, LazyIteratorVariable)):
         return None
     item = pull(tx, args[0])

@@ -20,6 +20,7 @@ from framejit.frontend.variables.base import (
     VariableTracker,
     all_constant,
     constant_fold,
+    missing_attribute,
 )
 
 if TYPE_CHECKING:
@@ -60,10 +61,8 @@ class UserFunctionVariable(VariableTracker):
         if self.source is not None and hasattr(self.fn, name):
             return tx.wrap_source(AttrSource(self.source, name))
         if self.source is not None and name not in _FUNCTION_SLOTS:
-            # an attribute a program may set on the function later (`f.calls = ...`): its
-            # absence is guarded, so `hasattr(f, "calls")` and `getattr(f, "calls", 0)` hold
-            tx.output.require_absent(AttrSource(self.source, "__dict__"), name, tx.location_text())
-            raise Unsupported("exception", f"function.{name}", "AttributeError")
+            # an attribute a program may set on the function later (`f.calls = ...`)
+            raise missing_attribute(tx, self.source, name, "function")
         raise Unsupported("unsupported_attr", f"function.{name}")
 
 

@@ -593,6 +593,22 @@ class UserIteratorVariable(LazyIteratorVariable):
         cg.reconstruct(self.obj)  # it is its own iterator: a resumed loop calls its __next__
 
 
+def user_iterator(obj: VariableTracker) -> UserIteratorVariable | None:
+    """`obj` as the iterator it is, when its class writes `__next__` in Python (an iterator
+    object reached without `iter()`: given to `next()`, or a resume function's loop)."""
+    from framejit.frontend.variables.objects import (
+        NewObjectVariable,
+        UserObjectVariable,
+        python_function,
+    )
+
+    if isinstance(obj, (NewObjectVariable, UserObjectVariable)) and python_function(
+        obj.python_type(), "__next__"
+    ):
+        return UserIteratorVariable(obj)
+    return None
+
+
 class GetItemIterator(LazyIteratorVariable):
     """`iter(obj)` of an object whose class has a Python `__getitem__` and no `__iter__`:
     obj[0], obj[1], ... until it raises IndexError (or StopIteration), as CPython iterates."""

@@ -1459,24 +1459,21 @@ def python_iter(tx: Translator, obj: VariableTracker, cls: type) -> VariableTrac
     yet consumed (a generator, or an iterator object whose `__next__` is written in Python,
     such as the object itself); or, with no `__iter__`, the old sequence protocol of a Python
     `__getitem__` (obj[0], obj[1], ... up to IndexError). None for other classes."""
-    from framejit.frontend.variables.generators import GetItemIterator, UserIteratorVariable
+    from framejit.frontend.variables.generators import GetItemIterator, user_iterator
 
     found = _class_attr(cls, "__iter__")
     if found is None:
-        getitem = _class_attr(cls, "__getitem__")
-        if getitem is not None and isinstance(getitem[1], types.FunctionType):
-            return GetItemIterator(obj)
-        return None
+        return GetItemIterator(obj) if python_function(cls, "__getitem__") else None
     if not isinstance(found[1], types.FunctionType):
         return None
     if found[1] is collections.abc.Sequence.__iter__:  # unpack() reads it item by item
         return None
     it = obj.call_method(tx, "__iter__", [], {})
     if isinstance(it, (NewObjectVariable, UserObjectVariable)):
-        step = _class_attr(it.python_type(), "__next__")
-        if step is None or not isinstance(step[1], types.FunctionType):
+        user = user_iterator(it)
+        if user is None:  # an iterator object whose __next__ is not Python's own code
             raise Unsupported("unsupported_object", f"iterating over {cls.__name__}")
-        return UserIteratorVariable(it)
+        return user
     return it
 
 
@@ -1888,6 +1885,13 @@ class _BoundBaseMethod(VariableTracker):
 _DICT_READS = frozenset(
     {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__", "copy"}
 )
+
+
+def python_function(cls: type, name: str) -> types.FunctionType | None:
+    """The function written in Python that `cls`'s lookup of `name` finds (None if the name
+    resolves to anything else: a C slot, a descriptor, nothing)."""
+    found = _class_attr(cls, name)
+    return found[1] if found is not None and isinstance(found[1], types.FunctionType) else None
 
 
 def _python_method_of(cls: type, name: str) -> Any:

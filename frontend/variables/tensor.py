@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import AttrSource, MethodCallSource, Source
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker
+from framejit.frontend.variables.base import ConstantVariable, VariableTracker, missing_attribute
 
 if TYPE_CHECKING:
     import torch.fx
@@ -166,10 +166,7 @@ class TensorVariable(VariableTracker):
                 # instance dict, or guarded absent there (`hasattr`, `getattr`'s default)
                 if name in getattr(tx.output.read_source(self.source), "__dict__", {}):
                     return tx.wrap_source(AttrSource(self.source, name))
-                tx.output.require_absent(
-                    AttrSource(self.source, "__dict__"), name, tx.location_text()
-                )
-                raise Unsupported("exception", f"Tensor.{name}", "AttributeError")
+                raise missing_attribute(tx, self.source, name, "Tensor")
             raise Unsupported("unsupported_attr", f"Tensor.{name}")
         if callable(descriptor) and not isinstance(descriptor, property):
             return TensorMethodVariable(self, name)
