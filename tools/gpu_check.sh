@@ -97,6 +97,13 @@ if [ "$WHAT" = recheck ]; then
         --models gpt2 --gpt2-batches 8
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+    # (the graph trees and the end-to-end models first: a call cut at the session's device time
+    # loses the kernel fractions, the least new of the three)
+    step cudagraphs "${CUDAGRAPHS_S:-90}" python3 tools/bench/cudagraphs.py --repeats 10
+    # (ResNet is compiled twice: with and without channels-last convolutions; each case prints
+    # host vs device ms per call, and where framejit's host time goes)
+    step models "${MODELS_S:-200}" python3 tools/bench/models.py --repeats 10 --kernels \
+        --host-profile
     # (torch.compile's fractions too: its compiles take most of the step)
     step kernels "${KERNELS_S:-150}" python3 tools/bench/kernels.py --repeats 10
     if [ -n "${WIDE:-}" ]; then  # the wide autotune: configs or code, for the reductions
@@ -105,9 +112,4 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
         { echo "== FRAMEJIT_MAX_AUTOTUNE=1"; cat "$OUT/kernels_wide.log"; } >> "$OUT/kernels.log"
         rm -f "$OUT/kernels_wide.log"
     fi
-    step cudagraphs "${CUDAGRAPHS_S:-90}" python3 tools/bench/cudagraphs.py --repeats 10
-    # (ResNet is compiled twice: with and without channels-last convolutions; each case prints
-    # host vs device ms per call, and where framejit's host time goes)
-    step models "${MODELS_S:-200}" python3 tools/bench/models.py --repeats 10 --kernels \
-        --host-profile
 fi
