@@ -16,8 +16,9 @@
 # or two on the same warm machine (the second within its idle time):
 #   bash tools/gpu_check.sh tests    the suite on 3.12 (CPU paths, 7 workers) beside the GPU
 #                                    battery (FRAMEJIT_TEST_DEVICE=cuda, 8 workers)
-#   bash tools/gpu_check.sh bench    kernels.py (WIDE=1: again with the wide autotune),
-#                                    cudagraphs.py, models.py --kernels --host-profile
+#   bash tools/gpu_check.sh bench    cudagraphs.py, models.py --kernels --host-profile,
+#                                    kernels.py (WIDE=1: again with the wide autotune)
+#   bash tools/gpu_check.sh rerun    the GPU battery, cudagraphs.py, models.py --kernels
 #   bash tools/gpu_check.sh recheck  models (GPT-2 b=1, ResNet), cudagraphs.py, the graph-tree
 #                                    tests on CUDA, GPT-2 b=8: a short second run
 #   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
@@ -95,6 +96,15 @@ if [ "$WHAT" = recheck ]; then
         tests/cudagraphs tests/backend/triton/test_ops_random.py
     step models_b8 "${MODELS_B8_S:-45}" python3 tools/bench/models.py --repeats 10 \
         --models gpt2 --gpt2-batches 8
+fi
+if [ "$WHAT" = rerun ]; then
+    # a second machine after fixes (about 5 minutes): the GPU battery alone (8 workers), then
+    # the graph trees' bench and the end-to-end models
+    FRAMEJIT_TEST_DEVICE=cuda FRAMEJIT_TEST_FAILURES="$OUT/cuda_failures.log" step cuda \
+        "${GPU_S:-200}" python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 -rfE \
+        --tb=short tests/backend/triton tests/cudagraphs
+    step cudagraphs "${CUDAGRAPHS_S:-60}" python3 tools/bench/cudagraphs.py --repeats 10
+    step models "${MODELS_S:-130}" python3 tools/bench/models.py --repeats 10 --kernels
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     # (the graph trees and the end-to-end models first: a call cut at the session's device time
