@@ -8,9 +8,11 @@ constants (`math.sqrt(64)`, `max(2, 3)`) fold without an entry.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import functools
+import heapq
 import inspect
 import itertools
 import math
@@ -760,17 +762,125 @@ def _sorted(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
     else:
         firsts = [i.items[0] for i in items if isinstance(i, TupleVariable) and i.items]
         constant = len(firsts) == len(items) and all(f.is_constant() for f in firsts)
-        if not constant or len({repr(f.as_constant()) for f in firsts}) < len(firsts):
-            raise Unsupported(
-                "data_dependent" if any(i.has_tensors() for i in items) else "unsupported_builtin",
-                "sorted() of non-constant values",
-            )
-        keys = firsts
-    if not all(k.is_constant() for k in keys):
-        raise Unsupported("unsupported_builtin", "sorted() with a key that is not a constant")
-    values = [k.as_constant() for k in keys]
+        distinct = constant and len({repr(f.as_constant()) for f in firsts}) == len(firsts)
+        keys = firsts if distinct else items
+    if all(k.is_constant() for k in keys):
+        values: list[Any] = [k.as_constant() for k in keys]
+    elif any(isinstance(k, TensorVariable) for k in keys):
+        raise Unsupported("data_dependent", "sorted() of non-constant values", "tensors")
+    else:  # objects with `__lt__`: Python's own sort, each comparison traced
+        values = ordered(tx, keys)
     order = sorted(range(len(items)), key=values.__getitem__, reverse=reverse.as_constant())
     return ListVariable([items[k] for k in order])
+
+
+class _Ordered:
+    """An item of the trace as CPython's sort, heapq and bisect code sees it: its `<` is the
+    traced comparison (a user `__lt__` inlined, reflected as Python reflects it), which must
+    give a constant. Running the real C algorithms over these makes exactly the comparisons,
+    in the order, that the program makes; a tensor comparison, whose truth is data, is a
+    break ("data_dependent") where it happens."""
+
+    __slots__ = ("tx", "vt")
+
+    def __init__(self, tx: Translator, vt: VariableTracker) -> None:
+        self.tx = tx
+        self.vt = vt
+
+    def __lt__(self, other: _Ordered) -> bool:
+        return self.tx.compare_op(operator.lt, self.vt, other.vt).truth(self.tx)
+
+
+def ordered(tx: Translator, items: list[VariableTracker]) -> list[Any]:
+    return [_Ordered(tx, item) for item in items]
+
+
+def _heap_list(tx: Translator, heap: VariableTracker) -> list[_Ordered] | None:
+    """The items of a list of the trace (heapq takes a list only, not a subclass)."""
+    if type(heap) is not ListVariable:
+        return None
+    return ordered(tx, heap.items)
+
+
+def _heap_call(fn: Any, takes_item: bool) -> Handler:
+    """heappush, heappop, heapify, heapreplace, heappushpop: the C function over the list's
+    items as `_Ordered`, then the list's new order written back (a mutation of the list)."""
+
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if kwargs or len(args) != 1 + takes_item:
+            return None
+        heap = _heap_list(tx, args[0])
+        if heap is None:
+            return None
+        try:
+            result = fn(heap, *ordered(tx, args[1:]))
+        except IndexError as exc:  # heappop/heapreplace of an empty heap
+            raise Unsupported.raised(f"heapq.{fn.__name__}()", exc) from None
+        args[0].replace_items(tx, [w.vt for w in heap])
+        return ConstantVariable(None) if result is None else result.vt
+
+    return handler
+
+
+for _name_, _takes_item in (
+    ("heappush", True),
+    ("heappop", False),
+    ("heapify", False),
+    ("heapreplace", True),
+    ("heappushpop", True),
+    # the max-heap forms heapq's own nsmallest uses (private before Python 3.14)
+    ("_heapify_max", False),
+    ("_heappop_max", False),
+    ("_heapreplace_max", True),
+):
+    if hasattr(heapq, _name_):
+        builtin(getattr(heapq, _name_))(_heap_call(getattr(heapq, _name_), _takes_item))
+
+
+def _bisect_call(fn: Any, inserts: bool) -> Handler:
+    """bisect_left/right and insort_left/right over a list or tuple of the trace, with
+    constant `lo`/`hi` and an optional traced `key`: the C search over `_Ordered` items."""
+
+    def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        if not 2 <= len(args) <= 4 or set(kwargs) - {"lo", "hi", "key"}:
+            return None
+        seq, x = args[0], args[1]
+        if type(seq) not in ((ListVariable,) if inserts else (ListVariable, TupleVariable)):
+            return None
+        bounds = dict(zip(("lo", "hi"), args[2:])) | {
+            k: kwargs[k] for k in ("lo", "hi") if k in kwargs
+        }
+        if not all(b.is_constant() for b in bounds.values()):
+            return None
+        options: dict[str, Any] = {k: b.as_constant() for k, b in bounds.items()}
+        key_fn = kwargs.get("key")
+        if key_fn is not None and not (key_fn.is_constant() and key_fn.as_constant() is None):
+            options["key"] = lambda w: _Ordered(tx, key_fn.call(tx, [w.vt], {}))
+        items = ordered(tx, seq.items)
+        search = (
+            bisect.bisect_left
+            if fn in (bisect.bisect_left, bisect.insort_left)
+            else bisect.bisect_right
+        )
+        probe = _Ordered(tx, x)
+        if inserts and "key" in options:
+            probe = options["key"](probe)
+        try:
+            index = search(items, probe, **options)
+        except (ValueError, TypeError) as exc:  # a negative lo; a bad key
+            raise Unsupported.raised(f"bisect.{fn.__name__}()", exc) from None
+        if not inserts:
+            return ConstantVariable(index)
+        seq.replace_items(tx, [*seq.items[:index], x, *seq.items[index:]])
+        return ConstantVariable(None)
+
+    return handler
+
+
+for _fn_ in (bisect.bisect_left, bisect.bisect_right):
+    builtin(_fn_)(_bisect_call(_fn_, inserts=False))
+for _fn_ in (bisect.insort_left, bisect.insort_right):
+    builtin(_fn_)(_bisect_call(_fn_, inserts=True))
 
 
 def _to_python_number(kind: type) -> Handler:

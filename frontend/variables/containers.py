@@ -232,6 +232,13 @@ class ListVariable(BaseSequence):
     def contents_read(self) -> bool:
         return self._read is None
 
+    def replace_items(self, tx: Translator, items: list[VariableTracker]) -> None:
+        """All the items replaced at once (heapq's reordering, bisect's insort): a mutation."""
+        note_mutation(self)
+        if self.source is not None:  # replayed on the real list after the graph
+            tx.output.side_effects.changed_container(self)
+        self.items = items
+
     def mutate(
         self,
         tx: Translator,
