@@ -16,7 +16,7 @@ from framejit.backend import lookup_backend
 from framejit.backend.triton import compile_graph, stages
 from framejit.backend.triton.symbolic import Specializing
 from torch.fx.experimental.proxy_tensor import make_fx
-from triton_helpers import aten_stages, check, require_interpreter
+from triton_helpers import aten_stages, check, kernel_device, on_fake_cuda, require_interpreter
 
 import framejit
 
@@ -199,7 +199,26 @@ def test_integer_division_by_zero_raises_as_eager_on_the_cpu(name: str, dtype: t
 def test_a_divisor_that_cannot_be_zero_is_not_checked() -> None:
     a, b = torch.tensor([7, -7, 9]), torch.tensor([2, 1, 3])
     assert "err_ptr" not in aten_stages(lambda x: x // 3 + x % -2, a).source
-    assert "err_ptr" in aten_stages(lambda x, y: x // y, a, b).source
+    # on the CPU a divisor that may be zero is checked (eager raises); not on CUDA, whose
+    # eager gives a value and raises nothing
+    checked = aten_stages(lambda x, y: x // y, a, b).source
+    assert ("err_ptr" in checked) == (kernel_device() == "cpu")
+    assert "err_ptr" not in aten_stages(lambda x, y: x // y, *on_fake_cuda(a, b)).source
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+def test_integer_division_by_zero_gives_eagers_values_on_cuda(dtype: torch.dtype) -> None:
+    """CUDA's kernels divide by zero as the GPU's integer division does (no error, a value
+    eager takes from `a / b` and `a % b` in C++); the kernels' `//` and `%` are the same
+    instructions, and the floor and remainder fix-ups are c10's."""
+    if kernel_device() != "cuda":
+        pytest.skip("CUDA's integer division by zero (the CPU's raises: the test above)")
+    a = torch.tensor([[7, -7, 9, 0, -8, 127], [5, -3, 0, 1, -1, 100]], dtype=dtype)
+    b = torch.tensor([0, 0, 0, 0, -1, 0], dtype=dtype)
+    for name, fn in INT_DIVISIONS.items():
+        want = fn(a, b)
+        got = lookup_backend("triton")(torch.fx.symbolic_trace(fn), [a, b])(a, b)[0]
+        assert torch.equal(got, want), (name, got.tolist(), want.tolist())
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "triton"])

@@ -107,6 +107,21 @@ def aten_stages(fn: Callable[..., Any], *args: Any) -> Stages:
     return found[0]
 
 
+def on_fake_cuda(*args: Any) -> tuple[Any, ...]:
+    """`args` with each tensor a FakeTensor on "cuda:0" (no data, no GPU needed): for
+    `aten_stages`, to read the source the lowerings write for CUDA tensors on any machine."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        return tuple(
+            torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda")
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
+        )
+
+
 # Ops that run as externs by design (torch's kernels); any other extern is a missing lowering.
 EXTERN_BY_DESIGN = ("aten.mm", "aten.bmm", "aten.addmm", "aten.convolution")
 
