@@ -334,7 +334,18 @@ def test_where_eager_orders_zeros_the_kernels_do(name: str, monkeypatch, no_fall
 
 
 def test_eager_orders_zeros_on_the_cpu_as_its_vectorized_loops_do() -> None:
+    """A fact of the CPU's eager, on the CPU whatever the tests' device (CUDA's fmaxf gives
+    0.0 for maximum(0.0, -0.0): the next test)."""
     from framejit.backend.triton.ops.table import eager_orders_zeros
 
     assert not eager_orders_zeros("cpu")  # maximum(0.0, -0.0) is the second operand here
-    assert torch.maximum(torch.zeros(64), torch.full((64,), -0.0)).signbit().all()
+    zeros, negative_zeros = torch.zeros(64, device="cpu"), torch.full((64,), -0.0, device="cpu")
+    assert torch.maximum(zeros, negative_zeros).signbit().all()
+
+
+def test_eager_orders_zeros_on_cuda() -> None:
+    if kernel_device() != "cuda":
+        pytest.skip("CUDA's eager (the CPU's: the test above)")
+    from framejit.backend.triton.ops.table import eager_orders_zeros
+
+    assert eager_orders_zeros("cuda:0")
