@@ -25,6 +25,18 @@ def fj_div_rn(x, y):
     return tl.math.div_rn(x, y)
 """,
     ),
+    "fj_mul_rn": (
+        (),
+        """\
+@triton.jit
+def fj_mul_rn(x, y):
+    # x * y rounded, never fused into a following add (a GPU contracts `x * y - 1` into one fma,
+    # rounding once where eager's kernel rounds twice): an fma with a +0.0 addend is x * y
+    # rounded (-0.0 products become +0.0), and the compiler keeps it (folding it into a
+    # multiplication needs no-signed-zeros)
+    return tl.fma(x, y, 0.0)
+""",
+    ),
     "fj_expm1": (
         (),
         """\

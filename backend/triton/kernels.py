@@ -80,6 +80,7 @@ KERNEL_OPS = {
     "add": "{0} + {1}",
     "sub": "{0} - {1}",
     "mul": "{0} * {1}",
+    "mul_rn": "fj_mul_rn({0}, {1})",  # rounded, never contracted into an fma with an add
     "truediv": "{0} / {1}",
     "mod": "{0} % {1}",
     "floordiv": "{0} // {1}",

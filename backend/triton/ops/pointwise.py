@@ -27,6 +27,7 @@ from framejit.backend.triton.ops.table import (
     aten,
     const,
     convert,
+    eager_is_cuda,
     eager_orders_zeros,
     elementwise,
     lowering,
@@ -257,6 +258,8 @@ def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: A
         return elementwise(
             ctx, out.shape, out.dtype, [a, b], lambda x, y: op("trunc", op("truediv", x, y))
         )
+    if eager_is_cuda(str(out.device)):
+        return _cuda_floor_division(ctx, out, a, b)
     # Eager divides by a divisor that is one number (a Python number, a one-element tensor)
     # in float32, as it is, rounding once; else it casts both operands to the result's dtype
     # and rounds each step to it (float16, bfloat16).
@@ -377,6 +380,66 @@ def _float_floordiv(x: Expr, y: Expr, dtype: torch.dtype) -> Expr:
     signed_zero = op("mul", quotient, zero)  # 0 with the quotient's sign (it is finite here)
     result = op("where", _is("eq", div, zero), signed_zero, floored)
     return op("where", _is("eq", y, zero), quotient, result)
+
+
+def _cuda_floor_division(ctx: Lowering, out: Any, a: Any, b: Any) -> Any:
+    """Float floor division as CUDA's kernel computes it (div_floor_kernel_cuda): by a Python
+    number (eager's CPU scalar), with the number and its reciprocal in float32 (float64 for
+    float64 data), `x * (1 / b)` where the CPU divides; by a tensor, c10's
+    div_floor_floating of the data's dtype (`_cuda_float_floordiv`)."""
+    if isinstance(b, TensorValue):
+        values = [_eager_cast(a, out.dtype), _eager_cast(b, out.dtype)]
+        return elementwise(
+            ctx,
+            out.shape,
+            out.dtype,
+            values,
+            lambda x, y: _cuda_float_floordiv(
+                _rounded(x, out.dtype), _rounded(y, out.dtype), out.dtype
+            ),
+        )
+    held = torch.float64 if out.dtype == torch.float64 else torch.float32
+    number = torch.tensor(float(b), dtype=held)
+    if number == 0:  # eager's true division then: x * (1 / 0)
+        return elementwise(ctx, out.shape, out.dtype, [a, b], _binary("truediv"))
+    inverse = (torch.tensor(1.0, dtype=held) / number).item()
+    return elementwise(
+        ctx,
+        out.shape,
+        out.dtype,
+        [_eager_cast(a, out.dtype)],
+        lambda x: _cuda_float_floordiv(
+            _rounded(x, out.dtype),
+            const(number.item(), x.dtype),
+            out.dtype,
+            const(inverse, x.dtype),
+        ),
+    )
+
+
+def _cuda_float_floordiv(x: Expr, y: Expr, dtype: torch.dtype, inverse: Expr | None = None) -> Expr:
+    """c10's div_floor_floating of `dtype` values x and y (or, with `inverse`, CUDA's
+    DivFloorFunctor: `* inverse` for `/ y`), computed in x's compute dtype. For float16 and
+    bfloat16 only the result variable has `dtype`: the fmod is float's (std::fmod of the
+    converted operands) and the steps from it are float arithmetic, while the floor is rounded
+    to `dtype` on assignment and the correction `floordiv += 1` adds in it (bfloat16
+    -12.4375 // -0.0084228515625 is 1472 there, 1480 in the CPU's vectorized loop)."""
+    zero, one, half = (const(v, x.dtype) for v in (0, 1, 0.5))
+    mod = op("fmod", x, y)
+    if inverse is None:
+        div, quotient = op("truediv", op("sub", x, mod), y), op("truediv", x, y)
+    else:  # `div - 1` below must not fuse with the product (a GPU would: eager's does not)
+        div, quotient = op("mul_rn", op("sub", x, mod), inverse), op("mul", x, inverse)
+    shift = op("and", _is("ne", mod, zero), _is("ne", _is("lt", y, zero), _is("lt", mod, zero)))
+    div = op("where", shift, op("sub", div, one), div)
+    floored = _rounded(op("floor", div), dtype)
+    up = _is("gt", op("sub", div, floored), half)
+    floored = op("where", up, _rounded(op("add", floored, one), dtype), floored)
+    signed_zero = op("mul", quotient, zero)  # 0 with the quotient's sign (it is finite here)
+    result = op("where", _is("eq", div, zero), signed_zero, floored)
+    if inverse is not None:  # y is a nonzero number
+        return result
+    return op("where", _is("eq", y, zero), op("truediv", x, y), result)
 
 
 def _opposite_signs(x: Expr, y: Expr) -> Expr:

@@ -158,6 +158,14 @@ def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Op:
     return Op(name, args, dtype or args[1 if name == "where" else 0].dtype)
 
 
+def eager_is_cuda(device: str) -> bool:
+    """Whether eager's kernels for `device` are CUDA's, which the lowerings then follow where
+    they compute otherwise than the CPU's: float16/bfloat16 floor division (steps in float32),
+    logit (clamped in float32), pow by a number (sqrt for 0.5 in float16 too, the exponent in
+    the data's dtype). Tests patch it to run those lowerings in the CPU interpreter."""
+    return device.startswith("cuda")
+
+
 @functools.cache
 def eager_orders_zeros(device: str) -> bool:
     """Whether eager's maximum and minimum on `device` order -0.0 below 0.0 whichever operand

@@ -15,13 +15,14 @@ trunc(x / y) * y is not once the quotient rounds (remainder(1.0, 0.1) is 0.09999
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_helpers import check, kernel_device
+from triton_helpers import aten_stages, check, kernel_device, on_fake_cuda
 
 INF, NAN = float("inf"), float("nan")
 A = torch.tensor([INF, -INF, INF, 5.0, -5.0, NAN, 0.0, 3.0, INF, -0.0, 1e30, -7.5])
@@ -210,6 +211,77 @@ def test_fmod_family_is_exact_bit_for_bit(name: str, dtype: torch.dtype, no_fall
     assert not bad.any(), [
         (x[k].item(), y[k].item(), want[k].item(), got[k].item()) for k in bad.nonzero()[:8, 0]
     ]
+
+
+def _cuda_floor_divide(a: float, b: float, dtype: torch.dtype, by_number: bool) -> float:
+    """CUDA's floor division of `dtype` values a and b, written out (c10's div_floor_floating,
+    or for a Python number b the DivFloorFunctor's `* (1 / b)`): fmod and the steps from it in
+    float32 (float64 for float64), the floor rounded to `dtype`, and `+ 1` in `dtype`."""
+    import numpy
+
+    acc = numpy.float64 if dtype == torch.float64 else numpy.float32
+
+    def rounded(v: Any) -> float:
+        return torch.tensor(float(v), dtype=torch.float64).to(dtype).item()
+
+    a, b = acc(a), acc(b)
+    with numpy.errstate(all="ignore"):
+        if b == 0:
+            return rounded(a / b)
+        inverse = acc(1) / b
+        mod = numpy.fmod(a, b)
+        div = (a - mod) * inverse if by_number else (a - mod) / b
+        if mod != 0 and (b < 0) != (mod < 0):
+            div = div - acc(1)
+        if div == 0:
+            return math.copysign(0.0, a * inverse if by_number else a / b)
+        floored = rounded(numpy.floor(div))
+        if div - acc(floored) > 0.5:
+            floored = rounded(acc(floored) + acc(1))
+        return floored
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_floor_division_on_cuda_is_cudas(dtype: torch.dtype, monkeypatch, no_fallback) -> None:
+    """On CUDA the lowering follows CUDA's floor division, which differs from the CPU's
+    vectorized loop for float16 and bfloat16: float32 steps, not each rounded to the dtype
+    (bfloat16 -12.4375 // -0.0084228515625 is 1472 there, 1480 on the CPU), and by a Python
+    number, a multiplication by its reciprocal, rounded before the `- 1` that may follow (a GPU
+    contracted the two into one fma: float32 -2196462080 // 0.1 was -21964621824, eager's
+    -21964619776). In the interpreter (the lowering made to follow CUDA) compared with CUDA's
+    kernel written out; on a GPU with eager, and the written-out kernel with eager's."""
+    from framejit.backend.triton.ops import pointwise
+
+    import framejit
+
+    x, y = _fmod_operands(dtype)
+    source = aten_stages(lambda a: a // 0.1, *on_fake_cuda(x)).source
+    assert "fj_mul_rn(" in source  # the product is not fused into the next step
+    monkeypatch.setattr(pointwise, "eager_is_cuda", lambda device: True)
+    x = torch.cat([x, torch.tensor([-12.4375, 7.0, -0.0], dtype=dtype, device=x.device)])
+    y = torch.cat([y, torch.tensor([-0.0084228515625, 0.0, 3.0], dtype=dtype, device=y.device)])
+
+    def by_numbers(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return a // 0.1, a // -3.3
+
+    with torch.no_grad():
+        got = (framejit.jit(torch.floor_divide, backend="triton")(x, y),)
+        got += framejit.jit(by_numbers, backend="triton")(x)
+    written = [_cuda_floor_divide(a, b, dtype, False) for a, b in zip(x.tolist(), y.tolist())]
+    written = torch.tensor(written, dtype=dtype, device=x.device)
+    if kernel_device() == "cuda":
+        want = (torch.floor_divide(x, y), *by_numbers(x))
+        assert _bits_equal(written, want[0]).all()
+    else:
+        want = (written,) + tuple(
+            torch.tensor([_cuda_floor_divide(a, b, dtype, True) for a in x.tolist()], dtype=dtype)
+            for b in (0.1, -3.3)
+        )
+    for g, w in zip(got, want):
+        bad = ~_bits_equal(g, w)
+        assert not bad.any(), [
+            (x[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:8, 0]
+        ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
