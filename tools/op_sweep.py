@@ -251,16 +251,17 @@ def _leaves(value: Any) -> list[torch.Tensor]:
 def _grads(
     outputs: Any, inputs: list[torch.Tensor], seed: int, like: list[torch.dtype] | None = None
 ) -> list[Any]:
-    """d(sum of outputs * fixed random weights)/d inputs. The weights are drawn in float32
-    and rounded to each output's dtype, or to the dtype in `like` (the float64 reference
-    rounds them as the float16 run it stands in for, so both weigh the same numbers)."""
+    """d(sum of outputs * fixed random weights)/d inputs. The weights are drawn in float32 on
+    the CPU (the same numbers for outputs on any device, whatever the default device) and
+    rounded to each output's dtype, or to the dtype in `like` (the float64 reference rounds
+    them as the float16 run it stands in for, so both weigh the same numbers)."""
     gen = torch.Generator().manual_seed(seed)
     outs = [o for o in _flat(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
     if not outs or not inputs:
         return []
     dtypes = like or [o.dtype for o in outs]
     loss = sum(
-        (o * torch.rand(o.shape, generator=gen).to(d).to(o.dtype)).sum()
+        (o * torch.rand(o.shape, generator=gen, device="cpu").to(d).to(o.device, o.dtype)).sum()
         for o, d in zip(outs, dtypes, strict=True)
     )
     return list(torch.autograd.grad(loss, inputs, allow_unused=True))
