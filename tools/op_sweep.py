@@ -386,10 +386,13 @@ def op_name(op: Any) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def samples_for(op: Any, dtype: torch.dtype, mode: str, count: int) -> list[Any]:
-    """The first `count` samples of `op` for `dtype` on the CPU, the same every run ([] when
-    the op does not support that dtype or mode)."""
-    if dtype not in op.supported_dtypes("cpu"):
+def samples_for(
+    op: Any, dtype: torch.dtype, mode: str, count: int, device: str = "cpu"
+) -> list[Any]:
+    """The first `count` samples of `op` for `dtype` on `device`, the same every run ([] when
+    the op does not support that dtype or mode there). CPU samples run in Triton's
+    interpreter; without it (a GPU run) the Triton backend runs them as aten calls."""
+    if dtype not in op.supported_dtypes(device):
         return []
     if mode == "grad" and not op.supports_autograd:
         return []
@@ -400,8 +403,8 @@ def samples_for(op: Any, dtype: torch.dtype, mode: str, count: int) -> list[Any]
     torch.manual_seed(0)
     grad = mode == "grad" and dtype.is_floating_point
     if mode == "reference":
-        return list(itertools.islice(op.reference_inputs("cpu", dtype), count))
-    return list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:count]
+        return list(itertools.islice(op.reference_inputs(device, dtype), count))
+    return list(op.sample_inputs(device, dtype, requires_grad=grad))[:count]
 
 
 def main() -> int:
