@@ -140,15 +140,22 @@ _register_unary(_UNARY_FLOAT)
 @lowering("logit", dtype="promote", rejects=BOOL)
 def _logit(ctx: Lowering, node: torch.fx.Node, x: TensorValue, eps: float | None = None):
     """log(x / (1 - x)), x first clamped to [eps, 1 - eps] with the bounds in the tensor's
-    dtype, as eager's kernel clamps (1 - 1e-6 is 1.0 in float16)."""
+    dtype, as eager's CPU kernel clamps (1 - 1e-6 is 1.0 in float16: logit(1.0) is inf).
+    CUDA's kernel computes in float32 for float16 and bfloat16 (its acc_type), the bounds too
+    (eps in float32, 1 - eps rounded there), and rounds the result once: a finite logit."""
     out = meta(node)
     if not out.dtype.is_floating_point:
         raise NotLowered(f"logit in {out.dtype}")
     if eps is not None and not isinstance(eps, float):
         raise NotLowered("a symbolic eps")
-    lo, hi = (
-        (None, None) if eps is None else (_in_dtype(eps, out.dtype), _in_dtype(1 - eps, out.dtype))
-    )
+    cuda = eager_is_cuda(str(out.device))
+    if eps is None or not eps >= 0:  # eager's kernels do not clamp for a negative or NaN eps
+        lo = hi = None
+    elif cuda:
+        acc = torch.tensor(eps, dtype=compute_dtype(out.dtype))
+        lo, hi = acc.item(), (1 - acc).item()
+    else:
+        lo, hi = _in_dtype(eps, out.dtype), _in_dtype(1 - eps, out.dtype)
 
     def fn(v: Expr) -> Expr:
         if lo is not None:
@@ -156,7 +163,7 @@ def _logit(ctx: Lowering, node: torch.fx.Node, x: TensorValue, eps: float | None
             clamped = op("minimum", op("maximum", v, const(lo, v.dtype)), const(hi, v.dtype))
             v = op("where", nan, v, clamped)
         ratio = op("truediv", v, op("sub", const(1.0, v.dtype), v))
-        if out.dtype != v.dtype:  # eager's half kernels round each step to the half type
+        if out.dtype != v.dtype and not cuda:  # the CPU's half kernels round each step to it
             ratio = convert(convert(ratio, out.dtype), v.dtype)
         return op("log", ratio)
 

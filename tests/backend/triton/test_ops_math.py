@@ -130,9 +130,38 @@ def test_tails_where_a_difference_formula_cancels() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("eps", [None, 1e-6, 0.1])
+@pytest.mark.parametrize("eps", [None, 1e-6, 0.1, -1.0, math.nan])
 def test_logit_clamps_in_the_tensors_dtype(dtype: torch.dtype, eps: float | None) -> None:
     # the AOT stage's decomposition clamped to [eps, 1 - eps] in float32: logit(1.0, 1e-6)
-    # of float16 gave 13.8 where eager (1 - 1e-6 rounds to 1.0) gives inf
+    # of float16 gave 13.8 where the CPU's eager (1 - 1e-6 rounds to 1.0) gives inf; CUDA's
+    # clamps in float32 and gives 13.8 (test_logit_on_cuda_clamps_in_float32)
     x = torch.cat([torch.tensor([0.0, 1.0, 0.25, float("nan"), -0.5, 1.5]), torch.rand(40)])
     check_lowered(lambda t: torch.logit(t, eps), x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_logit_on_cuda_clamps_in_float32(dtype: torch.dtype, monkeypatch) -> None:
+    """CUDA's logit kernel computes float16 and bfloat16 in float32, the bounds eps and
+    1 - eps too, and rounds once (here the lowering is made to follow it in the interpreter):
+    logit(1.0, 1e-6) is finite, 13.8; a negative or NaN eps clamps nothing."""
+    from framejit.backend.triton.ops import pointwise
+
+    import framejit
+
+    monkeypatch.setattr(pointwise, "eager_is_cuda", lambda device: True)
+    x = torch.cat([torch.tensor([0.0, 1.0, 0.25, float("nan"), -0.5, 1.5]), torch.rand(40)])
+    x = x.to(kernel_device(), dtype)
+
+    def cuda_logit(t: torch.Tensor, eps: float) -> torch.Tensor:
+        z = t.float()
+        if eps >= 0:
+            lo = torch.tensor(eps, dtype=torch.float32, device="cpu")
+            z = torch.where(z < lo, lo, torch.where(z > 1 - lo, 1 - lo, z))
+        return torch.log(z / (1 - z)).to(dtype)
+
+    for eps in (1e-6, 0.1, -1.0, float("nan")):
+        with torch.no_grad():
+            got = framejit.jit(lambda t, e=eps: torch.logit(t, e), backend="triton")(x)
+        want = cuda_logit(x.cpu(), eps)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, atol=0, rtol=1e-6)
+    assert framejit.jit(lambda t: torch.logit(t, 1e-6), backend="triton")(x)[1].isfinite()
