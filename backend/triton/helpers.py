@@ -6,7 +6,8 @@ Invariants: core `tl` math only (libdevice does not run in Triton's CPU interpre
 same results from the interpreter as from the GPU: no `tl.fma` where exactness matters (the
 interpreter of Triton 3.6 rounds its product), no float32 `/` where exactness matters (a
 GPU's is `div.full.f32`, within 2 ulp; `fj_div_rn` is correctly rounded, as float64 `/` is).
-The graph's own float32 divisions are `fj_div_rn` (kernels.py).
+The graph's own float32 divisions are `fj_div_rn`, its float32 square roots `fj_sqrt` and
+`fj_rsqrt` (kernels.py: a GPU's `tl.sqrt` and `tl.rsqrt` flush subnormal inputs to zero).
 """
 
 from __future__ import annotations
@@ -35,6 +36,31 @@ def fj_mul_rn(x, y):
     # rounded (-0.0 products become +0.0), and the compiler keeps it (folding it into a
     # multiplication needs no-signed-zeros)
     return tl.fma(x, y, 0.0)
+""",
+    ),
+    "fj_sqrt": (
+        (),
+        """\
+@triton.jit
+def fj_sqrt(x):
+    # float32 sqrt correctly rounded, subnormal x too, as eager's (a GPU's tl.sqrt is
+    # sqrt.approx.ftz.f32: sqrt(1e-40) gave 0, not 1e-20): sqrt_rn of x scaled by 2**24 out
+    # of the subnormal range, scaled back by 2**-12 (both exact)
+    small = tl.abs(x) < 1.1754943508222875e-38
+    root = tl.sqrt_rn(tl.where(small, x * 16777216.0, x))
+    return root * tl.where(small, 0.000244140625, 1.0)
+""",
+    ),
+    "fj_rsqrt": (
+        (),
+        """\
+@triton.jit
+def fj_rsqrt(x):
+    # float32 rsqrt, subnormal x too: a GPU's tl.rsqrt is rsqrt.approx.ftz.f32 (rsqrt(1e-40)
+    # gave inf), eager's rsqrtf the same approximation without the flush; x scaled by 2**24
+    # out of the subnormal range, the result by 2**12 (both exact)
+    small = tl.abs(x) < 1.1754943508222875e-38
+    return tl.rsqrt(tl.where(small, x * 16777216.0, x)) * tl.where(small, 4096.0, 1.0)
 """,
     ),
     "fj_expm1": (

@@ -318,6 +318,9 @@ class KernelCode:
             # correctly rounded, as eager (a GPU's `/` is div.full.f32); the interpreter runs
             # the same source, so the tests run what the GPU runs
             template = "fj_div_rn({0}, {1})"
+        if expr.name in ("sqrt", "rsqrt") and expr.dtype == torch.float32:
+            # subnormal inputs too (a GPU's tl.sqrt and tl.rsqrt flush them to zero)
+            template = f"fj_{expr.name}({{0}})"
         if expr.name in ("maximum", "minimum") and expr.dtype.is_floating_point:
             # equal operands (-0.0 and 0.0) give the second, as eager's vectorized loop does
             template = f"tl.where({{0}} == {{1}}, {{1}}, {template})"

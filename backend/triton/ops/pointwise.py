@@ -502,7 +502,8 @@ def _pow(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     if not out.dtype.is_floating_point:
         raise NotLowered("integer pow")
     if not isinstance(b, TensorValue):
-        return elementwise(ctx, out.shape, out.dtype, [a], lambda x: _pow_scalar(x, b, out.dtype))
+        scalar = _cuda_pow_scalar if eager_is_cuda(str(out.device)) else _pow_scalar
+        return elementwise(ctx, out.shape, out.dtype, [a], lambda x: scalar(x, b, out.dtype))
     return elementwise(ctx, out.shape, out.dtype, [a, b], _pow_tensor)
 
 
@@ -657,6 +658,34 @@ def _pow_scalar(x: Expr, exponent: Any, out_dtype: torch.dtype) -> Expr:
         # float32 data to 0.33333334
         held = torch.bfloat16 if out_dtype == torch.bfloat16 else torch.float32
         e = float(torch.tensor(e, dtype=held))
+        return convert(_pow_scalar_c(convert(x, torch.float64), e), dt)
+    return _pow_scalar_c(x, e)
+
+
+def _cuda_pow_scalar(x: Expr, exponent: Any, out_dtype: torch.dtype) -> Expr:
+    """x ** e for a number e as CUDA's kernels compute it (pow_tensor_scalar_kernel): sqrt,
+    rsqrt and 1 / x for 0.5, -0.5 and -1 in every float dtype (float16 too, where the CPU
+    takes C's pow: (-inf) ** 0.5 is NaN here); then the exponent rounded to the data's dtype
+    (1/3 is float16's 0.33325 for float16 data), x * x, x * x * x and 1 / (x * x) for 2, 3
+    and -2 with each product rounded to the data's dtype, and C's pow (powf for float16 and
+    bfloat16 data) for the others."""
+    dt = x.dtype
+    e = float(exponent)
+    if e == 0:
+        return const(1.0, dt)
+    if e in (0.5, -0.5, -1.0, 1.0):
+        return _POW_AS_EAGER[e](x)
+    e = float(torch.tensor(e, dtype=out_dtype))
+    square = _rounded(op("mul", x, x), out_dtype)
+    if e == 2:
+        return square
+    if e == 3:
+        return op("mul", square, x)
+    if e == -2:
+        return op("truediv", const(1.0, dt), square)
+    if e == 0:  # a tiny exponent that rounds to 0: pow(x, 0) is 1, NaN too
+        return const(1.0, dt)
+    if dt != torch.float64:
         return convert(_pow_scalar_c(convert(x, torch.float64), e), dt)
     return _pow_scalar_c(x, e)
 

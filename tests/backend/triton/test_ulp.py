@@ -39,7 +39,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from framejit.backend.triton import cache
-from triton_helpers import kernel_device, require_interpreter
+from triton_helpers import aten_stages, kernel_device, require_interpreter
 
 import framejit
 
@@ -365,7 +365,9 @@ def _check_pow(
     ulps, other = ulp_distance(got, expected)
     assert not other, f"{what}: {other}"
     y = torch.as_tensor(y, dtype=torch.float64).expand(x.shape)
-    truth = torch.pow(x.double(), y)
+    # on the CPU: CUDA's float64 pow is not exact for whole results (2 ** 31 gave
+    # 2147483647.9999998 there)
+    truth = torch.pow(x.double().cpu(), y.cpu()).to(x.device)
     if got.dtype == torch.float64:
         live = ~(expected.isnan() | expected.isinf())
         d = (_ordered(got[live]) - _ordered(expected[live])).abs().double()
@@ -413,6 +415,63 @@ def test_pow_matches_eager(dtype: torch.dtype) -> None:
     _check_pow(got[0], expected[0], x, y.double(), f"pow(x, y) {dtype}")
     for e, g, want in zip(exponents, got[1:], expected[1:]):
         _check_pow(g, want, x, e, f"x ** {e} {dtype}")
+
+
+# CUDA eager's pow by a number, written out (PowKernel.cu's pow_tensor_scalar_kernel): float16
+# data, float32 math, each product rounded to float16, the exponent too
+def _half(v: torch.Tensor) -> torch.Tensor:
+    return v.to(torch.float16).float()
+
+
+CUDA_POW_FLOAT16: dict[float, Callable[[torch.Tensor], torch.Tensor]] = {
+    0.5: lambda x: x.sqrt(),  # the CPU takes C's pow for float16: (-inf) ** 0.5 is inf there
+    -0.5: lambda x: x.rsqrt(),
+    -1.0: lambda x: 1 / x,
+    2.0: lambda x: x * x,
+    3.0: lambda x: _half(x * x) * x,
+    -2.0: lambda x: 1 / _half(x * x),
+    1 / 3: lambda x: torch.pow(x.double(), _half(torch.tensor(1 / 3)).item()).float(),
+    1.5: lambda x: torch.pow(x.double(), 1.5).float(),
+}
+
+
+def test_pow_by_a_number_follows_cuda_eager_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the lowering follows CUDA's kernel (here made to, in the interpreter): sqrt for
+    0.5 in float16 too (NaN for -inf, -0.0 for -0.0), the exponent rounded to float16 (1/3 is
+    0.33325), products rounded to float16 at each step."""
+    from framejit.backend.triton.ops import pointwise
+
+    require_interpreter(loops=False)
+    monkeypatch.setattr(pointwise, "eager_is_cuda", lambda device: True)
+    x = torch.tensor(POW_BASES + [1000.0, 0.1, 33.3, 250.0], dtype=torch.float16)
+    exponents = list(CUDA_POW_FLOAT16)
+
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.pow(x, e) for e in exponents)
+
+    with torch.no_grad():
+        got = framejit.jit(program, backend="triton", fullgraph=True)(x)
+    for e, g in zip(exponents, got):
+        want = CUDA_POW_FLOAT16[e](x.float().cpu()).to(torch.float16)
+        assert g.dtype == torch.float16
+        same = (g.cpu().view(torch.int16) == want.view(torch.int16)) | (
+            g.isnan().cpu() & want.isnan()
+        )
+        assert same.all(), (e, x[~same.to(x.device)].tolist(), g[~same.to(x.device)].tolist())
+
+
+def test_float32_square_roots_keep_subnormal_inputs() -> None:
+    """Float32 sqrt and rsqrt (torch.sqrt, x ** 0.5, the norms' rsqrt) are written `fj_sqrt`
+    and `fj_rsqrt`, which a GPU does not flush for a subnormal input (tl.sqrt there is
+    sqrt.approx.ftz.f32: sqrt(1e-40) gave 0, not 1e-20); the values are the ulp scan's."""
+    x = torch.tensor([1e-40, 4.0, TINY], dtype=F32)
+    source = aten_stages(lambda v: (v.sqrt(), v.rsqrt(), v**0.5, v**-0.5), x).source
+    assert "fj_sqrt(" in source and "fj_rsqrt(" in source
+    assert "tl.sqrt(" not in source and "= tl.rsqrt(" not in source
+    require_interpreter(loops=False)
+    got = framejit.jit(lambda v: (v.sqrt(), v.rsqrt()), backend="triton")(x.to(kernel_device()))
+    assert got[0].tolist() == torch.sqrt(x).tolist()
+    assert got[1].tolist() == pytest.approx(torch.rsqrt(x).tolist(), rel=2.5e-7)
 
 
 def test_pow_whole_results_exact() -> None:
