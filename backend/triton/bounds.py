@@ -54,7 +54,7 @@ class DivisionByZero(RuntimeError):
 
 
 # The op name of a check table entry that is a zero-divisor check, not an index check: its
-# "index" is 1 where the divisor was 0 (ops/pointwise.py, `_int_division`).
+# "index" is 1 where the divisor was 0 (ops/division.py, `_int_division`).
 ZERO_DIVISOR = "zero divisor: "
 
 

@@ -250,14 +250,14 @@ def test_floor_division_on_cuda_is_cudas(dtype: torch.dtype, monkeypatch, no_fal
     contracted the two into one fma: float32 -2196462080 // 0.1 was -21964621824, eager's
     -21964619776). In the interpreter (the lowering made to follow CUDA) compared with CUDA's
     kernel written out; on a GPU with eager, and the written-out kernel with eager's."""
-    from framejit.backend.triton.ops import pointwise
+    from framejit.backend.triton.ops import division
 
     import framejit
 
     x, y = _fmod_operands(dtype)
     source = aten_stages(lambda a: a // 0.1, *on_fake_cuda(x)).source
     assert "fj_mul_rn(" in source  # the product is not fused into the next step
-    monkeypatch.setattr(pointwise, "eager_is_cuda", lambda device: True)
+    monkeypatch.setattr(division, "eager_is_cuda", lambda device: True)
     x = torch.cat([x, torch.tensor([-12.4375, 7.0, -0.0], dtype=dtype, device=x.device)])
     y = torch.cat([y, torch.tensor([-0.0084228515625, 0.0, 3.0], dtype=dtype, device=y.device)])
 

@@ -439,10 +439,10 @@ def test_pow_by_a_number_follows_cuda_eager_on_cuda(monkeypatch: pytest.MonkeyPa
     """On CUDA the lowering follows CUDA's kernel (here made to, in the interpreter): sqrt for
     0.5 in float16 too (NaN for -inf, -0.0 for -0.0), the exponent rounded to float16 (1/3 is
     0.33325), products rounded to float16 at each step."""
-    from framejit.backend.triton.ops import pointwise
+    from framejit.backend.triton.ops import powers
 
     require_interpreter(loops=False)
-    monkeypatch.setattr(pointwise, "eager_is_cuda", lambda device: True)
+    monkeypatch.setattr(powers, "eager_is_cuda", lambda device: True)
     x = torch.tensor(POW_BASES + [1000.0, 0.1, 33.3, 250.0], dtype=torch.float16)
     exponents = list(CUDA_POW_FLOAT16)
 
