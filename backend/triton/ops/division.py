@@ -76,13 +76,19 @@ def _fmod(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     nan_on_overflow = eager_gives_nan(
         torch.fmod, str(out.device), out.dtype, info.max / 2, info.smallest_normal / 2
     )
+    return _in_result_dtype(ctx, out, a, b, lambda x, y: body(x, y, nan_on_overflow))
+
+
+def _in_result_dtype(ctx: Lowering, out: Any, a: Any, b: Any, fn: Any) -> Any:
+    """`fn(x, y)` over a and b as eager's kernel takes them for `out`'s dtype: a number cast
+    to it, a tensor's value rounded to its precision."""
     values = [eager_cast(a, out.dtype), eager_cast(b, out.dtype)]
     return elementwise(
         ctx,
         out.shape,
         out.dtype,
         values,
-        lambda x, y: body(rounded(x, out.dtype), rounded(y, out.dtype), nan_on_overflow),
+        lambda x, y: fn(rounded(x, out.dtype), rounded(y, out.dtype)),
     )
 
 
@@ -144,16 +150,7 @@ def _cuda_floor_division(ctx: Lowering, out: Any, a: Any, b: Any) -> Any:
     float64 data), `x * (1 / b)` where the CPU divides; by a tensor, c10's
     div_floor_floating of the data's dtype (`_cuda_float_floordiv`)."""
     if isinstance(b, TensorValue):
-        values = [eager_cast(a, out.dtype), eager_cast(b, out.dtype)]
-        return elementwise(
-            ctx,
-            out.shape,
-            out.dtype,
-            values,
-            lambda x, y: _cuda_float_floordiv(
-                rounded(x, out.dtype), rounded(y, out.dtype), out.dtype
-            ),
-        )
+        return _in_result_dtype(ctx, out, a, b, lambda x, y: _cuda_float_floordiv(x, y, out.dtype))
     held = torch.float64 if out.dtype == torch.float64 else torch.float32
     number = torch.tensor(float(b), dtype=held)
     if number == 0:  # eager's true division then: x * (1 / 0)
