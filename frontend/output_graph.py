@@ -72,6 +72,7 @@ from framejit.frontend.variables.base import (
     is_numpy_scalar,
 )
 from framejit.frontend.variables.containers import TupleVariable
+from framejit.frontend.variables.rnn import SHAPED_BY_RULE, recurrent_fake
 from framejit.frontend.variables.symbolic import (
     SYM_TYPES,
     SizeVariable,
@@ -461,6 +462,8 @@ class OutputGraph:
                     _check_in_place_result(fake_args, fake_kwargs, target.__name__)
                 elif target in _IN_PLACE_OPERATORS:  # `y *= 2.5`: the fake mul_ does not check
                     _check_in_place_result(fake_args, fake_kwargs, _IN_PLACE_OPERATORS[target])
+                elif target in SHAPED_BY_RULE and self.dynamic.symbols and not fake_kwargs:
+                    return recurrent_fake(target, fake_args)  # not a graph per length
                 return target(*fake_args, **fake_kwargs)
 
         caught: list[warnings.WarningMessage] = []  # what the op said, for replay_op_warnings

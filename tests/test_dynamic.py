@@ -886,6 +886,50 @@ def test_kernels_that_refuse_symbolic_sizes_late_are_traced_decomposed(backend: 
         assert counter.frame_count == 2, fn  # one graph per shape kind: no break
 
 
+_RECURRENT = {
+    "gru_batch_first_bidirectional": torch.nn.GRU(
+        4, 6, num_layers=2, batch_first=True, bidirectional=True
+    ),
+    "gru_time_major": torch.nn.GRU(4, 6),
+    "rnn_relu_batch_first": torch.nn.RNN(4, 6, num_layers=2, nonlinearity="relu", batch_first=True),
+    "rnn_tanh_bidirectional": torch.nn.RNN(4, 6, bidirectional=True),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", sorted(_RECURRENT))
+def test_gru_and_rnn_keep_the_length_symbolic(backend: str, name: str) -> None:
+    """nn.GRU and nn.RNN (their kernels, C++ and Python, loop over the time steps, pinning
+    their number on fakes) compile once for every sequence length and batch size: the output
+    shapes follow from the arguments' (rnn.py `recurrent_fake`), in eager's memory order (a
+    batch-first output is a transposed view). Outputs, their strides and the gradients match
+    eager; it was a graph per length."""
+    module = _RECURRENT[name]
+    batch_first = module.batch_first
+    states = module.num_layers * (2 if module.bidirectional else 1)
+
+    def fn(x: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, h = module(x, h0)
+        return out * 2, h + 1
+
+    counter = CompileCounter()
+    counted = framejit.jit(fn, backend=counter)
+    jitted = framejit.jit(fn, backend=backend)
+    for t, b in ((5, 2), (7, 3), (9, 4), (12, 5)):  # both dims symbolic at the 2nd call
+        x = torch.randn(b, t, 4) if batch_first else torch.randn(t, b, 4)
+        h0 = torch.randn(states, b, 6)
+        want = fn(x, h0)
+        for got in (counted(x, h0), jitted(x, h0)):
+            for g, w in zip(got, want):
+                close(g, w)
+                assert g.stride() == w.stride()
+        weight = module.weight_hh_l0
+        (g_got,) = torch.autograd.grad(jitted(x, h0)[0].sum(), weight)
+        (g_want,) = torch.autograd.grad(want[0].sum(), weight)
+        close(g_got, g_want)
+    assert counter.frame_count == 2, counter.frame_count  # static, then one symbolic graph
+
+
 def raises_to_a_big_power(x: torch.Tensor, n: int) -> torch.Tensor:
     q, _ = divmod(n, 7)
     big = (n**30) * x.shape[0]  # a Python big int: beyond int64

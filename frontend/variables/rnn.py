@@ -159,3 +159,41 @@ def _check_like_eager(
         raise Unsupported(
             "tensor_op_failed", type(mod).__name__, f"{type(exc).__name__}: {str(exc)[:200]}"
         ) from None
+
+
+# torch.gru and torch.rnn_* loop over the time steps in C++ (and so do their Python
+# decompositions): run on fakes with a symbolic length they pin it, a graph per length. Their
+# outputs' shapes follow from the arguments' (LSTM keeps its sizes symbolic through its Python
+# decomposition, output_graph's NeedsPythonDispatch).
+SHAPED_BY_RULE = (torch.gru, torch.rnn_tanh, torch.rnn_relu)
+
+
+def recurrent_fake(target: Any, args: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`target(*args)` (torch.gru, rnn_tanh or rnn_relu of a batched input) on fakes whose
+    sizes may be symbolic, without running the op on them: the output is (T, B, D * H), or
+    (B, T, D * H) batch first, and the final state has the initial state's shape; their memory
+    order is the op's own, learned from a run on fakes of the sizes' hints."""
+    x, hx, weights, *flags = args
+    bidirectional, batch_first = flags[-2], flags[-1]
+    hinted = [_hinted(x), _hinted(hx), weights, *flags]
+    out_like, h_like = target(*hinted)
+    directions = 2 if bidirectional else 1
+    batch, steps = (x.shape[0], x.shape[1]) if batch_first else (x.shape[1], x.shape[0])
+    shape = (batch, steps) if batch_first else (steps, batch)
+    out = _in_order_of(out_like, (*shape, directions * hx.shape[2]))
+    return out, _in_order_of(h_like, tuple(hx.shape))
+
+
+def _hinted(t: torch.Tensor) -> torch.Tensor:
+    def hint(n: Any) -> int:
+        return n.node.hint if isinstance(n, torch.SymInt) else int(n)
+
+    return torch.empty([hint(n) for n in t.shape], dtype=t.dtype, device=t.device)
+
+
+def _in_order_of(like: torch.Tensor, shape: tuple[Any, ...]) -> torch.Tensor:
+    """An empty tensor of `shape` laid out in `like`'s dimension order (outermost first)."""
+    order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))
+    dense = torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device)
+    return dense.permute([order.index(d) for d in range(like.dim())])
+
