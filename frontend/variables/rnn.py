@@ -196,4 +196,3 @@ def _in_order_of(like: torch.Tensor, shape: tuple[Any, ...]) -> torch.Tensor:
     order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))
     dense = torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device)
     return dense.permute([order.index(d) for d in range(like.dim())])
-
