@@ -566,7 +566,7 @@ def _padded_result(step: Extern, device: str) -> str | None:
     if not device.startswith(PAD_RESULT_DEVICES) or step.kwargs or step.outputs[0] is None:
         return None
     shape, _, dtype = step.layouts[0]
-    if len(shape) != 2 or not is_static(*shape) or dtype.is_complex or not dtype.is_floating_point:
+    if len(shape) != 2 or not is_static(*shape) or not dtype.is_floating_point:
         return None
     rows, columns = shape
     size = dtype.itemsize

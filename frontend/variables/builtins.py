@@ -837,9 +837,9 @@ for _name_, _takes_item in (
         builtin(getattr(heapq, _name_))(_heap_call(getattr(heapq, _name_), _takes_item))
 
 
-def _bisect_call(fn: Any, inserts: bool) -> Handler:
+def _bisect_call(fn: Any, search: Any, inserts: bool) -> Handler:
     """bisect_left/right and insort_left/right over a list or tuple of the trace, with
-    constant `lo`/`hi` and an optional traced `key`: the C search over `_Ordered` items."""
+    constant `lo`/`hi` and an optional traced `key`: the C `search` over `_Ordered` items."""
 
     def handler(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         if not 2 <= len(args) <= 4 or set(kwargs) - {"lo", "hi", "key"}:
@@ -857,11 +857,6 @@ def _bisect_call(fn: Any, inserts: bool) -> Handler:
         if key_fn is not None and not (key_fn.is_constant() and key_fn.as_constant() is None):
             options["key"] = lambda w: _Ordered(tx, key_fn.call(tx, [w.vt], {}))
         items = ordered(tx, seq.items)
-        search = (
-            bisect.bisect_left
-            if fn in (bisect.bisect_left, bisect.insort_left)
-            else bisect.bisect_right
-        )
         probe = _Ordered(tx, x)
         if inserts and "key" in options:
             probe = options["key"](probe)
@@ -877,10 +872,13 @@ def _bisect_call(fn: Any, inserts: bool) -> Handler:
     return handler
 
 
-for _fn_ in (bisect.bisect_left, bisect.bisect_right):
-    builtin(_fn_)(_bisect_call(_fn_, inserts=False))
-for _fn_ in (bisect.insort_left, bisect.insort_right):
-    builtin(_fn_)(_bisect_call(_fn_, inserts=True))
+for _fn_, _search_ in (
+    (bisect.bisect_left, bisect.bisect_left),
+    (bisect.bisect_right, bisect.bisect_right),
+    (bisect.insort_left, bisect.bisect_left),
+    (bisect.insort_right, bisect.bisect_right),
+):
+    builtin(_fn_)(_bisect_call(_fn_, _search_, inserts=_fn_ is not _search_))
 
 
 def _to_python_number(kind: type) -> Handler:

@@ -170,17 +170,14 @@ SHAPED_BY_RULE = (torch.gru, torch.rnn_tanh, torch.rnn_relu)
 
 def recurrent_fake(target: Any, args: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """`target(*args)` (torch.gru, rnn_tanh or rnn_relu of a batched input) on fakes whose
-    sizes may be symbolic, without running the op on them: the output is (T, B, D * H), or
-    (B, T, D * H) batch first, and the final state has the initial state's shape; their memory
-    order is the op's own, learned from a run on fakes of the sizes' hints."""
+    sizes may be symbolic, without running the op on them: the output has the input's first
+    two sizes (T, B, or B, T batch first) and D * H, the final state the initial state's
+    shape; their memory order is the op's own, learned from a run on fakes of the sizes'
+    hints."""
     x, hx, weights, *flags = args
-    bidirectional, batch_first = flags[-2], flags[-1]
-    hinted = [_hinted(x), _hinted(hx), weights, *flags]
-    out_like, h_like = target(*hinted)
-    directions = 2 if bidirectional else 1
-    batch, steps = (x.shape[0], x.shape[1]) if batch_first else (x.shape[1], x.shape[0])
-    shape = (batch, steps) if batch_first else (steps, batch)
-    out = _in_order_of(out_like, (*shape, directions * hx.shape[2]))
+    out_like, h_like = target(_hinted(x), _hinted(hx), weights, *flags)
+    directions = 2 if flags[-2] else 1  # bidirectional
+    out = _in_order_of(out_like, (x.shape[0], x.shape[1], directions * hx.shape[2]))
     return out, _in_order_of(h_like, tuple(hx.shape))
 
 
@@ -194,5 +191,4 @@ def _hinted(t: torch.Tensor) -> torch.Tensor:
 def _in_order_of(like: torch.Tensor, shape: tuple[Any, ...]) -> torch.Tensor:
     """An empty tensor of `shape` laid out in `like`'s dimension order (outermost first)."""
     order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))
-    dense = torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device)
-    return dense.permute([order.index(d) for d in range(like.dim())])
+    return torch.empty_permuted(shape, order, dtype=like.dtype, device=like.device)
