@@ -63,16 +63,59 @@ def fj_rsqrt(x):
     return tl.rsqrt(tl.where(small, x * 16777216.0, x)) * tl.where(small, 4096.0, 1.0)
 """,
     ),
-    "fj_expm1": (
+    "fj_exp": (
         (),
         """\
 @triton.jit
-def fj_expm1(x):
+def fj_exp(x):
+    # float32 exp within 2-3 ulps over its whole range, subnormal results too (a GPU's tl.exp
+    # is ex2.approx(x * log2(e)): the rounding of that product gave 44 ulps near x = 80). x =
+    # n ln2 + f, n = round(x log2(e)) read off the bits of x log2(e) + 1.5 * 2**23; f exact
+    # but for one rounding (ln2 in two parts, the first with 16 bits, so n times it is exact
+    # and x minus it too), |f| <= ln2 / 2; then exp(f) = exp2(f log2(e)) (ex2.approx on a GPU,
+    # 2 ulps for that small argument) times 2**n as two exact powers of two made from their
+    # bits, so that neither overflows nor is subnormal (n runs from -150 to 128: x is clamped
+    # to [-104, 89] first, past which exp is 0 or inf; NaN goes through the clamp)
+    xc = tl.minimum(
+        tl.maximum(x, -104.0, propagate_nan=tl.PropagateNan.ALL),
+        89.0,
+        propagate_nan=tl.PropagateNan.ALL,
+    )
+    t = xc * 1.4426950408889634 + 12582912.0
+    n_float = t - 12582912.0
+    f = (xc - n_float * 0.693145751953125) - n_float * 1.428606765330187e-06
+    n = t.to(tl.int32, bitcast=True) - 0x4B400000
+    half = n >> 1
+    scale_a = ((half + 127) << 23).to(tl.float32, bitcast=True)
+    scale_b = ((n - half + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.exp2(f * 1.4426950408889634) * scale_a * scale_b
+""",
+    ),
+    "fj_sigmoid": (
+        ("fj_exp",),
+        """\
+@triton.jit
+def fj_sigmoid(x):
+    # 1 / (1 + exp(-x)), eager's formula (CPU and CUDA), with fj_exp: within 4 ulps in float32
+    # (a GPU's tl.sigmoid takes its fast exp: 45 ulps)
+    return 1.0 / (1.0 + fj_exp(x * -1.0))
+""",
+    ),
+    "fj_expm1": (
+        ("fj_exp",),
+        """\
+@triton.jit
+def fj_expm1(x, EXACT: tl.constexpr):
     # exp(x) - 1 without cancellation near 0 (Kahan): (u - 1) * (x / log(u)), the quotient
     # taken first (it is near 1), so that no product overflows below exp's own overflow. In
     # x's dtype: 2-3 ulps in float32 (float64 would be exact to float32's ulp, but expm1 feeds
-    # hot activations, ELU and tanh, whose kernels must stay memory-bound on a GPU).
-    u = tl.exp(x)
+    # hot activations, ELU and tanh, whose kernels must stay memory-bound on a GPU). EXACT:
+    # u from fj_exp (a kernel storing float32), else from tl.exp (its error on a GPU, up to
+    # 2**-18 relative, is below a float16 or bfloat16 result's rounding)
+    if EXACT:
+        u = fj_exp(x)
+    else:
+        u = tl.exp(x)
     d = u - 1.0
     r = tl.where((d == -1.0) | (u == float("inf")), d, d * (x / tl.log(u)))
     return tl.where(u == 1.0, x, r)
@@ -82,11 +125,11 @@ def fj_expm1(x):
         ("fj_expm1",),
         """\
 @triton.jit
-def fj_tanh(x):
+def fj_tanh(x, EXACT: tl.constexpr):
     # -expm1(-2|x|) / (expm1(-2|x|) + 2): within 4 ulps in float32 (three roundings, one in a
     # division a GPU does to 2 ulps); not in float64, as tanh (GELU's tanh form) is a hot
     # activation whose kernels must stay memory-bound
-    e = fj_expm1(-2.0 * tl.abs(x))
+    e = fj_expm1(-2.0 * tl.abs(x), EXACT)
     t = -e / (e + 2.0)
     # x itself for +-0 (and NaN), so -0.0 stays -0.0 as in torch
     # `t * -1.0`, not `-t`: Triton 3.6 writes `-t` as `0 - t`, which loses the sign of zero

@@ -98,9 +98,9 @@ KERNEL_OPS = {
     "ceil": "tl.ceil({0})",
     "trunc": "fj_trunc({0})",
     "round": "fj_round({0})",
-    "tanh": "fj_tanh({0})",
+    "tanh": "fj_tanh({0}, False)",
     "log1p": "fj_log1p({0})",
-    "expm1": "fj_expm1({0})",
+    "expm1": "fj_expm1({0}, False)",
     # NaN wins, as in torch (Triton's default returns the other operand)
     "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
@@ -222,6 +222,19 @@ def _converted(value: Any, dtype: torch.dtype) -> Any:
     return torch.tensor(value, dtype=source).to(dtype).item()
 
 
+# The float32 ops whose `KERNEL_OPS` form takes a GPU's fast exp (ex2.approx of x * log2(e),
+# 44 ulps off near x = 80), in the form that takes fj_exp (2-3 ulps): in a kernel that stores a
+# float32 value. A kernel storing only float16/bfloat16 (or integers) keeps the fast exp: its
+# error, 2**-18 relative at most, is below the result's rounding, and a bfloat16 softmax's
+# kernel would spend more time computing than reading.
+_EXACT_EXP = {
+    "exp": "fj_exp({0})",
+    "sigmoid": "fj_sigmoid({0})",
+    "expm1": "fj_expm1({0}, True)",
+    "tanh": "fj_tanh({0}, True)",
+}
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
 
@@ -253,6 +266,7 @@ class KernelCode:
         self.reduction = kernel.kind == "reduction"
         self.xsyms, self.rsyms = kernel.group_syms()
         self.interpreter = _interpreter()
+        self.exact_exp = any(layouts[name][2] == torch.float32 for name in kernel.stores)
         # The index checks this kernel reports (slots `check_base + k` of the error buffer).
         self.check_base = check_base
         self.checks: list[BoundsCheck] = []
@@ -321,6 +335,8 @@ class KernelCode:
         if expr.name in ("sqrt", "rsqrt") and expr.dtype == torch.float32:
             # subnormal inputs too (a GPU's tl.sqrt and tl.rsqrt flush them to zero)
             template = f"fj_{expr.name}({{0}})"
+        if expr.name in _EXACT_EXP and expr.dtype == torch.float32 and self.exact_exp:
+            template = _EXACT_EXP[expr.name]
         if expr.name in ("maximum", "minimum") and expr.dtype.is_floating_point:
             # equal operands (-0.0 and 0.0) give the second, as eager's vectorized loop does
             template = f"tl.where({{0}} == {{1}}, {{1}}, {template})"

@@ -117,7 +117,7 @@ def test_kernel_names() -> None:
         line.split("(")[0][4:] for line in found.source.splitlines() if line.startswith("def fj_")
     ]
     # the correctly rounded float32 division, layer_norm's rsqrt (subnormal inputs kept on a
-    # GPU), the NaN-propagating max of the softmax's row
-    helpers = ["fj_div_rn", "fj_rsqrt", "fj_max_nan"]
+    # GPU), the softmax's float32 exp (accurate on a GPU too), the NaN-propagating max of its row
+    helpers = ["fj_div_rn", "fj_rsqrt", "fj_exp", "fj_max_nan"]
     assert names == [*helpers, "fj_reduce_add_gelu_layer_norm_softmax_0"], names
     assert "torch.mm(arg0_1, arg1_1)" in found.source

@@ -536,3 +536,66 @@ if __name__ == "__main__":
             print(f"{'op':16} {'ulps':>10} {'counted':>7} {'budget':>6}  worst counted input")
             for name, (ulps, counted, other, worst) in results.items():
                 print(f"{name:16} {ulps:10d} {counted:7d} {table[name][2]:6d}  {worst!r} {other}")
+
+
+# The ops built on exp whose float32 results take fj_exp (a GPU's tl.exp is ex2.approx of
+# x * log2(e): 44 ulps off at x = 80 on an H200); on a GPU their divisions are div.full.f32
+# (2 ulps) and exp2 ex2.approx (2 ulps), hence the margin there.
+EXP_FAMILY = ["exp", "sigmoid", "silu", "softplus", "expm1", "tanh", "elu", "selu", "logsigmoid"]
+DEVICE_MARGIN = 3
+
+
+def test_exp_family_float32_ulps_within_budget() -> None:
+    """exp and the ops made of it within their budgets of eager in float32, over the whole
+    range (overflow and subnormal results too), on the tests' device: unlike the full scan,
+    this one runs on a GPU too."""
+    require_interpreter(loops=False)
+    margin = DEVICE_MARGIN if kernel_device() == "cuda" else 0
+    found = scan(EXP_FAMILY)
+    over = [
+        f"{name}: {counted} ulps (budget {OPS[name][2] + margin}) at x = {worst!r} {other}"
+        for name, (_, counted, other, worst) in found.items()
+        if other or counted > OPS[name][2] + margin
+    ]
+    assert not over, "\n".join(over)
+
+
+def test_exp_takes_fj_exp_where_a_kernel_stores_float32() -> None:
+    """A kernel storing a float32 value writes exp, sigmoid, expm1 and tanh with fj_exp; one
+    storing only bfloat16 keeps tl.exp (its error is below bfloat16's rounding)."""
+
+    def program(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return v.exp(), v.sigmoid(), v.expm1(), v.tanh(), torch.softmax(v, -1)
+
+    def kernels(x: torch.Tensor) -> str:
+        """The generated kernels' text (the helpers written before them left out)."""
+        source = aten_stages(program, x).source
+        return source[source.index("def fj_reduce_") : source.index("# Launchers")]
+
+    text = kernels(torch.randn(4, 8))
+    assert text.count("fj_exp(") == 2 and "fj_sigmoid(" in text, text  # exp, softmax's exp
+    assert "fj_expm1(tmp0, True)" in text and "fj_tanh(tmp0, True)" in text, text
+    assert "tl.exp(" not in text and "tl.sigmoid(" not in text, text
+    text = kernels(torch.randn(4, 8).to(torch.bfloat16))
+    assert "fj_exp(" not in text and "fj_sigmoid(" not in text and "True)" not in text, text
+    assert text.count("tl.exp(") == 2 and "tl.sigmoid(" in text, text
+
+
+def test_fj_exp_at_the_ends_of_its_range() -> None:
+    """fj_exp's values where its range reduction and scaling are at their limits: the largest
+    finite results and the first infinite one, the smallest normal and subnormal results and
+    the first zero, whole multiples of ln 2 (exact powers of two), NaN and the infinities; equal
+    to eager or within 1 ulp of the true value."""
+    require_interpreter(loops=False)
+    ln2 = math.log(2)
+    xs = [88.72283, 88.722832, 88.72284, 88.7229, 89.0, 100.0, 1e30, -87.33654, -87.3366,
+          -100.0, -103.2789, -103.9720, -103.97208, -103.9721, -104.0, -1e30, 0.0, -0.0, 1e-45,
+          -1e-45, 1e-8, -1e-8, 0.34657359, -0.34657359, 0.3466, -0.3466, math.inf, -math.inf,
+          math.nan] + [k * ln2 for k in (-149, -126, -1, 1, 64, 127)]  # fmt: skip
+    x = torch.tensor(xs, dtype=F32)
+    got = framejit.jit(lambda v: v.exp() * 1.0, backend="triton")(x.to(kernel_device())).cpu()
+    want = torch.exp(x)
+    true = torch.exp(x.double()).to(F32)
+    near = (_ordered(got) - _ordered(true)).abs() <= 1
+    same = (got == want) | (got.isnan() & want.isnan()) | (near & ~want.isinf() & ~got.isinf())
+    assert same.all(), [(xs[i], got[i].item(), want[i].item()) for i in (~same).nonzero()[:, 0]]
