@@ -29,6 +29,7 @@ from framejit.frontend.sources import (
     default_source,
     kwdefault_source,
 )
+from framejit.frontend.variables import stdlib
 from framejit.frontend.variables.base import (
     CellVariable,
     VariableTracker,
@@ -447,6 +448,10 @@ class InliningMixin:
         modeled = MODELED_FUNCTIONS.get(fn)
         if modeled is not None:
             return modeled(self, args, kwargs)
+        if code is stdlib.SINGLEDISPATCH_DISPATCH_CODE:
+            impl = stdlib.singledispatch_dispatch(self, fn, args, kwargs)
+            if impl is not None:
+                return impl
         if runs_as_python(fn):
             raise Unsupported("unsupported_call", f"{fn.__qualname__}", "torch code run as Python")
 

@@ -273,6 +273,22 @@ class TypeSource(Source):
 
 
 @dataclass(frozen=True)
+class IdSource(Source):
+    """`id(base)`: what `id()` of an object from outside the frame read (pinned by a guard)."""
+
+    base: Source
+
+    def __str__(self) -> str:
+        return f"id({self.base})"
+
+    def guard_expr(self) -> str:
+        return f"id({self.base.guard_expr()})"
+
+    def emit_load(self, cg: Any) -> None:
+        cg.call_const(id, lambda: self.base.emit_load(cg), 1)
+
+
+@dataclass(frozen=True)
 class MethodCallSource(Source):
     """`base.name()`: a metadata query (storage_offset) that a guard must pin."""
 

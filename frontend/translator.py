@@ -107,6 +107,17 @@ class Decoded:
                 return False
         return False
 
+    def is_with_exit(self, target: int) -> bool:
+        """Does the handler at `target` call a `with` block's exit with the exception
+        (PUSH_EXC_INFO, WITH_EXCEPT_START)?"""
+        k = self.index_of.get(target)
+        return (
+            k is not None
+            and k + 1 < len(self.instructions)
+            and self.instructions[k].opname == "PUSH_EXC_INFO"
+            and self.instructions[k + 1].opname == "WITH_EXCEPT_START"
+        )
+
     def is_plain_cleanup(self, target: int) -> bool:
         """Does the handler at `target` only tidy up and re-raise (an `except E as e:` body's
         deletion of `e`, leaving an `except` clause, a 3.12 comprehension restoring its loop
@@ -177,6 +188,8 @@ class Translator(OperatorsMixin, InliningMixin):
         self.steps = 0
         self.breaks_allowed = False  # the root frame may break its graph (compile_frame sets it)
         self.handling = 0  # `except` clauses entered and not yet left (PUSH_EXC_INFO, POP_EXCEPT)
+        self.handled: list[VariableTracker] = []  # their exceptions, innermost last
+        self.handled_unknown = False  # left a clause entered before the trace began
         # An inlined generator's frame (variables/generators.py): YIELD_VALUE stores the value
         # and pauses `run`, which the GeneratorVariable resumes for the next item.
         self.is_generator = False
@@ -233,8 +246,14 @@ class Translator(OperatorsMixin, InliningMixin):
                     if caught is not None:
                         # The `except` clause we entered cannot be traced to its end: rewind to
                         # the instruction that raised and break there, as without the clause.
+                        # Only if the clause changed no object made in the frame (a list it
+                        # popped, an ExitStack's callbacks): a rewind restores the stack and
+                        # locals, not their contents; else the frame runs as Python.
+                        clause_changed = mutation_count() != caught[11]
                         inst, exc, stack, local_vars, kw_names, cells, contents = caught[:7]
-                        mark, undo, run_it, changed = caught[7:]
+                        mark, undo, run_it, changed = caught[7:11]
+                        if clause_changed:
+                            raise exc from None
                         if inst.positions is not None and inst.positions.lineno is not None:
                             self.lineno = inst.positions.lineno
                     else:
@@ -244,7 +263,7 @@ class Translator(OperatorsMixin, InliningMixin):
                             # the root frame's own `except` clause takes it; keep what a break
                             # at this instruction needs, in case the clause cannot be traced
                             caught = (inst, exc, stack, local_vars, kw_names, cells, contents)
-                            caught += (mark, undo, run_it, changed)
+                            caught += (mark, undo, run_it, changed, mutation_count())
                             continue
                     self.output.rollback(mark)
                     if not run_it and not can_resume_at(self, inst, exc, changed):
@@ -273,9 +292,11 @@ class Translator(OperatorsMixin, InliningMixin):
     def _catch(self, exc: Unsupported, inst: Any) -> bool:
         """The frame's own `except` clause around `inst` takes a Python exception the
         translator knows (`Mapping.get`'s `try: self[key] except KeyError`): jump to the handler
-        as CPython would. `with` and `finally` handlers are never entered while tracing. In
-        the root frame, a clause that cannot be traced to its end (up to its POP_EXCEPT) is
-        rewound: the frame breaks at the instruction that raised, which then runs for real."""
+        as CPython would. A `with` block's exit is entered too: WITH_EXCEPT_START calls the
+        exit (traced) with the exception, which it may suppress (`contextlib.suppress`).
+        `finally` handlers are never entered while tracing. In the root frame, a clause that
+        cannot be traced to its end (up to its POP_EXCEPT) is rewound: the frame breaks at the
+        instruction that raised, which then runs for real."""
         exc_type = exc.python_exception()
         if exc_type is None:
             return False
@@ -285,7 +306,8 @@ class Translator(OperatorsMixin, InliningMixin):
         # a raise inside an `except` clause's body goes to the clause's tidying up (deleting
         # `err`, POP_EXCEPT), which is traced; its RERAISE hands the exception on outward
         leaves_clause = self.handling > 0 and self.decoded.is_plain_cleanup(entry.target)
-        if not leaves_clause and not self.decoded.is_except_clause(entry.target):
+        enters = leaves_clause or self.decoded.is_with_exit(entry.target)
+        if not enters and not self.decoded.is_except_clause(entry.target):
             if not self.decoded.is_plain_cleanup(entry.target):
                 # A `with` block's exit or a `finally` body would run here (`with
                 # torch.no_grad(): raise ...` in a called function); they are not traced, so

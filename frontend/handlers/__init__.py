@@ -43,7 +43,6 @@ def handler(
 # frame runs eagerly.
 _UNSUPPORTED_ALL: dict[str, str] = {
     "BEFORE_ASYNC_WITH": "async code runs eagerly",
-    "WITH_EXCEPT_START": "`with` blocks are not captured yet",
     "CHECK_EG_MATCH": "exception groups are not captured",
     "SETUP_ANNOTATIONS": "annotations at module level",
     "LOAD_BUILD_CLASS": "defining a class inside a function",

@@ -2,9 +2,11 @@
 
 BEFORE_WITH enters the context and pushes its exit and the `__enter__` result; the normal end
 of the block calls the exit with three Nones (CALL 2 on 3.11 and 3.12). Contexts: grad mode,
-autocast, and objects whose class writes `__enter__`/`__exit__` in Python (inlined). The
-exception paths of a `with` block (PUSH_EXC_INFO, WITH_EXCEPT_START) are never reached while
-tracing.
+autocast, and objects whose class writes `__enter__`/`__exit__` in Python (inlined). When the
+block raises an exception the translator knows (Translator._catch), its handler is traced:
+WITH_EXCEPT_START calls the exit with the exception's class, the exception and a traceback
+that exists only at run time; a true result suppresses the exception (`contextlib.suppress`),
+a false one re-raises it (RERAISE) to the next handler out.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
+from framejit.frontend.variables.base import ExceptionVariable
 from framejit.frontend.variables.contexts import (
     AutocastExitVariable,
     AutocastVariable,
@@ -73,3 +76,18 @@ def before_with(tx: Translator, inst: Any) -> None:
     entered = ctx.enter(tx)
     tx.push(exit_vt)
     tx.push(entered)
+
+
+@handler("WITH_EXCEPT_START")
+def with_except_start(tx: Translator, inst: Any) -> None:
+    # stack: exit, lasti, the exception handled before, the exception (PUSH_EXC_INFO)
+    from framejit.frontend.variables.stdlib import TracebackVariable
+
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionVariable):
+        raise Unsupported(
+            "unsupported_control_flow", "a `with` block's exit outside a traced raise"
+        )
+    exit_fn = tx.stack[-4]
+    cls = tx.wrap_value(exc.exc_type, None)
+    tx.push(exit_fn.call(tx, [cls, exc, TracebackVariable()], {}))

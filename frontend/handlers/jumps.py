@@ -170,6 +170,7 @@ def push_exc_info(tx: Translator, inst: Any) -> None:
     # reached only when the frame's `except` clause took a known exception (Translator._catch)
     tx.handling += 1
     exc = tx.pop()
+    tx.handled.append(exc)
     tx.push(ConstantVariable(None))  # the exception being handled before: none while tracing
     tx.push(exc)
 
@@ -195,4 +196,8 @@ def check_exc_match(tx: Translator, inst: Any) -> None:
 @handler("POP_EXCEPT")
 def pop_except(tx: Translator, inst: Any) -> None:
     tx.handling -= 1
+    if tx.handled:
+        tx.handled.pop()
+    else:  # a clause the trace began inside (a resume function's): what was handled before?
+        tx.handled_unknown = True
     tx.pop()  # the exception handled before this one (None while tracing)

@@ -389,7 +389,17 @@ def _id(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
     if type(x) is NNModuleVariable:
         x.pin(tx, "id()")
         return ConstantVariable(id(x.obj))
-    return None
+    from framejit.frontend.variables.stdlib import id_of
+
+    found = id_of(tx, x)
+    if found is None:
+        raise Unsupported(
+            "unsupported_builtin",
+            f"id() of a {x.type_name()} made by the traced code",
+            "only objects from outside the frame (arguments, globals, module attributes) "
+            "have an id while tracing",
+        )
+    return found
 
 
 @builtin(inspect.signature)
@@ -573,6 +583,10 @@ def _reversed(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | N
 
 @builtin(iter)
 def _iter(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    if len(args) == 2 and not kwargs:  # iter(fn, sentinel)
+        from framejit.frontend.variables.stdlib import call_iterator
+
+        return call_iterator(tx, args[0], args[1])
     if len(args) != 1 or kwargs:
         return None
     if isinstance(args[0], (IteratorVariable, LazyIteratorVariable)):
@@ -1146,3 +1160,6 @@ def _repeat(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | Non
     if not args or times is None or not times.is_constant():
         return None  # an endless repeat: only Python knows when its consumer stops
     return IteratorVariable([args[0]] * max(times.as_constant(), 0))
+
+
+from framejit.frontend.variables import stdlib as _stdlib  # noqa: E402, F401 (registers builtins)

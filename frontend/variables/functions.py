@@ -21,6 +21,8 @@ from framejit.frontend.variables.base import (
     all_constant,
     constant_fold,
     missing_attribute,
+    note_mutation,
+    note_undoable,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ class NestedFunctionVariable(VariableTracker):
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.closure = closure
+        self.attrs: dict[str, VariableTracker] = {}  # set on it in the frame (`f.__wrapped__`)
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
@@ -102,16 +105,25 @@ class NestedFunctionVariable(VariableTracker):
                 cg.load_cell(cell)
             cg.build(tuple, len(self.closure))
 
+        def make() -> None:
+            cg.call_const(
+                _make_function,
+                lambda: (
+                    cg.load_const(self.code),
+                    cg.load_const(self.f_globals),
+                    cg.reconstruct(TupleVariable(self.defaults)),
+                    cg.reconstruct(DictVariable(self.kwdefaults)),
+                    closure(),
+                ),
+                5,
+            )
+
+        if not self.attrs:
+            make()
+            return
+        names, values = tuple(self.attrs), TupleVariable(list(self.attrs.values()))
         cg.call_const(
-            _make_function,
-            lambda: (
-                cg.load_const(self.code),
-                cg.load_const(self.f_globals),
-                cg.reconstruct(TupleVariable(self.defaults)),
-                cg.reconstruct(DictVariable(self.kwdefaults)),
-                closure(),
-            ),
-            5,
+            _with_attributes, lambda: (make(), cg.load_const(names), cg.reconstruct(values)), 3
         )
 
     def python_type(self) -> type:
@@ -125,7 +137,18 @@ class NestedFunctionVariable(VariableTracker):
             return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
         if name == "__code__":
             return ConstantVariable(self.code)
+        if name in self.attrs:
+            return self.attrs[name]
         raise Unsupported("unsupported_attr", f"function.{name}")
+
+    def setattr(self, tx: Translator, name: str, value: VariableTracker) -> None:
+        """An attribute of the function's own `__dict__` (`wrapper.__wrapped__ = fn`)."""
+        if name in _FUNCTION_SLOTS and name != "__wrapped__":
+            super().setattr(tx, name, value)
+        note_mutation(self)
+        old = dict(self.attrs)
+        note_undoable(lambda: setattr(self, "attrs", old))
+        self.attrs[name] = value
 
 
 class UserMethodVariable(VariableTracker):
@@ -305,6 +328,13 @@ def _constant_items(tx: Translator, vt: VariableTracker) -> VariableTracker:
     if isinstance(vt, IteratorVariable) and all(i.is_constant() for i in vt.items[vt.index :]):
         return ConstantVariable([i.as_constant() for i in vt.unpack(tx)])
     return vt
+
+
+def _with_attributes(fn: Any, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+    """A function rebuilt after the graph, given the attributes the frame set on it."""
+    for name, value in zip(names, values):
+        setattr(fn, name, value)
+    return fn
 
 
 def _make_function(

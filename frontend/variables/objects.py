@@ -446,6 +446,12 @@ class UserObjectVariable(VariableTracker):
             if self.source is not None:
                 tx.output.add_guard(self.source, GuardKind.ID_MATCH, self.obj, tx.location_text())
             return GetterVariable(self.obj, self.source).call(tx, args, kwargs)
+        if type(self.obj) is operator.methodcaller:
+            from framejit.frontend.variables.stdlib import methodcaller_from_outside
+
+            caller = methodcaller_from_outside(tx, self.obj, self.source)
+            if caller is not None:
+                return caller.call(tx, args, kwargs)
         if isinstance(self.obj, ContextExit):
             raise Unsupported(
                 "unsupported_context",
@@ -1010,6 +1016,13 @@ class ClassVariable(VariableTracker):
             except TypeError as exc:
                 raise Unsupported.raised(f"{cls.__name__}(...)", exc) from None
             return GetterVariable(getter)
+        if cls is types.MethodType and len(args) == 2 and not kwargs and _is_callable(args[0]):
+            # `MethodType(fn, obj)` (contextlib's ExitStack binds a context's __exit__ so)
+            return UserMethodVariable(args[0], args[1])
+        if cls is operator.methodcaller:
+            from framejit.frontend.variables.stdlib import make_methodcaller
+
+            return make_methodcaller(tx, args, kwargs)
         if cls is collections.defaultdict and (not args or args[0].python_type() is not dict):
             contents = call_builtin_class(tx, dict, args[1:], kwargs)
             factory = args[0] if args else ConstantVariable(None)
@@ -1213,6 +1226,18 @@ def _python_setattr(cls: type) -> types.FunctionType | None:
     return None
 
 
+def _is_callable(vt: VariableTracker) -> bool:
+    try:
+        t = vt.python_type()
+    except Unsupported:
+        return False
+    return any("__call__" in k.__dict__ for k in t.__mro__)
+
+
+# classes of `collections` written in Python whose methods the translator inlines like a user's
+_PYTHON_COLLECTIONS = (collections.ChainMap,)
+
+
 def _plain_class(cls: type) -> bool:
     """A Python class whose instances the translator can build and track: ordinary objects with
     a __dict__, optionally extending dict or OrderedDict (their items are tracked too), with a
@@ -1236,7 +1261,7 @@ def _plain_class(cls: type) -> bool:
     return all(
         not k.__dict__.get("__slots__", ())  # empty slots (collections.abc bases) are fine
         and (k.__module__ != "builtins" or k in builtins_ok)
-        and (k.__module__ != "collections" or k in builtins_ok)
+        and (k.__module__ != "collections" or k in (*builtins_ok, *_PYTHON_COLLECTIONS))
         for k in cls.__mro__
     )
 

@@ -150,6 +150,8 @@ class TensorVariable(VariableTracker):
             raise Unsupported("unsupported_attr", "Tensor._version", "it is read as Python")
         if name == "shape":
             return tx.output.tensor_size(self)
+        if name == "__class__":  # `type(x)`, as the tensor's TENSOR_MATCH guard pins it
+            return tx.wrap_value(self.python_type(), None)
         if name == "nbytes":  # numel * itemsize, symbolic with the sizes
             itemsize = ConstantVariable(self.fake.element_size())
             return tx.binary_op(operator.mul, tx.output.tensor_numel(self), itemsize)
