@@ -497,6 +497,12 @@ class ExceptionVariable(VariableTracker):
             return self.cause if self.cause is not None else ConstantVariable(None)
         if name == "__suppress_context__":
             return ConstantVariable(self.cause is not None)
+        if name == "__traceback__":  # ExitStack.__exit__ reads it (Python 3.13)
+            if not self.raised:
+                return ConstantVariable(None)
+            from framejit.frontend.variables.stdlib import TracebackVariable
+
+            return TracebackVariable()
         for base in self.exc_type.__mro__:  # a constant of a user exception class (`code = 3`)
             if base.__module__ != "builtins" and name in vars(base):
                 value = vars(base)[name]

@@ -184,6 +184,16 @@ class CallIteratorVariable(LazyIteratorVariable):
         cg.call_const(iter, emit, 2)
 
 
+def _not_callable_error() -> TypeError:
+    """Eager's TypeError for `iter(obj, sentinel)` of an object that cannot be called (its
+    message differs between Python versions)."""
+    try:
+        iter(0, 0)  # type: ignore[call-overload]
+    except TypeError as exc:
+        return exc
+    raise AssertionError("iter(0, 0) did not raise")
+
+
 def call_iterator(tx: Translator, fn: VariableTracker, sentinel: VariableTracker) -> Any:
     """`iter(fn, sentinel)`; eager's TypeError for a `fn` that cannot be called."""
     try:
@@ -191,7 +201,7 @@ def call_iterator(tx: Translator, fn: VariableTracker, sentinel: VariableTracker
     except Unsupported:
         t = None
     if t is not None and not any("__call__" in k.__dict__ for k in t.__mro__):
-        raise Unsupported.raised("iter(fn, sentinel)", TypeError("iter(v, w): v must be callable"))
+        raise Unsupported.raised("iter(fn, sentinel)", _not_callable_error())
     return CallIteratorVariable(fn, sentinel)
 
 
