@@ -161,6 +161,25 @@ def wants_max_autotune(options: dict[str, Any] | None = None) -> bool:
     return bool(getattr(config, "max_autotune", False)) or config.mode == "max-autotune"
 
 
+def graph_devices(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> set[str]:
+    """The devices of the graph's tensors: inputs and every node's value (a graph without
+    tensor inputs, which makes its tensors from ints, still has a device). A 0-dim CPU input or
+    constant beside tensors of another device does not count: the kernels take it by value
+    (lower.py's `host_scalar_nodes`)."""
+    from framejit.backend.triton.lower import host_scalar_nodes, is_host_scalar
+
+    scalars = host_scalar_nodes(gm)
+    placed = [
+        (n in scalars, str(n.meta["val"].device))
+        for n in gm.graph.nodes
+        if isinstance(n.meta.get("val"), torch.Tensor)
+    ]
+    placed += [
+        (is_host_scalar(v), str(v.device)) for v in example_inputs if isinstance(v, torch.Tensor)
+    ]
+    return {device for scalar, device in placed if not scalar} or {d for _, d in placed}
+
+
 def compile_graph(
     gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
 ) -> Callable[..., Any]:
@@ -171,13 +190,7 @@ def compile_graph(
     from framejit.backend.triton.symbolic import Specializing, _binding, is_symbolic
     from torch._subclasses.fake_tensor import FakeTensor
 
-    devices = {str(v.device) for v in example_inputs if isinstance(v, torch.Tensor)}
-    # a graph without tensor inputs (it makes its tensors from ints) still has a device
-    devices |= {
-        str(n.meta["val"].device)
-        for n in gm.graph.nodes
-        if isinstance(n.meta.get("val"), torch.Tensor)
-    }
+    devices = graph_devices(gm, example_inputs)
     if "meta" in devices:
         # Meta tensors have no data to compute on, and a factory under `torch.device("meta")`
         # must make a meta tensor (the kernels would make it on the graph's other device).

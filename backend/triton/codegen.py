@@ -301,6 +301,8 @@ def _wrapper(
     params = [names.get(k, f"_unused{k}") for k in range(graph.arity)]
     w.line(f"def call({', '.join(params)}):")
     with w.indent():
+        for scalar, name in graph.host_scalars:  # 0-dim CPU inputs: their values, by value
+            w.line(f"{scalar} = {name}.item()")
         if schedule.symbols:
             _bind_symbols(w, graph, inputs, schedule.symbols)
         for check in graph.empty_checks:

@@ -307,6 +307,15 @@ class KernelCode:
             return self.emit(f"({self.ix_text(expr.index)}).to({TL_DTYPES[expr.dtype]})", expr)
         if isinstance(expr, ScalarArg):
             self.scalars[expr.name] = expr
+            if expr.name.startswith("host"):
+                # a Python number argument is int32 or int64 by its value, and float32: in the
+                # dtype the kernel computes the input's dtype in; under the interpreter a block
+                # like the lanes' (its bool ops fail on a 0-d bool with a block)
+                tl_dtype = TL_DTYPES[expr.dtype]
+                if self.interpreter:
+                    shape = ("xoffsets" if self.reduction else "offsets") + ".shape"
+                    return self.emit(f"tl.full({shape}, {expr.name}, {tl_dtype})", expr)
+                return self.emit(f"tl.cast({expr.name}, {tl_dtype})", expr)
             return expr.name
         if isinstance(expr, BoundsCheck):
             return self.bounds_check(expr)

@@ -30,6 +30,7 @@ import torch
 import torch.fx
 from framejit.backend.aot.core_ops import op_name
 from framejit.backend.triton.ir import (
+    Const,
     Expr,
     Extern,
     ExternArg,
@@ -135,6 +136,8 @@ class Lowering:
     must_realize: set[str] = field(default_factory=set)
     hints: list[str] = field(default_factory=list)
     origin: str = ""
+    # the graph's 0-dim CPU values the kernels take by value (`host_scalar_nodes`)
+    host_nodes: set[torch.fx.Node] = field(default_factory=set)
     _count: int = 0
 
     def new_name(self) -> str:
@@ -206,6 +209,7 @@ def lower(gm: torch.fx.GraphModule) -> Lowering:
     from framejit.backend.triton.ops import LOWERINGS
 
     ctx = Lowering()
+    ctx.host_nodes = host_scalar_nodes(gm)
     ctx.graph.sizes = SizeFacts(_shape_env(gm))
     with ctx.graph.sizes.active():
         _lower_nodes(ctx, gm, LOWERINGS)
@@ -248,16 +252,25 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
                     raise NotLowered(f"input {node.name} is not a tensor")
                 position += 1  # an unused number (a size the graph was specialized to)
                 continue
-            ctx.graph.device = str(val.device)
             info = meta_value(val)
             buf = InputBuffer(node.name, info.shape, info.strides, val.dtype, position)
             position += 1
             ctx.graph.nodes.append(buf)
             env[node] = ctx.buffer_value(node.name, buf.shape, buf.dtype)
+            if node in ctx.host_nodes:
+                # its loads are a kernel argument (the buffer stays for the aten ops)
+                scalar = ScalarArg(f"host{len(ctx.graph.host_scalars)}", compute_dtype(val.dtype))
+                ctx.graph.host_scalars.append((scalar.name, node.name))
+                env[node] = TensorValue((), val.dtype, lambda index, s=scalar: s, env[node].base)
+            else:
+                ctx.graph.device = str(val.device)
         elif node.op == "get_attr":
             env[node] = _constant(ctx, gm, node)
         elif node.op == "call_function" and _is_size_node(node):
             env[node] = _size_node(node, env)
+        elif node in ctx.host_nodes:  # a copy of a host scalar: the same value
+            source = env[node.args[0]]
+            env[node] = TensorValue((), source.dtype, source.loader, source.base)
         elif node.op == "call_function":
             env[node] = _lower_call(ctx, node, env, table)
         elif node.op == "output":
@@ -267,12 +280,73 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
                 ctx.graph.outputs.append(
                     ctx.realize(value) if isinstance(value, TensorValue) else value
                 )
-        if node.op == "placeholder" or "val" not in node.meta:
+        if node.op == "placeholder" or "val" not in node.meta or node in ctx.host_nodes:
             continue
         val = node.meta["val"]
         if isinstance(val, torch.Tensor) and str(val.device) != "meta":
             ctx.graph.device = str(val.device)
     ctx.graph.arity = position
+
+
+# The dtypes of the 0-dim CPU inputs kernels take by value: a Python float is a float32
+# argument (exact for these), an int one of int32 or int64.
+_HOST_SCALAR_DTYPES = (
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.bool,
+)
+
+
+# Copies that give a 0-dim CPU value the same value (`torch.tensor(8.0)` in a function is a
+# tensor constant and its lift_fresh_copy).
+_SCALAR_COPIES = {"aten.lift_fresh_copy", "aten.clone", "aten._to_copy"}
+
+
+def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The graph's 0-dim CPU values that kernels take by value, whatever the graph's device:
+    inputs (`is_host_scalar`: passed as kernel arguments), tensor constants (float64 too:
+    written into the source) and same-dtype CPU copies of those not returned by the graph (a
+    returned one must be a CPU tensor of its own)."""
+    found: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            ok = is_host_scalar(val)
+        elif node.op == "get_attr":
+            value: Any = gm
+            for part in str(node.target).split("."):
+                value = getattr(value, part, None)
+            ok = is_host_scalar(value, constant=True)
+        elif node.op == "call_function" and op_name(node.target) in _SCALAR_COPIES:
+            source = node.args[0]
+            ok = (
+                source in found
+                and is_host_scalar(val, constant=True)
+                and val.dtype == source.meta.get("val", val).dtype
+                and not any(user.op == "output" for user in node.users)
+            )
+        else:
+            ok = False
+        if ok:
+            found.add(node)
+    return found
+
+
+def is_host_scalar(val: Any, constant: bool = False) -> bool:
+    """Whether a graph input is a 0-dim CPU tensor that the kernels take by value (`.item()`
+    at each call), as eager's CUDA kernels take a CPU scalar: so that `x / torch.tensor(8.0)`
+    on CUDA data (a scale made without a device, a CPU scalar buffer) runs in the fused
+    kernels instead of sending the whole graph to aten. CPU graphs take them so too (the same
+    path, tested in the interpreter)."""
+    return (
+        isinstance(val, torch.Tensor)
+        and val.dim() == 0
+        and val.device.type == "cpu"
+        and (val.dtype in _HOST_SCALAR_DTYPES or (constant and val.dtype == torch.float64))
+    )
 
 
 def _constant(ctx: Lowering, gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
@@ -290,7 +364,11 @@ def _constant(ctx: Lowering, gm: torch.fx.GraphModule, node: torch.fx.Node) -> A
             name, torch.ops.aten.alias.default, (value,), (), (name,), (layout,), True, "constant"
         )
     )
-    return ctx.buffer_value(name, value.shape, value.dtype)
+    held = ctx.buffer_value(name, value.shape, value.dtype)
+    if node in ctx.host_nodes:  # a 0-dim CPU constant: its value, in the kernels' source
+        number = Const(value.item(), compute_dtype(value.dtype))
+        return TensorValue((), value.dtype, lambda index: number, held.base)
+    return held
 
 
 def _is_size_node(node: torch.fx.Node) -> bool:

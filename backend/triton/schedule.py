@@ -161,6 +161,7 @@ def schedule(lowering: Lowering) -> Schedule:
     hints = list(lowering.hints)
     bodies, inlined_into = _inline(graph, lowering.must_realize, hints)
     nodes = {n.name: n for n in graph.nodes}
+    live = _live(graph, lowering.must_realize)
     steps: list[Kernel | Extern] = []
     current: Kernel | None = None
     for node in graph.nodes:
@@ -168,6 +169,9 @@ def schedule(lowering: Lowering) -> Schedule:
             isinstance(node, InputBuffer)
             or node.name not in bodies
             and not isinstance(node, Extern)
+            or isinstance(node, Extern)
+            and node.origin == "constant"
+            and node.outputs[0] not in live
         ):
             continue
         if isinstance(node, Extern):
@@ -223,6 +227,8 @@ def _live(graph: LoopGraph, must_realize: set[str]) -> set[str]:
     eager, even where the value is unused)."""
     live = {o.buffer for o in graph.outputs if isinstance(o, ExternArg)} | set(must_realize)
     for node in reversed(graph.nodes):
+        if isinstance(node, Extern) and node.origin == "constant":
+            continue  # a tensor constant: live only if read (not when its value was inlined)
         if isinstance(node, Extern):
             live.update(n for n in node.outputs if n)
             live.update(extern_buffers(node))
