@@ -192,14 +192,14 @@ class Ix:
         quotient = Ix._make(whole, const_q)
         if rest.is_const and rest.const == 0:
             return quotient
-        if (
-            len(self.terms) == 1
-            and self.terms[0][1] == 1
-            and isinstance(self.terms[0][0], FloorDiv)
-        ):
+        if len(self.terms) == 1 and self.terms[0][1] == 1 and self.const == 0:
             inner = self.terms[0][0]
-            if self.const == 0:
+            if isinstance(inner, FloorDiv):
                 return inner.base.floordiv(inner.divisor * d)
+            if isinstance(inner, Mod) and divides(d, inner.modulus):
+                # (x % (k d)) // d is (x // d) % k: written so, a load's address keeps
+                # the lanes' contiguity that Triton's analysis sees in x (vector loads)
+                return inner.base.floordiv(d).mod(exact_quotient(inner.modulus, d))
         rlo, rhi = rest.bounds()
         if provably_le(0, rlo) and provably_lt(rhi, d):
             return quotient
@@ -223,6 +223,10 @@ class Ix:
             return Ix((), size_divmod(self.const, m)[1])
         if not provably_le(0, lo) or not all(provably_le(0, c) for _, c in self.terms):
             return Ix.of(Mod(self, m))
+        if len(self.terms) == 1 and self.terms[0][1] == 1 and self.const == 0:
+            inner = self.terms[0][0]
+            if isinstance(inner, Mod) and divides(m, inner.modulus):
+                return inner.base.mod(m)  # (x % (k m)) % m is x % m
         rest = Ix._make(
             {a: c for a, c in self.terms if not divides(m, c)}, size_divmod(self.const, m)[1]
         )

@@ -41,9 +41,11 @@ from framejit.backend.triton.ir import (
     BoundsCheck,
     Const,
     Expr,
+    FloorDiv,
     IndexValue,
     Ix,
     Load,
+    Mod,
     Op,
     Reduction,
     ScalarArg,
@@ -276,6 +278,15 @@ class KernelCode:
         self.order = None if self.reduction else _iteration_order(kernel, layouts)
         # the address that is `offsets` itself: the loop variables walked in that order
         self.flat = linear(loop_vars(kernel.xshape), _walk_strides(kernel.xshape, self.order))
+        # each loop variable of a pointwise kernel as `offsets` makes it (`i2 = offsets % 768`)
+        self.var_defs: dict[Sym, Ix] = {}
+        numel = _numel(kernel.xshape)
+        if not self.reduction and is_static(numel):
+            walk = _walk_strides(kernel.xshape, self.order)
+            flat = Ix.of(Sym("offsets", max(numel, 1)))
+            for var, index in zip(loop_vars(kernel.xshape), unflatten(flat, kernel.xshape, walk)):
+                if not var.is_const:
+                    self.var_defs[var.terms[0][0]] = index
 
     # -- values -----------------------------------------------------------------------------
 
@@ -536,8 +547,27 @@ class KernelCode:
     def address(self, address: Ix) -> str:
         if not self.reduction and address == self.flat and not address.is_const:
             return "offsets"
-        text = self.ix_text(address)
+        text = self.ix_text(self.through_offsets(address))
         return f"({text})" if " " in text else text
+
+    def through_offsets(self, address: Ix) -> Ix:
+        """`address` with each `v // d` and `v % d` of a loop variable `v` whose size `d`
+        divides written from `offsets` (`i2 = offsets % 768`: `i2 // 64` is
+        `(offsets // 64) % 12`, `i2 % 64` is `offsets % 64`). The same values; but Triton's
+        analysis then sees runs of consecutive addresses (64 here) and loads them as vectors:
+        GPT-2's attention output, `[B, 12, T, 64]` transposed to `[B, T, 768]`, was read 2
+        bytes per load (a 128-bit load each 8 bfloat16 elements with this)."""
+        out = Ix((), address.const)
+        for atom, c in address.terms:
+            new = Ix.of(atom)
+            if isinstance(atom, (FloorDiv, Mod)):
+                base, k = atom.base, atom.divisor if isinstance(atom, FloorDiv) else atom.modulus
+                var = base.terms[0][0] if len(base.terms) == 1 and not base.const else None
+                defined = self.var_defs.get(var) if base.terms and base.terms[0][1] == 1 else None
+                if defined is not None and isinstance(k, int) and var.size % k == 0:
+                    new = defined.floordiv(k) if isinstance(atom, FloorDiv) else defined.mod(k)
+            out = out + new * c
+        return out
 
     # -- kernel -----------------------------------------------------------------------------
 

@@ -449,3 +449,40 @@ def test_a_half_norm_sums_its_powers_in_float32(dtype: torch.dtype, ord: float) 
     x = torch.tensor([[8.5, 0.25, -3.0], [300.0, -2.0, 1.0]], dtype=dtype)
     check(lambda x: torch.linalg.vector_norm(x, ord, dim=-1), x)
     check(lambda x: torch.linalg.vector_norm(x, ord), x[0])
+
+
+@pytest.mark.parametrize("heads", [12, 3, 16])
+def test_a_head_merge_reads_runs_of_consecutive_addresses(heads: int) -> None:
+    """Attention's output `[B, H, T, D]` transposed to `[B, T, H * D]` (a copy): its load is
+    written from `offsets` where a loop variable's size is a multiple of the divisor
+    (`(offsets // 64) % 12`, `offsets % 64`, not `i2 // 64`, `i2 % 64` of `i2 = offsets %
+    768`), so that Triton's analysis sees runs of 64 consecutive addresses and loads them as
+    vectors (with 12 heads the sm_90 code loaded 2 bytes at a time; README, Triton backend); the
+    values are eager's."""
+
+    def merge(y: torch.Tensor) -> torch.Tensor:
+        b, h, t, d = y.shape
+        return y.transpose(1, 2).contiguous().view(b, t, h * d) * 2
+
+    y = torch.randn(2, heads, 5, 64)
+    source = aten_stages(merge, y).source
+    load = next(line for line in source.splitlines() if "tl.load(" in line)
+    assert "(offsets % 64)" in load and "i2" not in load, load
+    if heads != 16:  # 16 * 64 is a power of two: `offsets % 1024`'s own analysis sufficed
+        assert f"((offsets // 64) % {heads})" in load, load
+    check(merge, y)
+    check(merge, y.to(torch.bfloat16))
+
+
+def test_index_rules_for_a_remainder_divided_again() -> None:
+    """(x % (k d)) // d is (x // d) % k and (x % (k m)) % m is x % m; other divisors keep the
+    remainder (not identities there)."""
+    from framejit.backend.triton.ir import Ix, Sym
+
+    x = Ix.of(Sym("x", 10_000))
+    assert str(x.mod(768).floordiv(64)) == "((x // 64) % 12)"
+    assert str(x.mod(768).mod(64)) == "(x % 64)"
+    assert str(x.mod(768).floordiv(100)) == "((x % 768) // 100)"
+    assert str(x.mod(768).mod(100)) == "((x % 768) % 100)"
+    for v in range(0, 10_000, 37):
+        assert (v % 768) // 64 == (v // 64) % 12 and (v % 768) % 64 == v % 64
