@@ -34,7 +34,7 @@ from framejit.backend.registry import with_cudagraphs
 from framejit.config import MODES as _CONFIG_MODES
 from framejit.config import config
 from framejit.frontend.breaks import resumes
-from framejit.frontend.codegen import argnames_of, rebind, same_cells
+from framejit.frontend.codegen import argnames_of, rebind, run_resumes, same_cells
 from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
 from framejit.frontend.hook import forget_skip_marks, inside_torch_dispatch, user_mode_active
@@ -362,7 +362,11 @@ class JitFunction:
         return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(self._fn, args, kwargs)
+        try:
+            return self._call(self._fn, args, kwargs)
+        except BaseException as e:
+            _user_traceback(e)
+            raise
 
     def with_closure(self, closure: tuple) -> Any:
         """This function's compiled code run with other cells: the same nested function made
@@ -374,7 +378,11 @@ class JitFunction:
         return functools.partial(self._call_live, rebind(fn, fn, closure))
 
     def _call_live(self, live: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
-        return self._call(live, args, kwargs)
+        try:
+            return self._call(live, args, kwargs)
+        except BaseException as e:
+            _user_traceback(e)
+            raise
 
     def _call(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
         if fn.__code__ is not self._code:  # `fn.__code__ = other.__code__`
@@ -501,6 +509,9 @@ class _GraphedJitFunction(JitFunction):
         state.depth = 1
         try:
             return JitFunction.__call__(self, *args, **kwargs)
+        except BaseException as e:
+            _user_traceback(e)
+            raise
         finally:
             state.depth = 0
 
@@ -525,7 +536,11 @@ class _ObjectCall(JitFunction):
         if call is not self._class_call:
             self._class_call = call
             self._cache.entries.clear()
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except BaseException as e:
+            _user_traceback(e)
+            raise
 
 
 class _GraphedObjectCall(_ObjectCall, _GraphedJitFunction):
@@ -540,6 +555,33 @@ def _shares_modules(settings: _Settings) -> bool:
     """Instances of one layer class share entries (config.share_module_graphs), except where
     CUDA graphs record per instance."""
     return config.share_module_graphs and not _graphed(settings)
+
+
+# The files of framejit's call path: the wrappers a compiled function and the functions its
+# breaks call go through (`__call__`, `_call`, `_miss`, `_forward`), and `run_resumes`.
+_CALL_PATH_FILES = frozenset({__file__, sys.modules[run_resumes.__module__].__file__})
+
+
+def _user_traceback(error: BaseException) -> None:
+    """`error`'s traceback as eager's would read, for code that walks it (logging, depth
+    checks): the frames of framejit's call path left out, and a compiled frame followed by its
+    own resume function (the rest of the frame after a break, whose line is the one that
+    raised) counted once. Frames of framejit's compiler stay: an error of its own shows them."""
+    kept = []
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename not in _CALL_PATH_FILES:
+            kept.append(tb)
+        tb = tb.tb_next
+    for k in range(len(kept) - 2, -1, -1):
+        code, after = kept[k].tb_frame.f_code, kept[k + 1].tb_frame.f_code
+        if resumes(after) and code.co_name == after.co_name and not resumes(code):
+            del kept[k]
+    for tb, following in zip(kept, kept[1:]):
+        tb.tb_next = following
+    if kept:
+        kept[-1].tb_next = None
+    error.__traceback__ = kept[0] if kept else None
 
 
 def _jit_function(fn: types.FunctionType, settings: _Settings, target: Any = None) -> JitFunction:
@@ -726,6 +768,13 @@ class JitModule(torch.nn.Module):
         self.__dict__["_orig_mod"].training = mode
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._module_call(*args, **kwargs)
+        except BaseException as e:
+            _user_traceback(e)
+            raise
+
+    def _module_call(self, *args: Any, **kwargs: Any) -> Any:
         mod = self._orig_mod
         if _global_module_hooks() or mod._compiled_call_impl is not None:
             # global hooks are not captured (every module call would break the graph), nor is
