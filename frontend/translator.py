@@ -107,6 +107,11 @@ class Decoded:
                 return False
         return False
 
+    def starts_handler(self, target: int) -> bool:
+        """Does a handler body (`except`, `finally`, a `with` exit) start at `target`?"""
+        k = self.index_of.get(target)
+        return k is not None and self.instructions[k].opname == "PUSH_EXC_INFO"
+
     def is_with_exit(self, target: int) -> bool:
         """Does the handler at `target` call a `with` block's exit with the exception
         (PUSH_EXC_INFO, WITH_EXCEPT_START)?"""
@@ -193,6 +198,7 @@ class Translator(OperatorsMixin, InliningMixin):
         # An inlined generator's frame (variables/generators.py): YIELD_VALUE stores the value
         # and pauses `run`, which the GeneratorVariable resumes for the next item.
         self.is_generator = False
+        self.closing = False  # GeneratorExit thrown in by close(): `finally` bodies are traced
         self.paused = False
         self.yield_value: VariableTracker | None = None
 
@@ -307,6 +313,8 @@ class Translator(OperatorsMixin, InliningMixin):
         # `err`, POP_EXCEPT), which is traced; its RERAISE hands the exception on outward
         leaves_clause = self.handling > 0 and self.decoded.is_plain_cleanup(entry.target)
         enters = leaves_clause or self.decoded.is_with_exit(entry.target)
+        # a generator's close(): its `finally` bodies run, traced, and GeneratorExit leaves it
+        enters = enters or (self.closing and self.decoded.starts_handler(entry.target))
         if not enters and not self.decoded.is_except_clause(entry.target):
             if not self.decoded.is_plain_cleanup(entry.target):
                 # A `with` block's exit or a `finally` body would run here (`with

@@ -18,7 +18,11 @@ from framejit.frontend.variables.containers import (
     TupleVariable,
     container_iterator,
 )
-from framejit.frontend.variables.generators import LazyIteratorVariable, user_iterator
+from framejit.frontend.variables.generators import (
+    LazyIteratorVariable,
+    loop_iterator,
+    user_iterator,
+)
 from framejit.frontend.variables.objects import (
     ClassVariable,
     NewObjectVariable,
@@ -85,6 +89,7 @@ handler("JUMP_IF_FALSE_OR_POP", until=(3, 11))(_jump_or_pop(False))
 @handler("GET_ITER")
 def get_iter(tx: Translator, inst: Any) -> None:
     value = tx.pop()
+    loop_iterator(tx, value)
     if isinstance(value, (NewObjectVariable, UserObjectVariable)):
         # a class whose __iter__ is a generator, or that is an iterator (__next__): lazy
         value = value.python_iter(tx) or value

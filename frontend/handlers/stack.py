@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import NULL, ConstantVariable
+from framejit.frontend.variables.generators import GeneratorVariable, dropped
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -23,7 +24,9 @@ def precall(tx: Translator, inst: Any) -> None:
 
 @handler("POP_TOP")
 def pop_top(tx: Translator, inst: Any) -> None:
-    tx.pop()
+    value = tx.pop()
+    if type(value) is GeneratorVariable:  # `break` out of `for v in gen(x)`: closed here
+        dropped(tx, value)
 
 
 @handler("COPY")

@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.purity import scan
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_undoable
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    ExceptionVariable,
+    VariableTracker,
+    note_undoable,
+)
 from framejit.frontend.variables.containers import IteratorVariable, TupleVariable
 from framejit.frontend.variables.functions import BoundMethodVariable
 
@@ -111,6 +116,12 @@ class GeneratorVariable(LazyIteratorVariable):
         self.returned: VariableTracker = ConstantVariable(None)  # its `return` value, once done
         # may it be drained ahead of its consumer (drain_ahead)? Decided on what it was given
         self.why_not_drained = _why_not_drainable(child)
+        # the translator whose `for` loop alone holds it (`for v in gen(x)`: made by the CALL
+        # right before GET_ITER), where POP_TOP drops its last reference (`loop_iterator`)
+        self.loop_of: Translator | None = None
+        parent = child.parent
+        self.made_at = parent.ip if parent is not None else -1  # the instruction after its CALL
+        self.unclosed: str | None = None  # why a traced close() failed (check_left_open)
         child.output.generators.append(self)
         note_undoable(lambda: setattr(self, "state", self.DROPPED))
 
@@ -183,12 +194,7 @@ class GeneratorVariable(LazyIteratorVariable):
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         if name == "close" and not args and not kwargs:
-            if self.state == self.LOST or (
-                self.state == self.SUSPENDED and _inside_block(self.child)
-            ):  # GeneratorExit would run the generator's own handlers
-                raise GeneratorEscapes(self.code, "closed inside a try/with block")
-            if self.state != self.RAISED:
-                self._set_state(self.DONE)
+            self.close(tx)
             return ConstantVariable(None)
         if name == "send" and len(args) == 1 and not kwargs:
             item = self.send_item(tx, args[0])
@@ -196,6 +202,53 @@ class GeneratorVariable(LazyIteratorVariable):
                 raise Unsupported("exception", "send() to an exhausted generator", "StopIteration")
             return item
         return super().call_method(tx, name, args, kwargs)
+
+    def close(self, tx: Translator) -> None:
+        """`close()` as Python runs it: GeneratorExit raised at the `yield` where the generator
+        is suspended, so its own `finally` bodies and `with` exits run now, traced (their side
+        effects take their place in the consumer's order). One that cannot be traced, or that
+        yields again, raises GeneratorExit's escape: the generator then runs as Python."""
+        if self.state == self.LOST:
+            raise GeneratorEscapes(self.code, "its state was lost at a graph break")
+        if self.state == self.NEW or (
+            self.state == self.SUSPENDED and not _inside_block(self.child)
+        ):
+            self._set_state(self.DONE)
+            return
+        if self.state != self.SUSPENDED:
+            return  # finished, or drained ahead (code without effects: nothing left to run)
+        child = self.child
+        if live_generators([*child.stack, *child.locals.values()]):
+            # closing it drops the generators it iterates over (or delegates to with `yield
+            # from`), each closed in its turn: not modelled
+            self._escape("closed while it holds another generator")
+        suspended_at = child.decoded.instructions[child.ip - 1].offset
+        entry = child.decoded.handler_for(suspended_at)
+        del child.stack[entry.depth :]
+        if entry.lasti:
+            child.push(ConstantVariable(suspended_at))
+        exit_exc = ExceptionVariable(GeneratorExit, [])
+        exit_exc.raised = True
+        child.push(exit_exc)
+        child.ip = child.decoded.index_of[entry.target]
+        child.steps = tx.steps
+        child.paused = False
+        child.closing = True
+        try:
+            child.run()
+        except Unsupported as exc:
+            if exc.python_exception() is not GeneratorExit:
+                self._escape(f"its close() ran what is not captured ({exc.describe()})")
+        finally:
+            tx.steps = child.steps
+            child.closing = False
+        if child.paused:  # Python: RuntimeError("generator ignored GeneratorExit")
+            self._escape("it yielded again when closed")
+        self._set_state(self.DONE)
+
+    def _escape(self, why: str) -> None:
+        self.unclosed = why  # the trace may go on past this instruction (a break at it)
+        raise GeneratorEscapes(self.code, why)
 
     def reconstruct(self, cg: CodeGen) -> None:
         if self.state in (self.DONE, self.RAISED):
@@ -264,6 +317,8 @@ class GeneratorVariable(LazyIteratorVariable):
     def check_left_open(self) -> None:
         """Called when the trace ends: a generator suspended inside a `try`/`with` block of its
         own would run that block's `finally`/`__exit__` when Python closes it."""
+        if self.unclosed is not None:
+            raise GeneratorEscapes(self.code, self.unclosed)
         if self.state == self.SUSPENDED and _inside_block(self.child):
             raise GeneratorEscapes(self.code, "left suspended inside a try/with block")
 
@@ -494,6 +549,32 @@ def _inside_block(child: Translator) -> bool:
     target = child.decoded.instructions[child.decoded.index_of[entry.target]]
     # ... nor is 3.12's CLEANUP_THROW around a `yield from`, which only `throw()` reaches
     return target.opname not in ("CALL_INTRINSIC_1", "CLEANUP_THROW")
+
+
+def loop_iterator(tx: Translator, value: VariableTracker) -> None:
+    """GET_ITER of a generator that the instruction before it made (`for v in gen(x)`): only
+    the loop's iterator slot holds it, so the POP_TOP that leaves the loop early (`break`,
+    `return`) drops its last reference, and Python closes it there (`dropped`)."""
+    if (
+        isinstance(value, GeneratorVariable)
+        and value.state == value.NEW
+        and value.loop_of is None
+        and value.child.parent is tx
+        and value.made_at == tx.ip - 1
+    ):
+        value.loop_of = tx
+
+
+def dropped(tx: Translator, value: VariableTracker) -> None:
+    """POP_TOP of a loop's own generator (`loop_iterator`) that nothing else holds: as in
+    Python, the generator is closed at once, before the code after the loop."""
+    if (
+        isinstance(value, GeneratorVariable)
+        and value.loop_of is tx
+        and all(v is not value for v in tx.stack)
+        and all(v is not value for v in tx.locals.values())
+    ):
+        value.close(tx)
 
 
 def _next_or_stop(tx: Translator, it: LazyIteratorVariable) -> VariableTracker:
