@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import AttrSource, MethodCallSource, Source
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker, missing_attribute
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    VariableTracker,
+    change_count,
+    missing_attribute,
+)
 
 if TYPE_CHECKING:
     import torch.fx
@@ -212,6 +217,8 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(value)
         if name in DATA_DEPENDENT_METHODS:
             raise Unsupported("data_dependent", f"Tensor.{name}()")
+        if name in GRAD_HOOK_METHODS:
+            return _grad_hook_call(tx, self, name, args, kwargs)
         if name in OUTSIDE_GRAPH_METHODS:
             raise Unsupported("unsupported_call", f"Tensor.{name}()")
         if name == "type" and not args and not kwargs:
@@ -273,6 +280,63 @@ class TensorVariable(VariableTracker):
             tx.output.call_op("call_function", operator.getitem, [self, ConstantVariable(i)], {})
             for i in range(self.fake.shape[0])
         ]
+
+
+# Methods that act on the backward pass of one tensor: replayed after the graph on an input.
+GRAD_HOOK_METHODS = frozenset({"register_hook", "retain_grad"})
+
+
+def _grad_hook_call(
+    tx: Translator,
+    tensor: TensorVariable,
+    name: str,
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+) -> VariableTracker:
+    """`x.register_hook(fn)` / `x.retain_grad()` on a tensor from outside the graph (an input, a
+    parameter): recorded and made on the real tensor after the graph, before any backward can
+    run. Gradients reach such a tensor at its own autograd node, outside the graph, with the
+    hook applied there whenever it was registered; and the graph itself cannot run a backward.
+    A tensor the graph computes is one output of the graph's single backward node, whose
+    gradient from uses inside the graph never passes through the tensor: a hook or
+    retain_grad on it is a graph break (the rest of the frame sees it as an input)."""
+    from framejit.frontend.variables.base import ExternalCallableVariable
+
+    construct = f"Tensor.{name}()"
+    if tensor.source is None:
+        raise Unsupported(
+            "unsupported_call",
+            construct,
+            "on a tensor the graph computes (its gradient inside the graph is not visible to "
+            "a hook): the graph breaks there and the call runs as Python",
+        )
+    wanted = 1 if name == "register_hook" else 0
+    if len(args) != wanted or kwargs or not tensor.fake.requires_grad:
+        # a tensor that requires no grad: eager's RuntimeError, raised by the real call
+        raise Unsupported("unsupported_call", construct, "with these arguments it runs as Python")
+    if name == "register_hook" and (
+        tx.inst.opname != "CALL" or tx.decoded.instructions[tx.ip].opname != "POP_TOP"
+    ):
+        raise Unsupported(
+            "unsupported_call",
+            construct,
+            "its handle is used (only `x.register_hook(fn)` as a "
+            "statement is replayed after the graph)",
+        )
+    where = (tx.code, tx.inst.offset)
+    if where in tx.output.calls_run_in_place:
+        raise Unsupported(
+            "side_effect",
+            construct,
+            "what it reads changes later in the graph: it runs where it is",
+        )
+    effects = tx.output.side_effects
+    # checked like a logging call's: a hook function changed, or the tensor written in place,
+    # later in the graph makes the frame trace again with this call run where it is
+    effects.call_marks[len(effects.calls)] = (where, change_count(), len(tx.output.created))
+    method = ExternalCallableVariable(getattr(torch.Tensor, name))
+    effects.calls.append((method, [tensor, *args], {}, tx.lineno))
+    return ConstantVariable(None)
 
 
 def _is_size(vt: VariableTracker) -> bool:
