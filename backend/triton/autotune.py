@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from framejit.backend.triton.launch import Launches
+from framejit.backend.triton.launch import Launches, compile_options
 
 Config = dict[str, int]
 
@@ -157,10 +157,11 @@ class Launcher:
         STATS["timed"] += 1
         timer = self.timer or _time
         best, best_ms, first_error = 0, float("inf"), None
+        options = compile_options(self.kernel)
         for k, config in enumerate(self.candidates):
             grid = self._grid(config)
             try:
-                ms = timer(lambda g=grid, c=config: self.kernel[g](*args, **c))
+                ms = timer(lambda g=grid, c=config: self.kernel[g](*args, **c, **options))
             except Exception as e:  # out of resources for this config: try the next
                 first_error = first_error or e
                 continue

@@ -175,6 +175,16 @@ class _Direct:
         self.device = device
 
 
+def compile_options(kernel: Any) -> dict[str, Any]:
+    """The compile options framejit gives a kernel's launches: floating-point contraction on
+    (an add of a product is one fma), as every kernel was written and measured with. Said
+    explicitly: Triton 3.9 warns when it is left to its default, which 3.10 turns off. None
+    for the interpreter's kernels (it takes no compile options)."""
+    from triton.runtime.jit import JITFunction
+
+    return {"enable_fp_fusion": True} if isinstance(kernel, JITFunction) else {}
+
+
 class Launches:
     """`launches.launch(grid, args)` launches `kernel` with `config` (block sizes, warps) over
     `grid`, directly where the arguments' key has been launched by Triton before."""
@@ -182,6 +192,7 @@ class Launches:
     def __init__(self, kernel: Any, config: dict[str, int]) -> None:
         self.kernel = kernel
         self.config = config
+        self.options = {**config, **compile_options(kernel)}  # Triton's path's keywords
         self.key: Callable[[tuple[Any, ...]], Any] | None = None
         self.known: dict[tuple, _Direct] = {}
         self.tail: tuple[Any, ...] | None = None  # the constexpr values after the arguments
@@ -212,7 +223,7 @@ class Launches:
                 )
                 return
         STATS["triton"] += 1
-        compiled = self.kernel[grid](*args, **self.config)
+        compiled = self.kernel[grid](*args, **self.options)
         if self.enabled:
             self._remember(compiled, args)
 

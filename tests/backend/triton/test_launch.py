@@ -207,3 +207,26 @@ def test_direct_launches_on_a_gpu_match_eager() -> None:
         went.append(tuple(launch.STATS[k] > before[k] for k in ("triton", "direct")))
     through_triton, direct = (True, False), (False, True)
     assert went == [through_triton, direct, through_triton, direct, direct]
+
+
+def _a_kernel(x_ptr, XBLOCK):  # made a JITFunction below, never launched
+    pass
+
+
+def test_gpu_launches_ask_for_fp_fusion_explicitly(fake_device, monkeypatch) -> None:
+    """Triton's path gets `enable_fp_fusion=True` for a compiled kernel (what the kernels were
+    written and measured with; Triton 3.9 warns when it is left to the default, which 3.10
+    turns off), which the CUDA backend accepts; the interpreter's kernels get no option."""
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import JITFunction
+
+    options = launch.compile_options(JITFunction(_a_kernel))
+    assert options == {"enable_fp_fusion": True}
+    parsed = CUDABackend(GPUTarget("cuda", 90, 32)).parse_options({**options, "num_warps": 4})
+    assert parsed.enable_fp_fusion is True and parsed.num_warps == 4
+    assert launch.compile_options(FakeKernel()) == {}
+    monkeypatch.setattr(launch, "compile_options", lambda kernel: options)
+    kernel = FakeKernel()
+    launch.Launches(kernel, {"XBLOCK": 128, "num_warps": 4}).launch((2,), (torch.zeros(4),))
+    assert kernel.through_triton[0][2] == {"XBLOCK": 128, "num_warps": 4, **options}
