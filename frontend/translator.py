@@ -67,6 +67,7 @@ _CLEANUP_OPS = frozenset(
     {"COPY", "POP_EXCEPT", "LOAD_CONST", "STORE_FAST", "DELETE_FAST", "SWAP", "POP_TOP", "NOP"}
 )
 
+_INTRINSIC_STOPITERATION_ERROR = 3  # CALL_INTRINSIC_1's operand (3.12)
 MAX_STEPS = 2_000_000  # instructions per traced frame, inlined calls included
 
 
@@ -106,6 +107,16 @@ class Decoded:
             if not inst.opname.startswith(("LOAD_", "BUILD_TUPLE", "PRECALL", "NOP")):
                 return False
         return False
+
+    def is_stop_iteration_guard(self, target: int) -> bool:
+        """Is the handler at `target` the one 3.12 wraps a generator's body in, which turns a
+        StopIteration into RuntimeError (PEP 479) and re-raises anything else unchanged?"""
+        k = self.index_of.get(target)
+        return (
+            k is not None
+            and self.instructions[k].opname == "CALL_INTRINSIC_1"
+            and self.instructions[k].arg == _INTRINSIC_STOPITERATION_ERROR
+        )
 
     def starts_handler(self, target: int) -> bool:
         """Does a handler body (`except`, `finally`, a `with` exit) start at `target`?"""
@@ -316,7 +327,9 @@ class Translator(OperatorsMixin, InliningMixin):
         # a generator's close(): its `finally` bodies run, traced, and GeneratorExit leaves it
         enters = enters or (self.closing and self.decoded.starts_handler(entry.target))
         if not enters and not self.decoded.is_except_clause(entry.target):
-            if not self.decoded.is_plain_cleanup(entry.target):
+            if not self.decoded.is_plain_cleanup(entry.target) and not (
+                exc_type is not StopIteration and self.decoded.is_stop_iteration_guard(entry.target)
+            ):
                 # A `with` block's exit or a `finally` body would run here (`with
                 # torch.no_grad(): raise ...` in a called function); they are not traced, so
                 # no caller's `except` may take the exception: the call runs for real.
