@@ -347,6 +347,12 @@ def hooks_then_writes_in_place(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     return (x * w).sum()
 
 
+def writes_in_place_then_hooks(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    x.add_(1)
+    x.register_hook(doubling_hook)  # on x after the write, which the graph's backward skips
+    return (x * w).sum()
+
+
 def removes_its_hook(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     handle = w.register_hook(doubling_hook)  # the handle is used: the call runs as Python
     out = (x * w).sum()
@@ -355,7 +361,9 @@ def removes_its_hook(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn", [hooks_then_writes_in_place, removes_its_hook])
+@pytest.mark.parametrize(
+    "fn", [hooks_then_writes_in_place, writes_in_place_then_hooks, removes_its_hook]
+)
 def test_hooks_that_cannot_wait_for_the_graph_end_run_where_eager_runs_them(
     fn: Any, backend: str
 ) -> None:

@@ -323,6 +323,10 @@ def _grad_hook_call(
             "its handle is used (only `x.register_hook(fn)` as a "
             "statement is replayed after the graph)",
         )
+    if _written_in_graph(tx, tensor):
+        # eager hooks the version after the write; the graph's inputs are the versions before
+        # its writes, which the replayed call would not reach
+        raise Unsupported("unsupported_call", construct, "on a tensor the graph wrote in place")
     where = (tx.code, tx.inst.offset)
     if where in tx.output.calls_run_in_place:
         raise Unsupported(
@@ -337,6 +341,17 @@ def _grad_hook_call(
     method = ExternalCallableVariable(getattr(torch.Tensor, name))
     effects.calls.append((method, [tensor, *args], {}, tx.lineno))
     return ConstantVariable(None)
+
+
+def _written_in_graph(tx: Translator, tensor: TensorVariable) -> bool:
+    """Has a node of the graph so far written the memory of `tensor` (or of a view of it)?"""
+    from framejit.frontend.side_effects import written_tensors
+    from framejit.guards.guard import storage_key
+
+    key = storage_key(tensor.fake)
+    return key is not None and any(
+        storage_key(t) == key for node in tx.output.created for t in written_tensors(node)
+    )
 
 
 def _is_size(vt: VariableTracker) -> bool:
