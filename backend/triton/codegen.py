@@ -301,8 +301,8 @@ def _wrapper(
     params = [names.get(k, f"_unused{k}") for k in range(graph.arity)]
     w.line(f"def call({', '.join(params)}):")
     with w.indent():
-        for scalar, name in graph.host_scalars:  # 0-dim CPU inputs: their values, by value
-            w.line(f"{scalar} = {name}.item()")
+        for scalar, name, dtype in graph.host_scalars:  # 0-dim CPU inputs, by value
+            w.line(f"{scalar} = {_host_value(name, dtype)}")
         if schedule.symbols:
             _bind_symbols(w, graph, inputs, schedule.symbols)
         for check in graph.empty_checks:
@@ -476,6 +476,19 @@ def graph_symbols(graph: Any) -> set[str]:
     for symbol, definition in graph.sizes.definitions.items():
         visit([symbol, definition])
     return found
+
+
+def _host_value(name: str, dtype: torch.dtype) -> str:
+    """How the wrapper reads a 0-dim CPU input for the kernels (kernels.py decodes it): a bool
+    as 0 or 1, an integer as itself, a float as its float32 bits (a float16 or bfloat16 value
+    is exact in float32), so the sign of a zero and a NaN's payload reach the kernel."""
+    if dtype == torch.bool:
+        return f"int({name}.item())"
+    if dtype == torch.float32:
+        return f"{name}.view(torch.int32).item()"
+    if dtype.is_floating_point:
+        return f"{name}.float().view(torch.int32).item()"
+    return f"{name}.item()"
 
 
 def _bind_symbols(w: Writer, graph: Any, inputs: list[InputBuffer], symbols: set[str]) -> None:

@@ -693,8 +693,8 @@ class LoopGraph:
     # Sizes given as numbers (symbolic graphs): (position, input name, sympy symbol).
     size_inputs: list[tuple[int, str, Any]] = field(default_factory=list)
     # 0-dim CPU tensor inputs the kernels take by value, read on the host at each call (as
-    # eager's CUDA kernels take a CPU scalar): (kernel argument name, input name).
-    host_scalars: list[tuple[str, str]] = field(default_factory=list)
+    # eager's CUDA kernels take a CPU scalar): (kernel argument name, input name, dtype).
+    host_scalars: list[tuple[str, str, torch.dtype]] = field(default_factory=list)
     # Reductions without an identity over a symbolic number of elements (see EmptyCheck).
     empty_checks: list[EmptyCheck] = field(default_factory=list)
     # Derived sizes (`d0 = s0 // 2`, a clamped slice start), computed by the wrapper.

@@ -319,14 +319,23 @@ class KernelCode:
         if isinstance(expr, ScalarArg):
             self.scalars[expr.name] = expr
             if expr.name.startswith("host"):
-                # a Python number argument is int32 or int64 by its value, and float32: in the
-                # dtype the kernel computes the input's dtype in; under the interpreter a block
-                # like the lanes' (its bool ops fail on a 0-d bool with a block)
-                tl_dtype = TL_DTYPES[expr.dtype]
+                # A 0-dim CPU input's value (codegen's wrapper reads it): an int of its
+                # integer dtype, 0 or 1 for a bool, the float32 bits of a float (so -0.0 and
+                # NaN payloads pass: Triton 3.6's interpreter turned a -0.0 argument into 0.0).
+                # Under the interpreter a block like the lanes' (its bool ops fail on a 0-d
+                # bool beside a block, and it cannot make an int1 block of a Python bool).
+                as_bits = expr.dtype.is_floating_point or expr.dtype == torch.bool
+                carried = "tl.int32" if as_bits else TL_DTYPES[expr.dtype]
                 if self.interpreter:
                     shape = ("xoffsets" if self.reduction else "offsets") + ".shape"
-                    return self.emit(f"tl.full({shape}, {expr.name}, {tl_dtype})", expr)
-                return self.emit(f"tl.cast({expr.name}, {tl_dtype})", expr)
+                    text = f"tl.full({shape}, {expr.name}, {carried})"
+                else:
+                    text = f"tl.cast({expr.name}, {carried})"
+                if expr.dtype == torch.bool:
+                    text = f"{text} != 0"
+                elif expr.dtype.is_floating_point:
+                    text = f"{text}.to(tl.float32, bitcast=True)"
+                return self.emit(text, expr)
             return expr.name
         if isinstance(expr, BoundsCheck):
             return self.bounds_check(expr)

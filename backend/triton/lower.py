@@ -260,7 +260,7 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
             if node in ctx.host_nodes:
                 # its loads are a kernel argument (the buffer stays for the aten ops)
                 scalar = ScalarArg(f"host{len(ctx.graph.host_scalars)}", compute_dtype(val.dtype))
-                ctx.graph.host_scalars.append((scalar.name, node.name))
+                ctx.graph.host_scalars.append((scalar.name, node.name, val.dtype))
                 env[node] = TensorValue((), val.dtype, lambda index, s=scalar: s, env[node].base)
             else:
                 ctx.graph.device = str(val.device)
