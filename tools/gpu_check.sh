@@ -22,6 +22,8 @@
 #   bash tools/gpu_check.sh recheck  models (GPT-2 b=1, ResNet), cudagraphs.py, the graph-tree
 #                                    tests on CUDA, GPT-2 b=8: a short second run
 #   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
+#   bash tools/gpu_check.sh verify   the GPU battery, kernels.py --no-compile, models.py
+#                                    --kernels: session 22's GPU-unmeasured changes
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back, so `all` writes exactly 8):
@@ -105,6 +107,17 @@ if [ "$WHAT" = rerun ]; then
         --tb=short tests/backend/triton tests/cudagraphs
     step cudagraphs "${CUDAGRAPHS_S:-60}" python3 tools/bench/cudagraphs.py --repeats 10
     step models "${MODELS_S:-130}" python3 tools/bench/models.py --repeats 10 --kernels
+fi
+if [ "$WHAT" = verify ]; then
+    # what session 22 built without a GPU (about 7 minutes): the GPU battery (fj_exp's ulp
+    # scan on the device, CPU scalars beside CUDA data, fp fusion passed to launches), the
+    # kernel fractions without torch.compile's (float32 softmax with fj_exp), then the models
+    # with their costliest kernels (GPT-2 b=8's padded LM head, the vector-loaded head merge)
+    FRAMEJIT_TEST_DEVICE=cuda FRAMEJIT_TEST_FAILURES="$OUT/cuda_failures.log" step cuda \
+        "${GPU_S:-200}" python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 -rfE \
+        --tb=short tests/backend/triton tests/cudagraphs
+    step kernels "${KERNELS_S:-70}" python3 tools/bench/kernels.py --repeats 10 --no-compile
+    step models "${MODELS_S:-150}" python3 tools/bench/models.py --repeats 10 --kernels
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     # (the graph trees and the end-to-end models first: a call cut at the session's device time
