@@ -749,7 +749,7 @@ class KernelCode:
         with w.indent():
             w.line(f"# {kernel.kind} kernel over {_shape_text(kernel)}; fused nodes:")
             for node in kernel.inlined:
-                w.line(f"#   {self.schedule.graph.node(node.name)}  (inlined)")
+                w.line(f"#   {node}  (inlined)")
             for node in kernel.members:
                 where = (
                     f"-> {self.out_ptrs[node.name]}"
