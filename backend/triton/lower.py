@@ -138,6 +138,9 @@ class Lowering:
     origin: str = ""
     # the graph's 0-dim CPU values the kernels take by value (`host_scalar_nodes`)
     host_nodes: set[torch.fx.Node] = field(default_factory=set)
+    # 0-dim CPU constants written into the kernels as numbers: each becomes an extern holding
+    # the tensor only if something needs the tensor itself (`realize`)
+    pending_constants: dict[str, torch.Tensor] = field(default_factory=dict)
     _count: int = 0
 
     def new_name(self) -> str:
@@ -197,6 +200,9 @@ class Lowering:
         return seed
 
     def realize(self, value: TensorValue) -> ExternArg:
+        held = self.pending_constants.pop(value.base.buffer, None)
+        if held is not None:
+            self.graph.nodes.append(_constant_extern(value.base.buffer, held))
         self.must_realize.add(value.base.buffer)
         return value.base
 
@@ -268,7 +274,11 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
             env[node] = _constant(ctx, gm, node)
         elif node.op == "call_function" and _is_size_node(node):
             env[node] = _size_node(node, env)
-        elif node in ctx.host_nodes:  # a copy of a host scalar: the same value
+        elif node in ctx.host_nodes and all(
+            isinstance(env[n].load(()), Const) for n in node.all_input_nodes
+        ):
+            env[node] = _folded(ctx, node, env)
+        elif node in ctx.host_nodes:  # a copy of a host scalar input: the same value
             source = env[node.args[0]]
             env[node] = TensorValue((), source.dtype, source.loader, source.base)
         elif node.op == "call_function":
@@ -308,11 +318,15 @@ _SCALAR_COPIES = {"aten.lift_fresh_copy", "aten.clone", "aten._to_copy"}
 def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """The graph's 0-dim CPU values that kernels take by value, whatever the graph's device:
     inputs (`is_host_scalar`: passed as kernel arguments), tensor constants (float64 too:
-    written into the source) and same-dtype CPU copies of those not returned by the graph (a
-    returned one must be a CPU tensor of its own)."""
+    written into the source), values computed from constants alone by a deterministic op
+    (`torch.tensor(10000.0).log()`: computed while lowering, on the CPU, as eager computes
+    them at each call; see `_folded`) and same-dtype CPU copies of inputs. Not one the graph
+    returns (it must be a CPU tensor of its own)."""
     found: set[torch.fx.Node] = set()
+    constants: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
         val = node.meta.get("val")
+        returned = any(user.op == "output" for user in node.users)
         if node.op == "placeholder":
             ok = is_host_scalar(val)
         elif node.op == "get_attr":
@@ -320,19 +334,46 @@ def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
             for part in str(node.target).split("."):
                 value = getattr(value, part, None)
             ok = is_host_scalar(value, constant=True)
-        elif node.op == "call_function" and op_name(node.target) in _SCALAR_COPIES:
+            if ok:
+                constants.add(node)
+        elif node.op != "call_function" or returned or not is_host_scalar(val, constant=True):
+            ok = False
+        elif all(n in constants for n in node.all_input_nodes):
+            ok = _foldable(node.target)
+            if ok:
+                constants.add(node)
+        elif op_name(node.target) in _SCALAR_COPIES:
             source = node.args[0]
-            ok = (
-                source in found
-                and is_host_scalar(val, constant=True)
-                and val.dtype == source.meta.get("val", val).dtype
-                and not any(user.op == "output" for user in node.users)
-            )
+            ok = source in found and val.dtype == source.meta.get("val", val).dtype
         else:
             ok = False
         if ok:
             found.add(node)
     return found
+
+
+def _foldable(target: Any) -> bool:
+    """An aten op whose value depends on its arguments alone: no random numbers, no memory
+    left as it was (`empty`), nothing written."""
+    return (
+        isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded not in target.tags
+        and not target._schema.is_mutable
+        and not target._schema.name.startswith(("aten::empty", "aten::new_empty"))
+    )
+
+
+def _folded(ctx: Lowering, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> TensorValue:
+    """A 0-dim CPU value computed from constants alone: the op run now on the constants'
+    values (CPU tensors of their dtypes), its result a constant like `_constant`'s."""
+
+    def real(n: torch.fx.Node) -> torch.Tensor:
+        value = env[n]
+        return torch.tensor(value.load(()).value, dtype=value.dtype)
+
+    args = torch.fx.node.map_arg(node.args, real)
+    kwargs = torch.fx.node.map_arg(node.kwargs, real)
+    return _held(ctx, node.target(*args, **kwargs), scalar=True)
 
 
 def is_host_scalar(val: Any, constant: bool = False) -> bool:
@@ -357,18 +398,26 @@ def _constant(ctx: Lowering, gm: torch.fx.GraphModule, node: torch.fx.Node) -> A
         value = getattr(value, part)
     if not isinstance(value, torch.Tensor):
         return value
+    return _held(ctx, value, scalar=node in ctx.host_nodes)
+
+
+def _held(ctx: Lowering, value: torch.Tensor, scalar: bool) -> TensorValue:
+    """A tensor the module holds among its CONSTANTS (an alias extern); `scalar`: a 0-dim CPU
+    one, whose value the kernels' source holds (its extern made only if the tensor itself is
+    needed: `Lowering.realize`)."""
     name = ctx.new_name()
-    layout = (tuple(value.shape), tuple(value.stride()), value.dtype)
-    ctx.graph.nodes.append(
-        Extern(
-            name, torch.ops.aten.alias.default, (value,), (), (name,), (layout,), True, "constant"
-        )
-    )
-    held = ctx.buffer_value(name, value.shape, value.dtype)
-    if node in ctx.host_nodes:  # a 0-dim CPU constant: its value, in the kernels' source
+    if scalar:
+        ctx.pending_constants[name] = value
         number = Const(value.item(), compute_dtype(value.dtype))
-        return TensorValue((), value.dtype, lambda index: number, held.base)
-    return held
+        return TensorValue((), value.dtype, lambda index: number, ExternArg(name))
+    ctx.graph.nodes.append(_constant_extern(name, value))
+    return ctx.buffer_value(name, value.shape, value.dtype)
+
+
+def _constant_extern(name: str, value: torch.Tensor) -> Extern:
+    layout = (tuple(value.shape), tuple(value.stride()), value.dtype)
+    alias = torch.ops.aten.alias.default
+    return Extern(name, alias, (value,), (), (name,), (layout,), True, "constant")
 
 
 def _is_size_node(node: torch.fx.Node) -> bool:

@@ -168,3 +168,33 @@ def test_a_bool_cpu_scalar_in_a_backward_graph() -> None:
     fn(x).backward()
     framejit.jit(fn, backend="triton")(y).backward()
     assert torch.equal(y.grad, x.grad)
+
+
+def test_cpu_scalars_computed_from_constants_are_folded() -> None:
+    """0-dim CPU values computed from constants alone (`torch.log(torch.tensor(10000.0)) / 8`,
+    `torch.tensor(64.0).rsqrt()`, `torch.tensor(3).float()`, `torch.full((), 2.0)`) are computed
+    while lowering, on the CPU, as eager computes them, and written into the kernel: beside
+    CUDA data the graph is CUDA's. Random values (`torch.rand(())`) are not folded."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        scale = torch.tensor(64.0, device="cpu").rsqrt()
+        shift = torch.log(torch.tensor(10000.0, device="cpu")) / 8
+        three = torch.tensor(3, device="cpu").float()
+        two = torch.full((), 2.0, device="cpu")
+        return x * scale + three - shift * two
+
+    x = torch.randn(4, 8)
+    source = aten_stages(fn, x).source
+    call = source[source.index("def call(") :]
+    assert "CONSTANTS" not in call and call.count("_run(") == 1, call
+    assert "0.125" in source and "3.0" in source, source
+    fake = on_fake_cuda(x)
+    assert graph_devices(make_fx(fn)(*fake), list(fake)) == {"cuda:0"}
+
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rand((), device="cpu")
+
+    assert graph_devices(make_fx(noisy)(*fake), list(fake)) == {"cuda:0", "cpu"}
+    require_interpreter(loops=False)
+    x = x.to(kernel_device())
+    torch.testing.assert_close(framejit.jit(fn, backend="triton")(x), fn(x), rtol=0, atol=0)
