@@ -373,7 +373,11 @@ def _folded(ctx: Lowering, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
 
     args = torch.fx.node.map_arg(node.args, real)
     kwargs = torch.fx.node.map_arg(node.kwargs, real)
-    return _held(ctx, node.target(*args, **kwargs), scalar=True)
+    try:
+        value = node.target(*args, **kwargs)
+    except Exception as e:  # eager raises it at each call (integer division by zero): so do we
+        raise NotLowered(f"{op_name(node.target)} of constants raises {type(e).__name__}") from e
+    return _held(ctx, value, scalar=True)
 
 
 def is_host_scalar(val: Any, constant: bool = False) -> bool:

@@ -198,3 +198,21 @@ def test_cpu_scalars_computed_from_constants_are_folded() -> None:
     require_interpreter(loops=False)
     x = x.to(kernel_device())
     torch.testing.assert_close(framejit.jit(fn, backend="triton")(x), fn(x), rtol=0, atol=0)
+
+
+def test_a_constant_computation_that_raises_raises_at_each_call() -> None:
+    """A constant computation eager fails at run time (integer division by zero) is not
+    folded: the graph runs, and raises eager's error, at each call."""
+    require_interpreter(loops=False)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tensor(7, device="cpu") // torch.tensor(0, device="cpu")
+
+    x = torch.ones(3, dtype=torch.int64, device=kernel_device())
+    with pytest.raises(RuntimeError) as eager:
+        fn(x)
+    compiled = framejit.jit(fn, backend="triton")
+    for _ in range(2):
+        with pytest.raises(RuntimeError) as got:
+            compiled(x)
+        assert str(got.value) == str(eager.value)
