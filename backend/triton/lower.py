@@ -278,9 +278,8 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
             isinstance(env[n].load(()), Const) for n in node.all_input_nodes
         ):
             env[node] = _folded(ctx, node, env)
-        elif node in ctx.host_nodes:  # a copy of a host scalar input: the same value
-            source = env[node.args[0]]
-            env[node] = TensorValue((), source.dtype, source.loader, source.base)
+        elif node in ctx.host_nodes:
+            env[node] = _lower_host(ctx, node, env, table)
         elif node.op == "call_function":
             env[node] = _lower_call(ctx, node, env, table)
         elif node.op == "output":
@@ -320,7 +319,8 @@ def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     inputs (`is_host_scalar`: passed as kernel arguments), tensor constants (float64 too:
     written into the source), values computed from constants alone by a deterministic op
     (`torch.tensor(10000.0).log()`: computed while lowering, on the CPU, as eager computes
-    them at each call; see `_folded`) and same-dtype CPU copies of inputs. Not one the graph
+    them at each call; see `_folded`), and values computed from inputs by such an op
+    (`temperature.clamp(min=0.1)`: computed in the kernels, `_lower_host`). Not one the graph
     returns (it must be a CPU tensor of its own)."""
     found: set[torch.fx.Node] = set()
     constants: set[torch.fx.Node] = set()
@@ -342,14 +342,32 @@ def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
             ok = _foldable(node.target)
             if ok:
                 constants.add(node)
-        elif op_name(node.target) in _SCALAR_COPIES:
-            source = node.args[0]
-            ok = source in found and val.dtype == source.meta.get("val", val).dtype
-        else:
-            ok = False
+        else:  # computed in the kernels from inputs (and constants): `_lower_host`
+            ok = all(n in found for n in node.all_input_nodes) and _foldable(node.target)
         if ok:
             found.add(node)
     return found
+
+
+def _lower_host(
+    ctx: Lowering, node: torch.fx.Node, env: dict[torch.fx.Node, Any], table: dict[str, Any]
+) -> TensorValue:
+    """A 0-dim CPU value computed from host scalar inputs: a same-dtype copy is the value
+    itself; any other op is lowered as it is for the CPU (the node's device: eager's CPU
+    kernel computes it), into the kernels that read it. No extern: an aten op would make a CPU
+    tensor the kernels cannot read on a GPU, so an op without a lowering sends the whole graph
+    to aten (NotLowered)."""
+    name = op_name(node.target)
+    source = env[node.args[0]] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    if name in _SCALAR_COPIES and source is not None and source.dtype == node.meta["val"].dtype:
+        return TensorValue((), source.dtype, source.loader, source.base)
+    rule = table.get(name)
+    if rule is None or _unsupported_dtype(node) is not None:
+        raise NotLowered(f"{name} of a CPU scalar input has no lowering here")
+    ctx.origin = name.removeprefix("aten.")
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    return rule.lower(ctx, node, *args, **kwargs)
 
 
 def _foldable(target: Any) -> bool:

@@ -216,3 +216,34 @@ def test_a_constant_computation_that_raises_raises_at_each_call() -> None:
         with pytest.raises(RuntimeError) as got:
             compiled(x)
         assert str(got.value) == str(eager.value)
+
+
+def test_cpu_scalars_computed_from_inputs_are_computed_in_the_kernels() -> None:
+    """`temperature.clamp(min=0.1)`, `(k * 2).float()`, a same-dtype copy: 0-dim CPU values
+    computed from CPU scalar inputs are lowered (with the CPU's eager semantics: the op runs on
+    the CPU in eager) into the kernels that read them, so beside CUDA data the graph is
+    CUDA's. An op without a lowering there (`lgamma`) sends the whole graph to aten: an aten
+    call would make a CPU tensor the kernels could not read on a GPU."""
+
+    def fn(x: torch.Tensor, t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return x / t.clamp(min=0.1) + (k * 2).float() * t.clone()
+
+    def unlowered(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return x * t.lgamma()
+
+    x = torch.randn(4, 8)
+    t, k = _host(0.7, torch.float32), _host(3, torch.int64)
+    source = aten_stages(fn, x, t, k).source
+    assert source[source.index("def call(") :].count("_run(") == 1, source
+    fake = on_fake_cuda(x)[0]
+    assert graph_devices(make_fx(fn)(fake, t, k), [fake, t, k]) == {"cuda:0"}
+    require_interpreter(loops=False)
+    x = x.to(kernel_device())
+    compiled = framejit.jit(fn, backend="triton")
+    for value in (0.7, 0.05, -2.0, float("nan"), -0.0):
+        t = _host(value, torch.float32)
+        torch.testing.assert_close(compiled(x, t, k), fn(x, t, k), rtol=0, atol=0, equal_nan=True)
+    loads = sum(cache.STATS.values())
+    got = framejit.jit(unlowered, backend="triton")(x, t)
+    torch.testing.assert_close(got, unlowered(x, t), equal_nan=True)
+    assert sum(cache.STATS.values()) == loads, "a module loaded for a graph aten runs"
