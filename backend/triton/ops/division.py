@@ -218,7 +218,7 @@ def _int_division(
 
     def fn(x: Expr, y: Expr) -> Expr:
         quotient = divide(x, y)
-        if ctx.graph.device != "cpu":
+        if out.device.type != "cpu":  # (a CPU scalar computed beside CUDA data checks too)
             return quotient
         bounds = value_range(y, ctx.graph)
         if bounds is not None and (bounds[0] > 0 or bounds[1] < 0):

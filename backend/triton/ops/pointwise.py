@@ -476,7 +476,7 @@ def _gelu_lowering(ctx: Lowering, node: torch.fx.Node, x: TensorValue, *, approx
 @lowering("_to_copy", "clone", "lift_fresh_copy", dtype="given")
 def _copy(ctx: Lowering, node: torch.fx.Node, x: TensorValue, **kwargs: Any):
     out = meta(node)
-    if str(out.device) != ctx.graph.device and x.base.buffer:
+    if str(out.device) != ctx.graph.device and x.base.buffer and node not in ctx.host_nodes:
         raise NotLowered("copy to another device")
     return elementwise(ctx, out.shape, out.dtype, [x], lambda v: v, compute_dtype(x.dtype))
 

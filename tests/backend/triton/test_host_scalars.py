@@ -237,6 +237,9 @@ def test_cpu_scalars_computed_from_inputs_are_computed_in_the_kernels() -> None:
     assert source[source.index("def call(") :].count("_run(") == 1, source
     fake = on_fake_cuda(x)[0]
     assert graph_devices(make_fx(fn)(fake, t, k), [fake, t, k]) == {"cuda:0"}
+    # lowered for CUDA data too: the scalar copies are not copies "to another device"
+    source = aten_stages(fn, fake, t, k).source
+    assert source[source.index("def call(") :].count("_run(") == 1, source
     require_interpreter(loops=False)
     x = x.to(kernel_device())
     compiled = framejit.jit(fn, backend="triton")
@@ -247,3 +250,25 @@ def test_cpu_scalars_computed_from_inputs_are_computed_in_the_kernels() -> None:
     got = framejit.jit(unlowered, backend="triton")(x, t)
     torch.testing.assert_close(got, unlowered(x, t), equal_nan=True)
     assert sum(cache.STATS.values()) == loads, "a module loaded for a graph aten runs"
+
+
+def test_integer_division_by_zero_of_cpu_scalars_raises_as_eager() -> None:
+    """`k // j` of CPU scalars is the CPU's integer division, which raises for a zero divisor
+    (CUDA's gives a value): so it does in the kernels, whatever the data's device."""
+    require_interpreter(loops=False)
+
+    def fn(x: torch.Tensor, k: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+        return x * (k // j)
+
+    k = _host(7, torch.int64)
+    # beside CUDA data too: the kernel checks the divisor (it reports to the error buffer)
+    source = aten_stages(fn, on_fake_cuda(torch.ones(3))[0], k, _host(2, torch.int64)).source
+    assert "err_ptr" in source, source
+    x = torch.ones(3, device=kernel_device())
+    compiled = framejit.jit(fn, backend="triton")
+    assert torch.equal(compiled(x, k, _host(2, torch.int64)), fn(x, k, _host(2, torch.int64)))
+    with pytest.raises(RuntimeError) as eager:
+        fn(x, k, _host(0, torch.int64))
+    with pytest.raises(RuntimeError) as got:
+        compiled(x, k, _host(0, torch.int64))
+    assert str(got.value) == str(eager.value)
