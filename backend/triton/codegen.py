@@ -481,9 +481,12 @@ def graph_symbols(graph: Any) -> set[str]:
 def _host_value(name: str, dtype: torch.dtype) -> str:
     """How the wrapper reads a 0-dim CPU input for the kernels (kernels.py decodes it): a bool
     as 0 or 1, an integer as itself, a float as its float32 bits (a float16 or bfloat16 value
-    is exact in float32), so the sign of a zero and a NaN's payload reach the kernel."""
+    is exact in float32; a float64 as its own 64 bits), so the sign of a zero and a NaN's
+    payload reach the kernel."""
     if dtype == torch.bool:
         return f"int({name}.item())"
+    if dtype == torch.float64:
+        return f"{name}.view(torch.int64).item()"
     if dtype == torch.float32:
         return f"{name}.view(torch.int32).item()"
     if dtype.is_floating_point:

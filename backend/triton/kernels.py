@@ -324,8 +324,9 @@ class KernelCode:
                 # NaN payloads pass: Triton 3.6's interpreter turned a -0.0 argument into 0.0).
                 # Under the interpreter a block like the lanes' (its bool ops fail on a 0-d
                 # bool beside a block, and it cannot make an int1 block of a Python bool).
+                wide = expr.dtype == torch.float64
                 as_bits = expr.dtype.is_floating_point or expr.dtype == torch.bool
-                carried = "tl.int32" if as_bits else TL_DTYPES[expr.dtype]
+                carried = ("tl.int64" if wide else "tl.int32") if as_bits else TL_DTYPES[expr.dtype]
                 if self.interpreter:
                     shape = ("xoffsets" if self.reduction else "offsets") + ".shape"
                     text = f"tl.full({shape}, {expr.name}, {carried})"
@@ -334,7 +335,7 @@ class KernelCode:
                 if expr.dtype == torch.bool:
                     text = f"{text} != 0"
                 elif expr.dtype.is_floating_point:
-                    text = f"{text}.to(tl.float32, bitcast=True)"
+                    text = f"{text}.to({TL_DTYPES[expr.dtype]}, bitcast=True)"
                 return self.emit(text, expr)
             return expr.name
         if isinstance(expr, BoundsCheck):

@@ -297,9 +297,10 @@ def _lower_nodes(ctx: Lowering, gm: torch.fx.GraphModule, table: dict[str, Any])
     ctx.graph.arity = position
 
 
-# The dtypes of the 0-dim CPU inputs kernels take by value: a Python float is a float32
-# argument (exact for these), an int one of int32 or int64.
+# The dtypes of the 0-dim CPU inputs kernels take by value (as the bits of a float, an int,
+# 0 or 1 for a bool: codegen's `_host_value`).
 _HOST_SCALAR_DTYPES = (
+    torch.float64,
     torch.float32,
     torch.float16,
     torch.bfloat16,
@@ -316,8 +317,8 @@ _SCALAR_COPIES = {"aten.lift_fresh_copy", "aten.clone", "aten._to_copy"}
 
 def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """The graph's 0-dim CPU values that kernels take by value, whatever the graph's device:
-    inputs (`is_host_scalar`: passed as kernel arguments), tensor constants (float64 too:
-    written into the source), values computed from constants alone by a deterministic op
+    inputs (`is_host_scalar`: passed as kernel arguments), tensor constants (written into the
+    source), values computed from constants alone by a deterministic op
     (`torch.tensor(10000.0).log()`: computed while lowering, on the CPU, as eager computes
     them at each call; see `_folded`), and values computed from inputs by such an op
     (`temperature.clamp(min=0.1)`: computed in the kernels, `_lower_host`). Not one the graph
@@ -333,10 +334,10 @@ def host_scalar_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
             value: Any = gm
             for part in str(node.target).split("."):
                 value = getattr(value, part, None)
-            ok = is_host_scalar(value, constant=True)
+            ok = is_host_scalar(value)
             if ok:
                 constants.add(node)
-        elif node.op != "call_function" or returned or not is_host_scalar(val, constant=True):
+        elif node.op != "call_function" or returned or not is_host_scalar(val):
             ok = False
         elif all(n in constants for n in node.all_input_nodes):
             ok = _foldable(node.target)
@@ -398,7 +399,7 @@ def _folded(ctx: Lowering, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
     return _held(ctx, value, scalar=True)
 
 
-def is_host_scalar(val: Any, constant: bool = False) -> bool:
+def is_host_scalar(val: Any) -> bool:
     """Whether a graph input is a 0-dim CPU tensor that the kernels take by value (`.item()`
     at each call), as eager's CUDA kernels take a CPU scalar: so that `x / torch.tensor(8.0)`
     on CUDA data (a scale made without a device, a CPU scalar buffer) runs in the fused
@@ -408,7 +409,7 @@ def is_host_scalar(val: Any, constant: bool = False) -> bool:
         isinstance(val, torch.Tensor)
         and val.dim() == 0
         and val.device.type == "cpu"
-        and (val.dtype in _HOST_SCALAR_DTYPES or (constant and val.dtype == torch.float64))
+        and val.dtype in _HOST_SCALAR_DTYPES
     )
 
 

@@ -48,6 +48,8 @@ def test_cpu_scalars_are_kernel_arguments() -> None:
         (0.375, torch.bfloat16, 2**40, torch.int64, True),  # an int64 past int32
         (3.0e38, torch.float32, -(2**31), torch.int32, True),
         (float("nan"), torch.float16, 1, torch.int32, False),
+        (0.1, torch.float64, 5, torch.int64, True),  # float64: its own 64 bits, rounded as eager
+        (-1e-300, torch.float64, 0, torch.int32, True),  # float32 underflows it to -0.0
     ],
 )
 def test_cpu_scalar_values_match_eager_without_recompiling(values: tuple) -> None:
@@ -272,3 +274,18 @@ def test_integer_division_by_zero_of_cpu_scalars_raises_as_eager() -> None:
     with pytest.raises(RuntimeError) as got:
         compiled(x, k, _host(0, torch.int64))
     assert str(got.value) == str(eager.value)
+
+
+def test_a_float64_cpu_scalar_with_float64_data_keeps_its_precision() -> None:
+    """A float64 CPU scalar reaches the kernel as its 64 bits: with float64 data the product
+    is eager's to the last bit (a float32 argument would have rounded 0.1)."""
+    require_interpreter(loops=False)
+    x = torch.linspace(-3, 3, 7, dtype=torch.float64, device=kernel_device())
+    s = _host(0.1, torch.float64)
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return x * s + s
+
+    source = aten_stages(fn, x.cpu(), s).source
+    assert "host0 = arg1_1.view(torch.int64).item()" in source, source
+    assert torch.equal(framejit.jit(fn, backend="triton")(x, s), fn(x, s))
