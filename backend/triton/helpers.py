@@ -33,9 +33,11 @@ def fj_div_rn(x, y):
 def fj_mul_rn(x, y):
     # x * y rounded, never fused into a following add (a GPU contracts `x * y - 1` into one fma,
     # rounding once where eager's kernel rounds twice): an fma with a +0.0 addend is x * y
-    # rounded (-0.0 products become +0.0), and the compiler keeps it (folding it into a
-    # multiplication needs no-signed-zeros)
-    return tl.fma(x, y, 0.0)
+    # rounded, and the compiler keeps it (folding it into a multiplication needs
+    # no-signed-zeros); but a -0.0 product comes out +0.0, so a zero is the plain product
+    # (contracting a zero product into an add changes nothing)
+    r = tl.fma(x, y, 0.0)
+    return tl.where(r == 0.0, x * y, r)
 """,
     ),
     "fj_sqrt": (

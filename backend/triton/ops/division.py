@@ -38,6 +38,9 @@ from framejit.backend.triton.ops.table import (
 def _div(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any, *, rounding_mode: Any = None):
     out = meta(node)
     if rounding_mode is None:
+        cpu_scalar = not isinstance(b, TensorValue) or node.args[1] in ctx.host_nodes
+        if cpu_scalar and out.dtype.is_floating_point and eager_is_cuda(str(out.device)):
+            return _cuda_true_division_by_cpu_scalar(ctx, out, a, b)
         return elementwise(ctx, out.shape, out.dtype, [a, b], lambda x, y: op("truediv", x, y))
     if not out.dtype.is_floating_point:
         divide = _int_truncdiv if rounding_mode == "trunc" else _int_floordiv
@@ -142,6 +145,25 @@ def _float_floordiv(x: Expr, y: Expr, dtype: torch.dtype) -> Expr:
     signed_zero = op("mul", quotient, zero)  # 0 with the quotient's sign (it is finite here)
     result = op("where", compare("eq", div, zero), signed_zero, floored)
     return op("where", compare("eq", y, zero), quotient, result)
+
+
+def _cuda_true_division_by_cpu_scalar(ctx: Lowering, out: Any, a: Any, b: Any) -> Any:
+    """`a / b` as CUDA's kernel computes it when `b` is a CPU scalar (a Python number, a 0-dim
+    CPU tensor: div_true_kernel_cuda's `is_cpu_scalar` branch): `a * (1 / b)`, the reciprocal
+    of b cast to the op's math dtype (float32; float64 for float64) and rounded there, the
+    product rounded once (`mul_rn`: never contracted into a following add). Up to an ulp from
+    the quotient, as in eager; x / 0 still gives x * inf."""
+    held = torch.float64 if out.dtype == torch.float64 else torch.float32
+    if not isinstance(b, TensorValue):
+        inverse = (torch.tensor(1.0, dtype=held) / torch.tensor(float(b), dtype=held)).item()
+        return elementwise(
+            ctx, out.shape, out.dtype, [a], lambda x: op("mul_rn", x, const(inverse, x.dtype))
+        )
+
+    def fn(x: Expr, y: Expr) -> Expr:
+        return op("mul_rn", x, op("truediv", const(1.0, y.dtype), y))
+
+    return elementwise(ctx, out.shape, out.dtype, [a, b], fn)
 
 
 def _cuda_floor_division(ctx: Lowering, out: Any, a: Any, b: Any) -> Any:

@@ -421,3 +421,38 @@ def test_eager_orders_zeros_on_cuda() -> None:
     from framejit.backend.triton.ops.table import eager_orders_zeros
 
     assert eager_orders_zeros("cuda:0")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_true_division_by_a_cpu_scalar_on_cuda_is_a_product(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch, no_fallback: None
+) -> None:
+    """CUDA's eager divides by a CPU scalar (a Python number, a 0-dim CPU tensor) as
+    `x * (1 / b)`, the reciprocal in float32 (float64 for float64): up to an ulp from the
+    quotient (float32 7.0 / 3.0 is 2.3333335, the product 2.3333333). The lowering for a CUDA
+    tensor does so, the product never fused into a following add. In the interpreter (the
+    lowering made to follow CUDA) against that product written out; on a GPU against eager."""
+    from framejit.backend.triton.ops import division
+
+    import framejit
+
+    x = torch.tensor([7.0, -1e-3, 3.3, 1e30, -0.0, 0.1, 100.0], dtype=dtype, device=kernel_device())
+    s = torch.tensor(3.0, dtype=torch.float64, device="cpu")
+    source = aten_stages(lambda a: a / 3.0 + 1.0, *on_fake_cuda(x)).source
+    assert "fj_mul_rn(" in source and "fj_div_rn(" not in source.split("def call")[0][-600:]
+    monkeypatch.setattr(division, "eager_is_cuda", lambda device: True)
+
+    def fn(a: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return a / 3.0, a / s, a / 0.0
+
+    with torch.no_grad():
+        got = framejit.jit(fn, backend="triton")(x, s)
+    held = torch.float64 if dtype == torch.float64 else torch.float32
+    inv = [1.0 / torch.tensor(v, dtype=held) for v in (3.0, 3.0, 0.0)]
+    if kernel_device() == "cuda":
+        want = fn(x, s)
+    else:
+        want = tuple((x.to(held) * i).to(dtype) for i in inv)
+    for g, w in zip(got, want):
+        bad = ~_bits_equal(g, w)
+        assert not bad.any(), [(x[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:, 0]]
