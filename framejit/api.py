@@ -501,19 +501,20 @@ class _GraphedJitFunction(JitFunction):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = _invocation
-        if state.depth:
-            return JitFunction.__call__(self, *args, **kwargs)
-        from framejit import cudagraphs
-
-        cudagraphs.begin_invocation()
-        state.depth = 1
+        outer = not state.depth
         try:
+            if outer:
+                from framejit import cudagraphs
+
+                cudagraphs.begin_invocation()
+                state.depth = 1
             return JitFunction.__call__(self, *args, **kwargs)
         except BaseException as e:
-            _user_traceback(e)
+            _user_traceback(e)  # this frame too (an inner call's exception passes it)
             raise
         finally:
-            state.depth = 0
+            if outer:
+                state.depth = 0
 
 
 class _InvocationDepth(threading.local):

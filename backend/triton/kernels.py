@@ -277,12 +277,12 @@ class KernelCode:
         # consecutive addresses; None: row-major (`_iteration_order`).
         self.order = None if self.reduction else _iteration_order(kernel, layouts)
         # the address that is `offsets` itself: the loop variables walked in that order
-        self.flat = linear(loop_vars(kernel.xshape), _walk_strides(kernel.xshape, self.order))
+        walk = _walk_strides(kernel.xshape, self.order)
+        self.flat = linear(loop_vars(kernel.xshape), walk)
         # each loop variable of a pointwise kernel as `offsets` makes it (`i2 = offsets % 768`)
         self.var_defs: dict[Sym, Ix] = {}
         numel = _numel(kernel.xshape)
         if not self.reduction and is_static(numel):
-            walk = _walk_strides(kernel.xshape, self.order)
             flat = Ix.of(Sym("offsets", max(numel, 1)))
             for var, index in zip(loop_vars(kernel.xshape), unflatten(flat, kernel.xshape, walk)):
                 if not var.is_const:
@@ -570,11 +570,12 @@ class KernelCode:
         out = Ix((), address.const)
         for atom, c in address.terms:
             new = Ix.of(atom)
-            if isinstance(atom, (FloorDiv, Mod)):
-                base, k = atom.base, atom.divisor if isinstance(atom, FloorDiv) else atom.modulus
-                var = base.terms[0][0] if len(base.terms) == 1 and not base.const else None
-                defined = self.var_defs.get(var) if base.terms and base.terms[0][1] == 1 else None
-                if defined is not None and isinstance(k, int) and var.size % k == 0:
+            if isinstance(atom, (FloorDiv, Mod)) and len(atom.base.terms) == 1:
+                var, coeff = atom.base.terms[0]
+                k = atom.divisor if isinstance(atom, FloorDiv) else atom.modulus
+                defined = self.var_defs.get(var)
+                plain = coeff == 1 and not atom.base.const and defined is not None
+                if plain and isinstance(k, int) and var.size % k == 0:
                     new = defined.floordiv(k) if isinstance(atom, FloorDiv) else defined.mod(k)
             out = out + new * c
         return out

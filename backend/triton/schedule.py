@@ -159,9 +159,9 @@ def _nice(origin: str) -> str:
 def schedule(lowering: Lowering) -> Schedule:
     graph = lowering.graph
     hints = list(lowering.hints)
-    bodies, inlined_into = _inline(graph, lowering.must_realize, hints)
-    nodes = {n.name: n for n in graph.nodes}
     live = _live(graph, lowering.must_realize)
+    bodies, inlined_into = _inline(graph, lowering.must_realize, live, hints)
+    nodes = {n.name: n for n in graph.nodes}
     steps: list[Kernel | Extern] = []
     current: Kernel | None = None
     for node in graph.nodes:
@@ -252,12 +252,11 @@ def _checks(expr: Expr) -> bool:
 
 
 def _inline(
-    graph: LoopGraph, must_realize: set[str], hints: list[str]
+    graph: LoopGraph, must_realize: set[str], live: set[str], hints: list[str]
 ) -> tuple[dict[str, Expr], dict[str, list[str]]]:
     """Bodies of the nodes that stay, with inlinable pointwise producers substituted. A node
-    nothing needs (a max pool's indices in inference) gets no body: it is not computed, and
-    it does not count as a reader of what it reads."""
-    live = _live(graph, must_realize)
+    nothing needs (not in `live`: a max pool's indices in inference) gets no body: it is not
+    computed, and it does not count as a reader of what it reads."""
     consumers: dict[str, set[str]] = {}
     for node in graph.nodes:
         if isinstance(node, (Pointwise, Reduction)) and node.name in live:
