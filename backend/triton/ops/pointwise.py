@@ -446,9 +446,8 @@ def _batch_norm_inference(
         )
         if weight is not None:
             y = op("mul", y, affine[0])
-        if bias is not None:
-            y = op("add", y, affine[-1])
-        return y
+        # eager adds a bias of 0.0 where there is none, so a -0.0 product comes out +0.0
+        return op("add", y, affine[-1] if bias is not None else const(0.0, dt))
 
     result = ctx.pointwise(out.shape, out.dtype, body)
     empty = [

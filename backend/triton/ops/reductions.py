@@ -349,13 +349,17 @@ def _layer_norm(
     )
     values = [x, mean, rstd] + [v for v in (weight, bias) if v is not None]
 
+    # the CPU kernel adds a bias of 0.0 where there is none (a -0.0 product comes out +0.0);
+    # CUDA's leaves the product as it is
+    zero_bias = bias is None and out.device.type == "cpu"
+
     def fn(v: Expr, m: Expr, r: Expr, *affine: Expr) -> Expr:
         y = op("mul", op("sub", v, m), r)
         if weight is not None:
             y = op("mul", y, affine[0])
         if bias is not None:
             y = op("add", y, affine[-1])
-        return y
+        return op("add", y, const(0.0, dt)) if zero_bias else y
 
     result = elementwise(ctx, x.shape, out.dtype, values, fn, dt)
     mean_out = mean
@@ -397,9 +401,8 @@ def _normalize_channels(
         y = op("mul", op("sub", convert(x.load(index), dt), m), r)
         if weight is not None:
             y = op("mul", y, affine[0])
-        if bias is not None:
-            y = op("add", y, affine[-1])
-        return y
+        # eager adds a bias of 0.0 where there is none, so a -0.0 product comes out +0.0
+        return op("add", y, affine[-1] if bias is not None else const(0.0, dt))
 
     return ctx.pointwise(x.shape, out_dtype, body)
 
@@ -508,9 +511,8 @@ def _group_norm(
         ws = [convert(v.load((index[1],)), dt) for v in affine]
         if weight is not None:
             y = op("mul", y, ws[0])
-        if bias is not None:
-            y = op("add", y, ws[-1])
-        return y
+        # eager adds a bias of 0.0 where there is none, so a -0.0 product comes out +0.0
+        return op("add", y, ws[-1] if bias is not None else const(0.0, dt))
 
     result = ctx.pointwise(x.shape, out.dtype, body)
     stats = []

@@ -456,3 +456,28 @@ def test_true_division_by_a_cpu_scalar_on_cuda_is_a_product(
     for g, w in zip(got, want):
         bad = ~_bits_equal(g, w)
         assert not bad.any(), [(x[k].item(), w[k].item(), g[k].item()) for k in bad.nonzero()[:, 0]]
+
+
+# x - mean is exactly 0.0 in channel 0 (every value equal) and in places of channel 1; the
+# weights are negative or -0.0, so the normalized product is -0.0 there. Eager adds a bias of
+# 0.0 where there is none (x * alpha + beta), which makes it +0.0.
+NORM_X = torch.tensor([[[2.0, 2.0, 2.0, 2.0], [1.0, 3.0, 2.0, 2.0]]]).repeat(2, 1, 1)
+NORM_W = torch.tensor([-1.5, -0.0])
+NORMS_WITHOUT_BIAS: dict[str, Any] = {
+    "batch_norm_training": lambda x, w: F.batch_norm(x, None, None, w, None, training=True),
+    "batch_norm_eval": lambda x, w: F.batch_norm(
+        x, torch.full_like(w, 2.0), torch.ones_like(w), w, None, training=False
+    ),
+    "group_norm": lambda x, w: F.group_norm(x, 2, w, None),
+    "instance_norm": lambda x, w: F.instance_norm(x, weight=w, bias=None),
+    "layer_norm": lambda x, w: F.layer_norm(x.transpose(1, 2), (2,), w, None),
+}
+
+
+@pytest.mark.parametrize("name", list(NORMS_WITHOUT_BIAS))
+def test_norms_without_a_bias_give_eagers_zero(name: str, no_fallback: None) -> None:
+    fn = NORMS_WITHOUT_BIAS[name]
+    x, w = NORM_X.to(kernel_device()), NORM_W.to(kernel_device())
+    got, want = check(fn, x, w), fn(x, w)
+    assert (want == 0).any()  # the case is there
+    assert _bits_equal(got, want).all(), (want.flatten().tolist(), got.flatten().tolist())
