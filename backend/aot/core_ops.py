@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from typing import Any
 
@@ -105,7 +106,40 @@ def decomposition_table() -> dict[Any, Any]:
         if op_name(op) in RANDOM_OPS or op_name(op) in _KEPT_WHOLE:
             del table[op]
     table[getattr(torch.ops.aten.random, "from")] = _random_from_to
+    table[aten.special_log_ndtr.default] = _log_ndtr
+    for op in (aten.addcmul.default, aten.addcmul_.default):
+        if op in table:
+            table[op] = functools.partial(_addcmul_of_integers, table[op])
     return table
+
+
+def _log_ndtr(x: torch.Tensor) -> torch.Tensor:
+    """`special.log_ndtr` with eager's formulas: log(erfcx(-t) / 2) - t^2 below x = -1, else
+    log1p(-erfc(t) / 2), t = x / sqrt(2), in float32 for half types. torch's reference takes
+    the erfcx form up to x = 1, 10 float32 ulps from eager's value at 0.27."""
+    if not x.dtype.is_floating_point:
+        x = x.to(torch.get_default_dtype())
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    v = x.float() if half else x
+    t = v * 0.707106781186547524400844362104849039
+    below = torch.log(torch.special.erfcx(-t) / 2) - t * t
+    result = torch.where(v < -1.0, below, torch.log1p(-torch.erfc(t) / 2))
+    return result.to(x.dtype) if half else result
+
+
+def _addcmul_of_integers(
+    decomposition: Any, x: torch.Tensor, a: Any, b: Any, *, value: Any = 1
+) -> Any:
+    """`addcmul` with a float `value` on integer tensors: eager converts the value to the
+    tensor's dtype (toward zero; `value=0.5` adds nothing), torch's reference refuses a float.
+    A value out of the dtype's range is left to the op itself, which raises eager's error."""
+    integral = not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
+    if integral and isinstance(value, float):
+        info = torch.iinfo(x.dtype)
+        if not (math.isfinite(value) and info.min <= value <= info.max):
+            return NotImplemented
+        value = math.trunc(value)
+    return decomposition(x, a, b, value=value)
 
 
 _FLOAT_DIGITS = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}

@@ -686,3 +686,26 @@ def test_losses_keep_the_inputs_dtype_as_in_eager(loss):
             torch.autograd.grad(got, a)
     else:
         torch.testing.assert_close(torch.autograd.grad(got, a)[0], g_want)
+
+
+@pytest.mark.parametrize("value", [0.5, -1.7, 2.9, 3])
+def test_addcmul_of_integers_by_a_float_value_truncates_it_as_eager(value):
+    # eager converts the value to the tensors' dtype; torch's reference refused a float
+    # (ValueError at the trace, so the graph ran uncompiled)
+    def f(a, b, c):
+        return torch.addcmul(a, b, c, value=value), a.clone().addcmul_(b, c, value=value)
+
+    a, b, c = torch.tensor([1, 2, 3]), torch.tensor([1, -2, 3]), torch.tensor([4, 5, 6])
+    (got, got_inplace), _, _ = check(f, a, b, c)
+    assert torch.equal(got, f(a, b, c)[0]) and torch.equal(got_inplace, got)
+
+
+def test_addcmul_with_a_value_out_of_the_dtypes_range_raises_eagers_error():
+    def f(a):
+        return torch.addcmul(a, a, a, value=300.0)
+
+    a = torch.tensor([100, 2], dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        f(a)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        aot(f, a)(a)

@@ -152,6 +152,13 @@ OPS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor, int, 
     "logsigmoid": (F.logsigmoid, grid(1e-30, 200.0), 5, "min(x, 0) - log1p(exp(-|x|)): 4"),
     "elu": (F.elu, grid(1e-30, 100.0), 4, "expm1 below 0: 3"),
     "selu": (torch.selu, grid(1e-30, 100.0), 4, "scaled expm1: 3"),
+    "log_ndtr": (
+        torch.special.log_ndtr,
+        grid(1e-30, 1e4),
+        3,
+        "eager's formulas (erfcx below -1, else log1p of erfc; torch's reference took erfcx up"
+        " to 1: 10): 2",
+    ),
     "softsign": (F.softsign, grid(*ALL), 1, "x / (1 + |x|), eager's formula: 0"),
     "pow_2": (lambda x: x**2, grid(*ALL), 0, "x * x, as eager"),
     "pow_3": (lambda x: x**3, grid(*ALL), 0, "x * x * x, as eager"),
