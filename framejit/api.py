@@ -34,7 +34,13 @@ from framejit.backend.registry import with_cudagraphs
 from framejit.config import MODES as _CONFIG_MODES
 from framejit.config import config
 from framejit.frontend.breaks import resumes
-from framejit.frontend.codegen import argnames_of, rebind, run_resumes, same_cells
+from framejit.frontend.codegen import (
+    argnames_of,
+    call_taking,
+    rebind,
+    run_resumes,
+    same_cells,
+)
 from framejit.frontend.convert import compile_frame, guard_report
 from framejit.frontend.hook import disabled as hook_disabled
 from framejit.frontend.hook import forget_skip_marks, inside_torch_dispatch, user_mode_active
@@ -375,16 +381,26 @@ class JitFunction:
         fn = self._fn
         if same_cells(closure, fn.__closure__):
             return self
-        return functools.partial(self._call_live, rebind(fn, fn, closure))
+        return _LiveCall(self, rebind(fn, fn, closure))
 
-    def _call_live(self, live: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
+    def call_taking(self, box: list[Any]) -> Any:
+        """The call `run_resumes` makes (`codegen.call_taking`): the arguments in `box`, which
+        is emptied before the entry's frame starts, so that frame is their only owner."""
+        return self._call_taking(self._fn, box)
+
+    def _call_taking(self, fn: types.FunctionType, box: list[Any]) -> Any:
         try:
-            return self._call(live, args, kwargs)
+            return call_taking(self._select(fn, tuple(box), {}), box)
         except BaseException as e:
             _user_traceback(e)
             raise
 
     def _call(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
+        return self._select(fn, args, kwargs)(*args, **kwargs)
+
+    def _select(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """What to call with `args` and `kwargs`: the entry whose guards pass (compiled first,
+        on a miss), or `fn` itself where it runs as it is."""
         if fn.__code__ is not self._code:  # `fn.__code__ = other.__code__`
             self._follow_code()
         frame_args = args if (self._simple and not kwargs and len(args) == self._nargs) else None
@@ -399,16 +415,10 @@ class JitFunction:
                 target = entry.fn if fn is self._fn else _rebound(entry.fn, fn)
                 if frame_args is not args:  # the call may rely on defaults
                     _follow_defaults(target, fn)
-                return target(*args, **kwargs)
-        return self._miss(fn, args, kwargs, frame_args)
+                return target
+        return self._miss(fn, frame_args)
 
-    def _miss(
-        self,
-        fn: types.FunctionType,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        frame_args: tuple,
-    ) -> Any:
+    def _miss(self, fn: types.FunctionType, frame_args: tuple) -> Any:
         cache = self._cache
         if (
             cache.eager
@@ -416,14 +426,14 @@ class JitFunction:
             or user_mode_active()  # before record_miss reads the guards' tensors
             or inside_torch_dispatch()
         ):
-            return fn(*args, **kwargs)
+            return fn
         # a resume function (the rest of a frame after a break: a loop's next steps) that
         # reaches the limit is said in the `recompiles` log, as past max_resume_depth, not warned
         warn = not resumes(fn.__code__)
         if cache.entries and cache.record_miss(fn, frame_args, fn.__qualname__, warn=warn):
-            return fn(*args, **kwargs)
+            return fn
         if getattr(self, "_framejit_disabled", False):  # framejit.disable(this) after jit
-            return fn(*args, **kwargs)
+            return fn
         s = self._settings
         with hook_disabled():  # user code the backend runs while compiling is not hooked
             result = compile_frame(
@@ -439,8 +449,7 @@ class JitFunction:
         if s.observer is not None:
             s.observer(result)
         cache.add(result.entry, fn, frame_args)
-        target = result.entry.fn if fn is self._fn else _rebound(result.entry.fn, fn)
-        return target(*args, **kwargs)
+        return result.entry.fn if fn is self._fn else _rebound(result.entry.fn, fn)
 
     def _wrap_resume(self, fn: Any) -> Any:
         """What transformed code calls instead of a resume function, or of the function or
@@ -479,6 +488,27 @@ class JitFunction:
 
     def __repr__(self) -> str:
         return f"<framejit.jit {self._fn.__qualname__}>"
+
+
+class _LiveCall:
+    """A jit of a nested function's resume function, run with the cells of its parent's current
+    call (`JitFunction.with_closure`)."""
+
+    __slots__ = ("jit", "live")
+
+    def __init__(self, jit: JitFunction, live: types.FunctionType) -> None:
+        self.jit = jit
+        self.live = live
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.jit._call(self.live, args, kwargs)
+        except BaseException as e:
+            _user_traceback(e)
+            raise
+
+    def call_taking(self, box: list[Any]) -> Any:
+        return self.jit._call_taking(self.live, box)
 
 
 _live_caches: weakref.WeakSet[CodeCache] = weakref.WeakSet()

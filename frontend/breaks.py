@@ -23,7 +23,10 @@ next bound, not on each value); an iterator over other known items is passed as 
 keeps the old way (a new resume function per iteration, up to `config.max_resume_depth`). The
 call is made without nesting: the user's frame calls its resume function through
 `codegen.run_resumes`, and a resume function returns the next call (`codegen.ResumeCall`)
-instead of making it, so a loop of any length runs at a constant Python stack depth.
+instead of making it, so a loop of any length runs at a constant Python stack depth. The
+arguments travel in a list that is emptied as the resume function's frame starts
+(`codegen.call_taking`), and its prologue moves the saved stack out of its argument slots: as
+in the frame that broke, a value the resumed code drops (a generator left by `break`) dies then.
 
 Breaks inside `try` and `with` blocks. The resume function is the whole original code, so the
 rest of a protected block keeps its handlers. The instruction that runs for real in the
@@ -323,6 +326,8 @@ def resume_code(
             prologue.append(Instr("LOAD_FAST", f"___stack{i}{RANGE_SUFFIX * (kind == 'range')}"))
             if kind in ("iter", "range"):
                 prologue.append(Instr("GET_ITER"))
+            else:  # the stack is its only owner, as in the frame that broke
+                prologue += [Instr("LOAD_CONST", None), Instr("STORE_FAST", f"___stack{i}")]
     if active is None:
         prologue.append(Instr("JUMP_FORWARD", target))
     else:

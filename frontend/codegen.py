@@ -90,26 +90,52 @@ def same_cells(a: tuple | None, b: tuple | None) -> bool:
 class ResumeCall:
     """What a resume function's transformed code returns instead of calling the next resume
     function: the call, for `run_resumes` to make. A loop whose body breaks then resumes
-    iteration after iteration without nesting one Python call per iteration."""
+    iteration after iteration without nesting one Python call per iteration. Its arguments are
+    in a list that the call empties (`call_taking`)."""
 
-    __slots__ = ("fn", "args")
+    __slots__ = ("fn", "box")
 
-    def __init__(self, fn: Any, *args: Any) -> None:
+    def __init__(self, fn: Any, box: list[Any]) -> None:
         self.fn = fn
-        self.args = args
+        self.box = box
 
 
 # stack kind (breaks.resume_code) -> what builds the argument from the iterator left
 _LEFT_OF = {"iter": tuple, "range": left_as_range}
 
 
-def run_resumes(fn: Any, *args: Any) -> Any:
+def run_resumes(fn: Any, box: list[Any]) -> Any:
     """Call a resume function as the user's frame's tail call, then each resume function the
     resumed code hands back (`ResumeCall`), until one returns the frame's result."""
-    result = fn(*args)
+    result = call_taking(fn, box)
     while type(result) is ResumeCall:
-        result = result.fn(*result.args)
+        result = call_taking(result.fn, result.box)
     return result
+
+
+def call_taking(fn: Any, box: list[Any]) -> Any:
+    """`fn(*box)`, with `box` emptied before `fn`'s frame starts, so that frame's locals are
+    the only owners of the arguments, as a Python callee's are: a value the resumed code lets go
+    of (a generator dropped by a `break` out of its loop) dies there, as in eager, not when the
+    call returns. (`fn(*args)` would keep them in `args` and in the call's own tuple.) A jit of
+    a resume function (`call_taking` of its own) checks its guards on the list first."""
+    take = getattr(type(fn), "call_taking", None)
+    if take is not None:
+        return take(fn, box)
+    return _caller_taking(len(box))(fn, box)
+
+
+@functools.cache
+def _caller_taking(n: int) -> Callable[[Any, list[Any]], Any]:
+    """`call(fn, box)`: `fn` called with the `n` items of `box`, which are moved onto the
+    stack (the list left empty) before the call; a call instruction hands a Python function
+    its stack arguments without keeping them (no frame hook installed)."""
+    args = ", ".join(["box.pop()"] * n)
+    scope: dict[str, Any] = {"__name__": __name__}
+    source = f"def call(fn, box):\n    box.reverse()\n    return fn({args})\n"
+    # of this module and file: tracebacks and warnings skip it with framejit's other frames
+    exec(compile(source, __file__, "exec"), scope)
+    return scope["call"]
 
 
 def with_closure(target: Any, closure: tuple) -> Any:
@@ -501,7 +527,8 @@ class CodeGen:
             self._emit(Instr("LOAD_CLOSURE", CellVar(name)))
         self._clear_locals()
         nargs = len(kinds) - kinds.count("null") + len(local_values) + len(self.code.co_cellvars)
-        self._emit(*versions.emit_call(nargs + 1))
+        self.build(list, nargs)  # emptied by the call (`call_taking`)
+        self._emit(*versions.emit_call(2))
         self._emit(Instr("RETURN_VALUE"))
 
     def _clear_locals(self) -> None:
