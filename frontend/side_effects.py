@@ -105,6 +105,13 @@ class ReplayedCallVariable(ExternalCallableVariable):
                 tx.output.side_effects.calls.append((*located, tx.lineno))
                 return ConstantVariable(None)
         logger, method = _logging_call(self.fn)
+        if logger is not None and _reads_exc_info(method, kwargs) and _handles_traced(tx):
+            # the replay runs after the graph, outside the clause: it would log no exception
+            raise Unsupported(
+                "side_effect",
+                f"logging.{method}(...) in an `except` clause",
+                "it logs the exception being handled, which only the running code has",
+            )
         if logger is not None and tx.parent is not None:
             # logged in a function the trace inlined: the record names its file, line and
             # function (`%(funcName)s`, `%(filename)s:%(lineno)d`), not the compiled frame's
@@ -123,6 +130,28 @@ class ReplayedCallVariable(ExternalCallableVariable):
             return ConstantVariable(None)
         tx.output.side_effects.calls.append((self, list(args), dict(kwargs), tx.lineno))
         return ConstantVariable(None)
+
+
+def _reads_exc_info(method: str, kwargs: dict[str, VariableTracker]) -> bool:
+    """Does this logging call log `sys.exc_info()` (`logger.exception(...)`, `exc_info=True`)?"""
+    exc_info = kwargs.get("exc_info")
+    if exc_info is None:
+        return method == "exception"
+    if not exc_info.is_constant():
+        return False  # an exception or a tuple: rebuilt for the replay, or a break there
+    value = exc_info.as_constant()
+    return bool(value) and not isinstance(value, (tuple, BaseException))
+
+
+def _handles_traced(tx: Translator) -> bool:
+    """Is the traced code inside an `except` clause or `with` exit that it entered while
+    tracing (in its frame or a caller it inlined), or in one a resume function began inside?"""
+    t: Any = tx
+    while t is not None:
+        if getattr(t, "handled", None) or getattr(t, "handled_unknown", False):
+            return True
+        t = t.parent
+    return False
 
 
 _LEVELS = {
