@@ -282,6 +282,59 @@ def test_globals_missing_name_raises_key_error_caught_in_the_frame() -> None:
     _same(fn, torch.randn(3))
 
 
+COUNT = 0
+
+
+def _stores_by_name(x):
+    g = globals()
+    g["COUNT"] += 1
+    g["_MADE_BY_THE_FRAME"] = x.shape[0]
+    return x * COUNT + _MADE_BY_THE_FRAME, g["COUNT"]  # noqa: F821 - made by the line above
+
+
+def _stores_after_a_global_statement(x):
+    global COUNT
+    COUNT = 5
+    globals()["COUNT"] = COUNT + 2
+    return x + COUNT
+
+
+def _other_writes(x):
+    g = globals()
+    g.update(_MADE_BY_THE_FRAME=2)
+    g.setdefault("_MADE_BY_THE_FRAME", 7)
+    before = g.pop("_MADE_BY_THE_FRAME")
+    return x * before, "_MADE_BY_THE_FRAME" in g
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(
+    ("fn", "breaks"),
+    [(_stores_by_name, 0), (_stores_after_a_global_statement, 0), (_other_writes, 1)],
+)
+def test_globals_writes_are_eager_s(fn, breaks: int, backend: str) -> None:
+    """`globals()["x"] = v` is a store of the global (replayed after the graph, read back by
+    the rest of the trace); other writes to the module dict are breaks."""
+    module = globals()
+
+    def run(f, x):
+        module["COUNT"] = 0
+        module.pop("_MADE_BY_THE_FRAME", None)
+        out = f(x)
+        return out, module["COUNT"], module.pop("_MADE_BY_THE_FRAME", None)
+
+    framejit.reset()
+    jitted = framejit.jit(fn, backend=backend)
+    for n in (2, 2, 3):
+        x = torch.randn(n)
+        _assert_same(run(jitted, x), run(fn, x))
+    module["COUNT"] = 0
+    explained = framejit.explain(fn, torch.randn(2))
+    assert explained.graph_break_count == breaks, explained.break_reasons
+    module["COUNT"] = 0
+    module.pop("_MADE_BY_THE_FRAME", None)
+
+
 # --- iter(fn, sentinel) ---------------------------------------------------------------------------
 
 

@@ -4,7 +4,8 @@ outside the frame, and the dispatch of `functools.singledispatch` functions.
 
 What must hold:
 - A read of `globals()` is a read of a global: the same guard as `NAME` would leave (a name
-  missing from the module is guarded absent), never a copy of the dict.
+  missing from the module is guarded absent), never a copy of the dict; a store by name is a
+  STORE_GLOBAL, replayed after the graph.
 - `iter(fn, sentinel)` calls `fn` only when its consumer asks for an item, and stops at the
   first result equal to the sentinel, as CPython's callable iterator does; once it stopped it
   stays exhausted.
@@ -45,7 +46,8 @@ Kwargs = dict[str, VariableTracker]
 
 class GlobalsVariable(VariableTracker):
     """`globals()`: the module dict of the frame that called it, read name by name through the
-    translator's global loads (guarded as `NAME` is). Writes are not modelled."""
+    translator's global loads (guarded as `NAME` is). A store by name is a store of the global;
+    other writes (`update`, `del`, `pop`) are breaks."""
 
     def __init__(self, f_globals: dict[str, Any]) -> None:
         self.f_globals = f_globals
@@ -112,7 +114,18 @@ class GlobalsVariable(VariableTracker):
             return found
         if name == "__contains__" and len(args) == 1 and not kwargs:
             return ConstantVariable(self._lookup(tx, args[0]) is not None)
-        raise Unsupported("unsupported_call", f"globals().{name}", "only reads by name")
+        if name == "__setitem__" and len(args) == 2 and not kwargs:
+            key = args[0]
+            if (
+                key.is_constant()
+                and type(key.as_constant()) is str
+                and tx.f_globals is self.f_globals
+            ):
+                # `globals()["x"] = v` is `global x; x = v`: replayed as STORE_GLOBAL, and read
+                # back by the rest of the trace (a break for another module's globals)
+                tx.store_global(key.as_constant(), args[1])
+                return ConstantVariable(None)
+        raise Unsupported("unsupported_call", f"globals().{name}", "only reads and stores by name")
 
 
 @builtin(globals)
