@@ -38,6 +38,7 @@ from framejit.backend.aot.analysis import (
 )
 from framejit.backend.aot.partition import has_checkpoint_regions, partition
 from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
+from framejit.backend.aot.split import Split, split_at_chained_output
 from framejit.backend.aot.trace import trace_inference, trace_joint
 from framejit.frontend.layouts import long_strides
 from torch._prims_common import is_non_overlapping_and_dense_or_false
@@ -74,7 +75,7 @@ _AS_CAPTURED = frozenset(
 
 
 def aot_compile(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner
+    gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner, cut: bool = True
 ) -> Callable[..., Any]:
     """Compile captured graph `gm` through the AOT stage; see the module docstring.
 
@@ -122,6 +123,9 @@ def aot_compile(
     if special:
         log.info("aot: running the captured graph as it is: it calls %s", special[0].__name__)
         return gm.forward
+    split = split_at_chained_output(gm, example_inputs) if cut else None
+    if split is not None:
+        return _compile_parts(split, example_inputs, inner)
     try:
         return _compile(gm, example_inputs, inner)
     except Exception as exc:  # noqa: BLE001 - any tracing failure: run the graph as captured
@@ -142,6 +146,23 @@ def aot_compile(
             exc,
         )
         return gm.forward
+
+
+def _compile_parts(split: Split, example_inputs: list[Any], inner: Inner) -> Callable[..., Any]:
+    """A training graph cut where an output that another output is computed from reaches its
+    users (split.py): each part through the stage, run one after the other."""
+    first_inputs, second_inputs = split.example_inputs(example_inputs)
+    log.info(
+        "aot: %s cut in two: other outputs are computed from the outputs %s, which the second "
+        "part takes as inputs",
+        type(split.first).__name__,
+        split.after,
+    )
+    # the first part has no output that another of its outputs is computed from
+    first = aot_compile(split.first, first_inputs, inner, cut=False)
+    second = aot_compile(split.second, second_inputs, inner)
+    del first_inputs, second_inputs
+    return split.runner(first, second)
 
 
 def _uint8_interpolation(gm: torch.fx.GraphModule) -> str | None:
