@@ -135,6 +135,23 @@ class GraphBreak(Exception):
     run_instruction: bool = True
 
 
+class BreakAtTheRaise(Unsupported):
+    """An exception the trace raised left the frame through an `except` clause or a `with`
+    exit that changed objects made in the frame (an ExitStack's callbacks popped), which a
+    rewind to the raising instruction would not restore: trace the frame again with a graph
+    break at that instruction (`where`: its code and offset), so it raises for real and the
+    real handlers run, as in eager."""
+
+    def __init__(self, where: tuple[Any, int], reason: Unsupported) -> None:
+        code, offset = where
+        super().__init__(
+            reason.code,
+            f"a raise at {code.co_qualname} offset {offset}",
+            "it leaves the frame through a clause that changed objects made in the frame",
+        )
+        self.where = where
+
+
 def can_resume_at(tx: Translator, inst: Any, exc: Unsupported, changed: bool) -> bool:
     """Whether to compile the graph so far and resume *at* the instruction (not after it).
     `changed`: the instruction changed a container or cell made in the frame before it failed.

@@ -26,6 +26,7 @@ import torch.fx
 from bytecode import Instr
 from framejit.frontend.breaks import (
     TRUTH_JUMPS,
+    BreakAtTheRaise,
     CellArgSource,
     GraphBreak,
     body_and_handler,
@@ -163,9 +164,10 @@ def compile_frame(
                 # with its function run as Python (variables/generators.py); one code per retry
                 log.debug("tracing %s again with %s run as Python", fn.__qualname__, exc.gen_code)
                 eager_generators = {**eager_generators, exc.gen_code: exc.detail}
-            except ReplayOutOfOrder as exc:
-                # a logging/warnings call would see later state if replayed after the graph:
-                # trace again with a graph break at that call (side_effects.py)
+            except (ReplayOutOfOrder, BreakAtTheRaise) as exc:
+                # a logging/warnings call would see later state if replayed after the graph
+                # (side_effects.py), or a raise leaves through a clause that cannot be rewound
+                # (breaks.py): trace again with a graph break at that instruction
                 log.debug("tracing %s again with a break at %s", fn.__qualname__, exc.construct)
                 in_place = {*in_place, exc.where}
             except NeedsPythonDispatch as exc:
@@ -234,7 +236,7 @@ def _compile_frame_once(
             and exc.gen_code not in eager_generators
             and len(eager_generators) < MAX_GENERATOR_RETRIES
         ) or (
-            isinstance(exc, ReplayOutOfOrder)
+            isinstance(exc, (ReplayOutOfOrder, BreakAtTheRaise))
             and exc.where not in calls_run_in_place
             and len(calls_run_in_place) < MAX_GENERATOR_RETRIES
         ):

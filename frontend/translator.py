@@ -23,7 +23,13 @@ import weakref
 from typing import Any
 
 import torch
-from framejit.frontend.breaks import GraphBreak, _exception_table, can_break, can_resume_at
+from framejit.frontend.breaks import (
+    BreakAtTheRaise,
+    GraphBreak,
+    _exception_table,
+    can_break,
+    can_resume_at,
+)
 from framejit.frontend.errors import FrameRunsAsPython, Location, Unsupported
 from framejit.frontend.handlers import HANDLERS, unsupported_opcodes
 from framejit.frontend.inlining import InliningMixin, _RealCell
@@ -265,18 +271,26 @@ class Translator(OperatorsMixin, InliningMixin):
                         # the instruction that raised and break there, as without the clause.
                         # Only if the clause changed no object made in the frame (a list it
                         # popped, an ExitStack's callbacks): a rewind restores the stack and
-                        # locals, not their contents; else the frame runs as Python.
+                        # locals, not their contents; else the frame is traced again with the
+                        # break at that instruction, its clause never entered (BreakAtTheRaise).
                         clause_changed = mutation_count() != caught[11]
                         inst, exc, stack, local_vars, kw_names, cells, contents = caught[:7]
                         mark, undo, run_it, changed = caught[7:11]
                         if clause_changed:
+                            where = (self.code, inst.offset)
+                            if where not in self.output.calls_run_in_place:
+                                raise BreakAtTheRaise(where, exc) from None
                             raise exc from None
                         if inst.positions is not None and inst.positions.lineno is not None:
                             self.lineno = inst.positions.lineno
                     else:
                         run_it = can_break(self, inst, exc, mutations)
                         changed = mutation_count() != mutations
-                        if exc.python_exception() is not None and self._catch(exc, inst):
+                        if (
+                            exc.python_exception() is not None
+                            and (self.code, inst.offset) not in self.output.calls_run_in_place
+                            and self._catch(exc, inst)
+                        ):
                             # the root frame's own `except` clause takes it; keep what a break
                             # at this instruction needs, in case the clause cannot be traced
                             caught = (inst, exc, stack, local_vars, kw_names, cells, contents)

@@ -225,19 +225,29 @@ def test_exit_stack_suppresses_through_an_entered_suppress() -> None:
 
 def test_exit_stack_callbacks_run_before_an_exception_leaves() -> None:
     """The exception leaves the frame: its stack's exit (which popped its callbacks) cannot be
-    rewound to a break at the raise, so the frame runs as Python, with eager's result."""
+    rewound to a break at the raise, so the frame is traced again with the break at the raise
+    itself. The graph before it is compiled; the raise and the real exit run as Python."""
 
     def fn(x, d, log):
+        y = x.sin()
         with contextlib.ExitStack() as stack:
             stack.callback(log.append, "cleanup")
-            x = x + d["missing"]
+            log.append("body")
+            x = y * 2 + d["missing"]
         return x
 
-    for f in (fn, framejit.jit(fn, backend=CompileCounter())):
-        log: list[str] = []
-        with pytest.raises(KeyError):
-            f(torch.randn(2), {}, log)
-        assert log == ["cleanup"]
+    for backend in ("eager", "aot_eager"):
+        framejit.reset()
+        jitted = framejit.jit(fn, backend=backend)
+        for f in (fn, jitted, fn, jitted):
+            log: list[str] = []
+            with pytest.raises(KeyError, match="missing"):
+                f(torch.randn(2), {}, log)
+            assert log == ["body", "cleanup"]
+    counter = CompileCounter()
+    with pytest.raises(KeyError):
+        framejit.jit(fn, backend=counter)(torch.randn(2), {}, [])
+    assert counter.frame_count == 1  # x.sin(), before the break
 
 
 def test_exit_stack_close_and_keyword_callbacks() -> None:
@@ -529,7 +539,8 @@ def test_id_of_a_graph_intermediate_is_a_graph_break() -> None:
 def test_clause_that_changed_a_list_is_not_rewound_to_a_break() -> None:
     """An `except` clause of the frame pops a list made in the frame, then reaches a call that
     cannot be traced: rewinding to a break at the raise would run the clause again for real
-    over the already popped list (it popped twice). The frame runs as Python instead."""
+    over the already popped list (it popped twice). The frame is traced again with the break
+    at the raise, before the clause; with nothing captured before it, it runs as Python."""
 
     @framejit.disable
     def opaque(v):
@@ -546,4 +557,44 @@ def test_clause_that_changed_a_list_is_not_rewound_to_a_break() -> None:
             opaque(items)
         return x + 1, items, list(queue)
 
+    def after_work(x):
+        x = x.cos() * 2
+        items = [1, 2, 3]
+        try:
+            x = x * {}["missing"]
+        except KeyError:
+            items.pop()
+            opaque(items)
+        return x + 1, items
+
     _same(fn, torch.randn(3), graphs=0, breaks=1)
+    _same(after_work, torch.randn(3), graphs=1, breaks=1)
+
+
+def test_a_clause_that_changed_a_list_and_re_raises() -> None:
+    """The exception leaves the frame after its clause popped a list made in the frame: the
+    break is at the raise, and the real clause pops it once."""
+
+    def fn(x, log):
+        x = x.exp()
+        items = [1, 2, 3]
+        try:
+            x = x + {}["missing"]
+        except KeyError:
+            items.pop()
+            log.append(list(items))
+            raise
+        return x
+
+    for backend in ("eager", "aot_eager"):
+        framejit.reset()
+        jitted = framejit.jit(fn, backend=backend)
+        for f in (fn, jitted, fn, jitted):
+            log: list[list[int]] = []
+            with pytest.raises(KeyError, match="missing"):
+                f(torch.randn(2), log)
+            assert log == [[1, 2]]
+    counter = CompileCounter()
+    with pytest.raises(KeyError):
+        framejit.jit(fn, backend=counter)(torch.randn(2), [])
+    assert counter.frame_count == 1
