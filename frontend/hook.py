@@ -22,8 +22,9 @@ Invariants:
 - Enable state is per thread (`set_thread`), with a process-wide switch for whole-script mode
   (`set_global`). Settings (`backend`, `mode`) are per thread too.
 - While a TorchFunctionMode or TorchDispatchMode of the user's is active (`user_mode_active`:
-  any but torch's own device context), no frame is compiled or runs compiled code: it runs as
-  it is, so the mode sees the program's torch calls once each and none of framejit's. Every
+  any but torch's own device context), or while `torch.jit.trace` records, no frame is compiled
+  or runs compiled code: it runs as it is, so the mode (the tracer) sees the program's torch
+  calls once each and none of framejit's. Every
   entry's GLOBAL_STATE guard fails under one, and it is checked before any guard reads a
   tensor (which a mode would see); a miss then runs the frame as it is. Nor is
   a frame compiled inside a `__torch_dispatch__` handler (`inside_torch_dispatch`): a mode's

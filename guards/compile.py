@@ -86,7 +86,7 @@ class CompiledGuards:
 def _global_state_difference(expected: GlobalState) -> str:
     """What differs between the state the entry was compiled with and the current one."""
     if user_mode_active():
-        return "; actual: a TorchFunctionMode or TorchDispatchMode of the user's is active"
+        return "; actual: a user's TorchFunctionMode or TorchDispatchMode, or torch.jit.trace"
     current = GlobalState.current(expected.module_hooks)
     changed = [
         f"{f.name}={getattr(current, f.name)!r}"

@@ -399,10 +399,11 @@ _COMPILED_FUNCTION_MODES: tuple[type, ...] = (DeviceContext,)
 def user_mode_active() -> bool:
     """Is a TorchFunctionMode or TorchDispatchMode active that compiled code would not honour?
     (Any dispatch mode, FakeTensorMode included; any function mode but torch's device context.)
-    A call made under one runs as plain Python: the mode must see each of the program's own
-    torch calls once, and none of framejit's guards, tracing or graphs. Nothing is compiled
-    under one, and the GLOBAL_STATE guard, checked first, fails under one."""
-    if torch._C._len_torch_dispatch_stack():
+    Or is `torch.jit.trace` recording? A call made under one runs as plain Python: the mode or
+    the tracer must see each of the program's own torch calls once, and none of framejit's
+    guards, tracing or graphs. Nothing is compiled under one, and the GLOBAL_STATE guard,
+    checked first, fails under one."""
+    if torch._C._len_torch_dispatch_stack() or torch._C._get_tracing_state() is not None:
         return True
     return torch._C._is_torch_function_mode_enabled() and device_modes() is None
 
@@ -451,6 +452,8 @@ def _global_state_check(s: GlobalState, const: Callable[[Any], str]) -> str:
         parts = [f"{const(_tensor_check.state_check)}({const(spec)})"]
     else:
         parts = _python_state_check(s, const)
+    # no torch.jit.trace under way (user_mode_active): the tracer records the program's own ops
+    parts.append(f"{const(torch._C._get_tracing_state)}() is None")
     if s.module_hooks:
         m = const(_nn_module_globals)
         parts.append(

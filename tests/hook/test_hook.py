@@ -620,3 +620,45 @@ def test_an_nn_sequential_model_called_from_an_uncaptured_loop_is_compiled():
         )
     assert got == want
     assert counter.frame_count == 1  # Sequential.forward, reused for every batch
+
+
+class _Traced(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x)) * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("warm", [False, True])
+def test_torch_jit_trace_records_the_users_ops(backend, warm):
+    """Under torch.jit.trace the model's frames run as they are, compiled before or not: the
+    tracer must record the program's own ops, once each (its check run failed on framejit's
+    guards and graphs; aot_eager's under the tracer crashed the process)."""
+    torch.manual_seed(0)
+    model, x = _Traced().eval(), torch.randn(2, 4)
+    with framejit.enabled(backend=backend):
+        if warm:
+            model(x)
+            assert _compiled(_Traced.forward)
+        traced = torch.jit.trace(model, x)  # check_trace: traces again and compares
+        got = traced(x + 1)
+    plain = torch.jit.trace(model, x)
+    assert [n.kind() for n in traced.graph.nodes()] == [n.kind() for n in plain.graph.nodes()]
+    torch.testing.assert_close(got, model(x + 1))
+
+
+def test_a_jit_function_under_torch_jit_trace_runs_as_python():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return x.sin() + 1
+
+    jf = framejit.jit(f, backend="eager")
+    jf(torch.ones(3))
+    traced = torch.jit.trace(jf, torch.ones(3))
+    assert [n.kind() for n in traced.graph.nodes()][-2:] == ["prim::Constant", "aten::add"]
+    torch.testing.assert_close(traced(torch.zeros(3)), torch.ones(3))
