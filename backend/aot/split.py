@@ -18,7 +18,7 @@ What must hold:
 - The parts run in the graph's order, so random numbers are drawn in eager's order.
 - No cut where it could change what runs: a graph that writes in place (its writes are the
   stage's to order), switches grad mode, has checkpoint regions or calls a module, or whose
-  cut would hand the second part something other than tensors (a size computed before it).
+  cut would hand the second part something other than tensors and sizes.
 - The cut costs the fusion across it; what crosses it is what the second part reads, and `y`
   is an output anyway.
 """
@@ -56,6 +56,9 @@ class Split:
         placeholders = [n for n in self.second.graph.nodes if n.op == "placeholder"]
         for node in placeholders[len(placeholders) - self.crossing :]:
             val = node.meta["val"]
+            if not isinstance(val, torch.Tensor):  # a size computed before the cut
+                second.append(_hint(val))
+                continue
             size = [_hint(s) for s in val.shape]
             stride = [_hint(s) for s in val.stride()]
             real = torch.empty_strided(size, stride, dtype=val.dtype, device=val.device)
@@ -165,7 +168,21 @@ def _may_write_or_switch(node: torch.fx.Node) -> bool:
 def _split(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], k: int) -> Split | None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     position = {n: i for i, n in enumerate(placeholders)}
-    first_nodes, second_nodes = nodes[:k], set(nodes[k:])
+    first_nodes, rest = nodes[:k], nodes[k:]
+    # an item of a tuple computed before the cut (`split`, `chunk`, an op with two results) is
+    # taken before it too: tensors cross the cut, tuples do not
+    before = set(first_nodes)
+    items = [
+        n
+        for n in rest
+        if n.op == "call_function"
+        and n.target is operator.getitem
+        and n.args[0] in before
+        and not isinstance(n.args[0].meta.get("val"), torch.Tensor)
+    ]
+    first_nodes += items
+    rest = [n for n in rest if n not in set(items)]
+    second_nodes = set(rest)
     returned = list(gm.graph.output_node().args[0])
 
     def read_by_second(n: torch.fx.Node) -> bool:
@@ -173,13 +190,13 @@ def _split(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], k: int) -> Spli
 
     crossing = [n for n in first_nodes if n.op != "get_attr" and read_by_second(n)]
     if not all(_has_hints(n.meta.get("val")) for n in crossing):
-        return None  # a size or a Python value computed before the cut
+        return None  # a Python value computed before the cut, or a size without a value
     first_returned = [o for o in dict.fromkeys(returned) if o in set(first_nodes)]
     first_outputs = [o for o in first_returned if o not in set(crossing)] + crossing
 
     first, first_inputs = _part(gm, first_nodes, first_outputs, placeholders, position, [])
     second_returned = [o for o in dict.fromkeys(returned) if o in second_nodes]
-    second, second_inputs = _part(gm, nodes[k:], second_returned, placeholders, position, crossing)
+    second, second_inputs = _part(gm, rest, second_returned, placeholders, position, crossing)
     outputs: list[tuple[str, Any]] = []
     for o in returned:
         if not isinstance(o, torch.fx.Node):
@@ -226,10 +243,13 @@ def _part(
 
 
 def _has_hints(val: Any) -> bool:
-    """A tensor whose sizes and strides have values at this call."""
-    if not isinstance(val, torch.Tensor):
+    """A tensor whose sizes and strides have values at this call, or such a size."""
+    if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+        sizes = [val]
+    elif isinstance(val, torch.Tensor):
+        sizes = [*val.shape, *val.stride()]
+    else:
         return False
-    sizes = [*val.shape, *val.stride()]
     return all(not isinstance(s, torch.SymInt) or s.node.hint is not None for s in sizes)
 
 

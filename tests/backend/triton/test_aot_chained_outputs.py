@@ -205,3 +205,35 @@ def test_outputs_read_together_make_one_cut() -> None:
         outs[2].sum().backward()
     for g, w in zip(got[:2], want[:2]):
         torch.testing.assert_close(g.grad, w.grad)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_cut_between_a_tuple_and_its_items_or_after_a_size(dynamic: bool) -> None:
+    # the cut lands after `chunk` (its items are taken before it) and after `y.shape[0]`
+    # (a size crossing the cut, symbolic under dynamic=True)
+    def f(x: torch.Tensor, w: torch.Tensor):
+        y = x @ w
+        a, b = y.chunk(2, dim=1)
+        n = y.shape[0]
+        return y, a * b.sum() / n, y.reshape(n, -1).mean()
+
+    count = 0
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        def inner(aten: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+            nonlocal count
+            count += aten.meta.get("aot_kind") == "forward"
+            return eager(aten, inputs)
+
+        return aot_compile(gm, example_inputs, inner)
+
+    jitted = framejit.jit(f, backend=backend, dynamic=dynamic)
+    for rows in (4, 6):
+        x, w = torch.randn(rows, 3), torch.randn(3, 4, requires_grad=True)
+        got, want = jitted(x, w), f(x, w)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+        (by_y,) = torch.autograd.grad(got[1].sum() + got[2], got[0])
+        (want_by_y,) = torch.autograd.grad(want[1].sum() + want[2], want[0])
+        torch.testing.assert_close(by_y, want_by_y)
+    assert count == (2 if dynamic else 4)  # two parts per compile
