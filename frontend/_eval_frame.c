@@ -29,7 +29,9 @@
  *    coroutine and async-generator code is always evaluated normally.
  *  - Frames entered while a trace or profile function is set (sys.settrace / sys.setprofile, a
  *    debugger, cProfile on 3.11), while tstate->tracing is set, or while 3.12's sys.monitoring
- *    has events set (`monitoring`, kept by hook.py) are evaluated normally.
+ *    has events set (`monitoring`, kept by hook.py) are evaluated normally.  So are frames that
+ *    reach this evaluator while another one is installed over it and calls it as its previous
+ *    (torch.compile's, while a compiled function runs): its frames are that compiler's.
  *  - Re-entrancy: while the callback or a guard check runs, `tls_busy` is set and every frame of
  *    this thread is evaluated normally (framejit's compiler and torch are never hooked by it).
  *  - Enable state is per thread (`tls_mode`: -1 follow the global switch, 0 off, 1 on).  The
@@ -398,7 +400,8 @@ evaluate(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
     if (throwflag || tls_busy || monitoring || !thread_on() || callback == NULL ||
         frame->owner != FRAME_OWNED_BY_THREAD || frame->frame_obj != NULL ||
         frame->f_locals != NULL || tstate->tracing || tstate->c_tracefunc != NULL ||
-        tstate->c_profilefunc != NULL) {
+        tstate->c_profilefunc != NULL ||
+        _PyInterpreterState_GetEvalFrameFunc(tstate->interp) != framejit_eval) {
         return eval_default(tstate, frame, throwflag);
     }
     PyCodeObject *co = frame->f_code;

@@ -662,3 +662,27 @@ def test_a_jit_function_under_torch_jit_trace_runs_as_python():
     traced = torch.jit.trace(jf, torch.ones(3))
     assert [n.kind() for n in traced.graph.nodes()][-2:] == ["prim::Constant", "aten::add"]
     torch.testing.assert_close(traced(torch.zeros(3)), torch.ones(3))
+
+
+def test_torch_compile_inside_the_hook_region_compiles_its_own_frames(caplog):
+    """torch.compile's evaluator, installed over the hook while its compiled function runs,
+    calls the hook for the frames it evaluates: the hook steps aside for them (it compiled
+    them and its own compiler's frames went through torch.compile, with warnings), and comes
+    back after."""
+
+    def inner(x):
+        return torch.relu(x) + 1
+
+    def after(x):
+        return x * 3
+
+    x = torch.randn(2, 4)
+    counter = CompileCounter()
+    with framejit.enabled(backend=counter):
+        compiled = torch.compile(inner, backend="eager")
+        got = compiled(x)
+        after(x)
+    torch.testing.assert_close(got, torch.relu(x) + 1)
+    assert not _compiled(inner)
+    assert _compiled(after) and counter.frame_count == 1
+    assert "frame hook error" not in caplog.text
