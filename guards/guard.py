@@ -529,6 +529,8 @@ def _pretty_const(obj: Any) -> str:
     if isinstance(obj, types.ModuleType):
         return obj.__name__
     if callable(obj) and hasattr(obj, "__qualname__"):
+        if obj.__qualname__.startswith("pybind11_"):  # torch._C's functions: a mangled class
+            return obj.__name__
         return _identifier_path(obj.__qualname__)
     if isinstance(obj, types.CodeType):
         return f"code_{_identifier_path(obj.co_qualname).replace('.', '_')}_{id(obj):#x}"
