@@ -152,6 +152,8 @@ def _may_write_or_switch(node: torch.fx.Node) -> bool:
     elif node.op == "call_function":
         if node.target in _IN_PLACE_OPERATORS:
             return True
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+            return True  # torch.ops.aten.add_.Tensor
         name = getattr(node.target, "__name__", "") or str(node.target)
         module = getattr(node.target, "__module__", "") or ""
         if module.startswith(("torch.autograd.grad_mode", "torch.amp")) or name in (
