@@ -201,68 +201,78 @@ def _compile_frame_once(
     output.eager_generators = eager_generators
     output.calls_run_in_place = calls_run_in_place
     tx = root_translator(code, fn, output, argnames)
-    for name in passed_cells(code):  # a resume function's cells: real cells, read through them
-        tx.locals.pop(name, None)
-        tx.cells[name] = _RealCell(
-            AttrSource(CellArgSource(name, True), "cell_contents"), output.frame_args[name]
-        )
-    for name, cell in list(tx.cells.items()):  # known by identity to inlined closures
-        if isinstance(cell, _RealCell):
-            tx.cells[name] = real_cell(tx, cell.source, cell.cell)
-    tx.breaks_allowed = wrap_resume is not None and not fullgraph
-    grad_at_entry = torch.is_grad_enabled()
     try:
+        for name in passed_cells(code):  # a resume function's cells: real cells, read through them
+            tx.locals.pop(name, None)
+            tx.cells[name] = _RealCell(
+                AttrSource(CellArgSource(name, True), "cell_contents"), output.frame_args[name]
+            )
+        for name, cell in list(tx.cells.items()):  # known by identity to inlined closures
+            if isinstance(cell, _RealCell):
+                tx.cells[name] = real_cell(tx, cell.source, cell.cell)
+        tx.breaks_allowed = wrap_resume is not None and not fullgraph
+        grad_at_entry = torch.is_grad_enabled()
         try:
             try:
-                with torch.fx.traceback.preserve_node_meta():
-                    result = tx.run()
-            finally:  # `with no_grad()` or set_grad_enabled in the trace changed the real mode
-                # autocast and inference-mode blocks left open (at a break inside one): the
-                # code after the graph enters them again itself, so the grad mode it sets is
-                # the one outside them (inference mode turns grad off while it lasts)
-                for ctx in reversed(output.open_contexts):
-                    ctx.__exit__(None, None, None)
-                output.grad_at_exit = torch.is_grad_enabled()
-                torch._C._set_grad_enabled(grad_at_entry)
-            entry, graphs = _finish(fn, code, output, tx, result, backend, argnames)
-        except GraphBreak as gb:
-            _log_break(code, gb.reason)
-            entry, graphs = _finish_break(fn, code, output, gb, backend, argnames, wrap_resume)
-            reason = _kept(gb.reason)
-            return CompileResult(entry, graphs, [reason], time.perf_counter() - start)
-    except Unsupported as exc:
-        if (
-            isinstance(exc, GeneratorEscapes)
-            and exc.gen_code not in eager_generators
-            and len(eager_generators) < MAX_GENERATOR_RETRIES
-        ) or (
-            isinstance(exc, (ReplayOutOfOrder, BreakAtTheRaise))
-            and exc.where not in calls_run_in_place
-            and len(calls_run_in_place) < MAX_GENERATOR_RETRIES
-        ):
+                try:
+                    with torch.fx.traceback.preserve_node_meta():
+                        result = tx.run()
+                finally:  # `with no_grad()` or set_grad_enabled in the trace changed the real mode
+                    # autocast and inference-mode blocks left open (at a break inside one): the
+                    # code after the graph enters them again itself, so the grad mode it sets is
+                    # the one outside them (inference mode turns grad off while it lasts)
+                    for ctx in reversed(output.open_contexts):
+                        ctx.__exit__(None, None, None)
+                    output.grad_at_exit = torch.is_grad_enabled()
+                    torch._C._set_grad_enabled(grad_at_entry)
+                entry, graphs = _finish(fn, code, output, tx, result, backend, argnames)
+            except GraphBreak as gb:
+                _log_break(code, gb.reason)
+                entry, graphs = _finish_break(fn, code, output, gb, backend, argnames, wrap_resume)
+                reason = _kept(gb.reason)
+                return CompileResult(entry, graphs, [reason], time.perf_counter() - start)
+        except Unsupported as exc:
+            if (
+                isinstance(exc, GeneratorEscapes)
+                and exc.gen_code not in eager_generators
+                and len(eager_generators) < MAX_GENERATOR_RETRIES
+            ) or (
+                isinstance(exc, (ReplayOutOfOrder, BreakAtTheRaise))
+                and exc.where not in calls_run_in_place
+                and len(calls_run_in_place) < MAX_GENERATOR_RETRIES
+            ):
+                raise
+            if fullgraph:
+                raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
+            if logs.enabled("graph_breaks"):
+                logs.artifact(
+                    "graph_breaks", f"running {code.co_qualname} eagerly: {exc.describe()}"
+                )
+            entry = _eager_entry(fn, output, argnames, _kept(exc))
+            return CompileResult(entry, [], [exc], time.perf_counter() - start)
+        except (FullGraphError, NeedsPythonDispatch):
             raise
-        if fullgraph:
-            raise FullGraphError(f"fullgraph=True: {exc.describe()}") from None
-        if logs.enabled("graph_breaks"):
-            logs.artifact("graph_breaks", f"running {code.co_qualname} eagerly: {exc.describe()}")
-        entry = _eager_entry(fn, output, argnames, _kept(exc))
-        return CompileResult(entry, [], [exc], time.perf_counter() - start)
-    except (FullGraphError, NeedsPythonDispatch):
-        raise
-    except Exception as exc:
-        if config.raise_internal_errors:
-            raise
-        log.warning(
-            "framejit: internal error while compiling %s (%s:%d); running it eagerly: %s: %s",
-            code.co_qualname,
-            code.co_filename,
-            code.co_firstlineno,
-            type(exc).__name__,
-            exc,
-        )
-        entry = _eager_entry(fn, OutputGraph(fn, {}), argnames, None)
-        return CompileResult(entry, [], [], time.perf_counter() - start)
-    return CompileResult(entry, graphs, [], time.perf_counter() - start)
+        except Exception as exc:
+            if config.raise_internal_errors:
+                raise
+            log.warning(
+                "framejit: internal error while compiling %s (%s:%d); running it eagerly: %s: %s",
+                code.co_qualname,
+                code.co_filename,
+                code.co_firstlineno,
+                type(exc).__name__,
+                exc,
+            )
+            entry = _eager_entry(fn, OutputGraph(fn, {}), argnames, None)
+            return CompileResult(entry, [], [], time.perf_counter() - start)
+        return CompileResult(entry, graphs, [], time.perf_counter() - start)
+    finally:
+        # the trace's variables refer to one another (and to the translator) in cycles that
+        # only the garbage collector frees: let go of the frame's real objects now, so one the
+        # program drops later (a generator whose `finally` must run then) is not kept alive
+        tx.locals.clear()
+        tx.stack.clear()
+        output.let_go()
 
 
 def _kept(exc: Unsupported) -> Unsupported:

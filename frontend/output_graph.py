@@ -181,6 +181,15 @@ class OutputGraph:
         self.warns = False
 
     # --- reading the frame's real values ----------------------------------------------------
+    def let_go(self) -> None:
+        """Drop the real objects the trace reached (the frame's arguments, the variables that
+        wrap them) once the frame is compiled: the trace's variables and the translator refer
+        to one another in cycles, which would keep them alive until the garbage collector runs
+        (a generator the program then drops would be closed late)."""
+        self.frame_args.clear()
+        self._wrapped.clear()
+        self.objects_by_id.clear()
+
     def read_source(self, src: Source) -> Any:
         if isinstance(src, LocalSource):
             return self.frame_args[src.name]

@@ -318,6 +318,9 @@ class Translator(OperatorsMixin, InliningMixin):
             raise
         finally:
             self.output.current_tx = outer
+            # they hold an exception whose traceback holds this frame: a cycle that would keep
+            # the frame's arguments alive until the garbage collector runs
+            exc = caught = None  # noqa: F841 - see above
         return self.return_value
 
     def _catch(self, exc: Unsupported, inst: Any) -> bool:

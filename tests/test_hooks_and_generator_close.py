@@ -206,6 +206,55 @@ def test_a_generator_run_as_python_and_held_is_closed_when_the_frame_ends(backen
     assert LOG == ["after-loop", "gen-finally"]
 
 
+def dropped_by_a_store(x: torch.Tensor) -> torch.Tensor:
+    g = numbers(x)
+    first = next(g)  # a break: the generator runs as Python
+    print("", end="")
+    g = None  # its last reference: closed here, before the append
+    LOG.append("after")
+    return first + 1
+
+
+def dropped_by_del(x: torch.Tensor) -> torch.Tensor:
+    g = numbers(x)
+    first = next(g)
+    print("", end="")
+    y = first * 2
+    del g
+    LOG.append("after")
+    return y
+
+
+def replaced_by_another(x: torch.Tensor) -> torch.Tensor:
+    g = numbers(x)
+    first = next(g)
+    print("", end="")
+    y = first * 2
+    g = numbers(y)  # the first one is closed here; the second when the frame returns
+    LOG.append("after")
+    return y + next(g)
+
+
+def kept_to_the_end(x: torch.Tensor) -> torch.Tensor:
+    g = numbers(x)  # held until the frame returns, as in eager
+    first = next(g)
+    y = first * 2
+    print("", end="")
+    LOG.append("after")
+    return y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn", [dropped_by_a_store, dropped_by_del, replaced_by_another, kept_to_the_end]
+)
+def test_a_generator_run_as_python_is_closed_where_the_frame_lets_go(fn: Any, backend: str) -> None:
+    # compiled calls included: what the trace held of the frame's arguments is let go of
+    # when the compile ends, not when the garbage collector runs
+    framejit.reset()
+    _compare(fn, backend)
+
+
 # --- gradient hooks -----------------------------------------------------------------------------
 
 

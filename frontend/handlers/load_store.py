@@ -9,6 +9,7 @@ from framejit.frontend import versions
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import NULL, CellVariable
+from framejit.frontend.variables.generators import real_generator_dropped
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -58,6 +59,7 @@ def load_fast_and_clear(tx: Translator, inst: Any) -> None:
 
 @handler("STORE_FAST")
 def store_fast(tx: Translator, inst: Any) -> None:
+    real_generator_dropped(tx, tx.locals.get(inst.argval), inst.argval, tx.stack[-1])
     value = tx.pop()
     if value is NULL:
         tx.locals.pop(inst.argval, None)
@@ -76,6 +78,7 @@ def _is_cell(value: Any) -> bool:
 
 @handler("DELETE_FAST")
 def delete_fast(tx: Translator, inst: Any) -> None:
+    real_generator_dropped(tx, tx.locals.get(inst.argval), inst.argval)
     tx.locals.pop(inst.argval, None)
 
 

@@ -6,7 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.handlers import handler
 from framejit.frontend.variables.base import NULL, ConstantVariable
-from framejit.frontend.variables.generators import GeneratorVariable, dropped
+from framejit.frontend.variables.generators import (
+    GeneratorVariable,
+    dropped,
+    real_generator_dropped,
+)
 
 if TYPE_CHECKING:
     from framejit.frontend.translator import Translator
@@ -27,6 +31,8 @@ def pop_top(tx: Translator, inst: Any) -> None:
     value = tx.pop()
     if type(value) is GeneratorVariable:  # `break` out of `for v in gen(x)`: closed here
         dropped(tx, value)
+    else:
+        real_generator_dropped(tx, value)
 
 
 @handler("COPY")

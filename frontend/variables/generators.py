@@ -577,6 +577,46 @@ def dropped(tx: Translator, value: VariableTracker) -> None:
         value.close(tx)
 
 
+def real_generator_dropped(
+    tx: Translator,
+    value: VariableTracker | None,
+    slot: str | None = None,
+    kept: VariableTracker | None = None,
+) -> None:
+    """The root frame lets go of `value` (POP_TOP; a store over the local `slot`, with `kept`
+    put in its place; `del`). A suspended real generator (one made by a call that ran as
+    Python) that nothing else in the frame holds is closed there by Python, and its `finally`
+    runs before what the frame does next: the trace cannot run it, so that instruction runs as
+    Python. (The graph before it is compiled; the rest of the frame, a resume function that
+    starts at the drop, runs uncompiled.)"""
+    if tx.parent is not None or value is None:
+        return
+    gen = _real_object(tx, value)
+    if type(gen) is not types.GeneratorType or not gen.gi_suspended:
+        return
+    others = [*tx.stack, *(v for name, v in tx.locals.items() if name != slot), kept]
+    if any(v is not None and _real_object(tx, v) is gen for v in others):
+        return
+    raise Unsupported(
+        "side_effect",
+        "dropping a generator that runs as Python",
+        "it is closed where the frame lets go of it, and its `finally` runs then",
+    )
+
+
+def _real_object(tx: Translator, vt: VariableTracker) -> Any:
+    """The real object a frame's variable stands for, where the trace holds one: an argument
+    not looked at yet, or an object from outside the frame."""
+    from framejit.frontend.translator import _LazyArg
+    from framejit.frontend.variables.objects import UserObjectVariable
+
+    if isinstance(vt, _LazyArg):
+        return tx.output.frame_args.get(getattr(vt.source, "name", None))
+    if isinstance(vt, UserObjectVariable):
+        return vt.obj
+    return None
+
+
 def _next_or_stop(tx: Translator, it: LazyIteratorVariable) -> VariableTracker:
     item = it.next_item(tx)
     if item is None:
