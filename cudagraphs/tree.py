@@ -399,7 +399,10 @@ class CUDAGraphTreeManager:
                 function.refuse(f"it writes to input {i}, which is not a parameter or buffer")
                 return result
         for k, out in enumerate(_flat(result)):
-            if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+            # an input handed back as it is (a forward keeping its input for the backward) is
+            # not recorded through: a replay hands back the call's own input
+            passed = any(out is a for a in args)
+            if isinstance(out, torch.Tensor) and out.grad_fn is not None and not passed:
                 function.refuse(
                     f"output {k} has a grad_fn: autograd records through it (training graphs "
                     "are graphed through the AOT stage: backends aot_eager, triton, auto)"

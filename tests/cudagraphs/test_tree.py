@@ -127,6 +127,35 @@ def framejit_break() -> None:
     pass
 
 
+def test_training_graph_cut_at_an_output_records_both_parts() -> None:
+    # (features, logits): the AOT stage cuts the graph after the features, and the second
+    # part's forward hands the features back as it is (it saves them for its backward): that
+    # output has the first part's grad_fn, and is replayed as the call's own input
+    torch.manual_seed(0)
+    features, head = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def cam(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = features(x).tanh()
+        return f, head(f)
+
+    fast = framejit.jit(cam, mode="reduce-overhead", backend="aot_eager")
+    params = [*features.parameters(), *head.parameters()]
+    for _ in range(4):
+        x = torch.randn(5, 8)
+        results = []
+        for fn in (fast, cam):
+            f, logits = fn(x)
+            f.retain_grad()
+            logits[:, 1].sum().backward()
+            results.append([f.grad, *(p.grad for p in params)])
+            for p in params:
+                p.grad = None
+        for got, want in zip(*results):
+            torch.testing.assert_close(got, want)
+    manager = tree_manager()
+    assert manager.nodes == 4 and manager.eager_runs == 0  # two forwards, two backwards
+
+
 def test_training_forward_and_backward_on_one_path() -> None:
     model = mlp()
     reference = copy.deepcopy(model)
