@@ -83,7 +83,7 @@ from framejit.frontend.variables.symbolic import (
     specialize,
 )
 from framejit.frontend.variables.tensor import TensorVariable
-from framejit.frontend.warning_filters import recording_warnings
+from framejit.frontend.warning_filters import ignoring_non_leaf_grad, recording_warnings
 from framejit.guards import GlobalState, Guard, GuardKind
 from framejit.guards.guard import storage_groups
 from torch._dispatch.python import enable_python_dispatcher
@@ -133,6 +133,10 @@ def _matches(pattern: Any, text: str) -> bool:
     if type(pattern) is str:
         return pattern == text
     return bool(pattern.match(text))
+
+
+# Python's operators that raise ZeroDivisionError for a divisor of 0
+_DIVISIONS = frozenset({operator.truediv, operator.floordiv, operator.mod, divmod})
 
 
 class OutputGraph:
@@ -265,7 +269,8 @@ class OutputGraph:
                 lambda: f"{source}: dims {sorted(dims)} symbolic: {tuple(fake.shape)}",
             )
         else:
-            fake = self.fake_mode.from_tensor(value, static_shapes=True)
+            with ignoring_non_leaf_grad():
+                fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["val"] = fake
         # its layout as the graph receives it: an in-place metadata op of the trace
         # (`x.squeeze_(1)`) changes the fake itself
@@ -680,6 +685,15 @@ class OutputGraph:
         result does not depend on a symbol."""
         op = _PURE.get(op, op)  # numbers are immutable: `n += 1` is `n + 1`
         values = [a.value if isinstance(a, SymNodeVariable) else a.as_constant() for a in args]
+        # whether a divisor is 0 is decided here, with the guard that says so (`s0 - 2 == 0` or
+        # its negation): without it, an entry traced where the division raised (and a handler
+        # caught it) was reused for sizes where it does not
+        divisor = values[1] if op in _DIVISIONS and len(values) == 2 else None
+        if isinstance(divisor, (torch.SymInt, torch.SymFloat)) and bool(divisor == 0):
+            try:
+                op(*[specialize(v) for v in values])
+            except ZeroDivisionError as exc:
+                raise Unsupported.raised(f"{op.__name__} by zero", exc) from None
         value = op(*values)
         if isinstance(value, torch.SymInt) and abs(value.node.hint or 0) >= _INT64_LIMIT:
             # a Python big int (`n ** 30`): sizes are int64, the ShapeEnv's bounds say int_oo;

@@ -1231,3 +1231,48 @@ def test_a_symbolic_size_repeated_is_a_size() -> None:
         assert got[1:3] == want[1:3] and type(got[1]) is type(got[2]) is torch.Size
         assert len(got[3]) == 4 and got[3][1] == 1
     assert counter.frame_count == 2
+
+
+def _suppressed(x: torch.Tensor) -> torch.Tensor:
+    import contextlib
+
+    y = x + 1
+    with contextlib.suppress(ZeroDivisionError):
+        y = y * (1 / (x.shape[0] - 2))
+    return y
+
+
+def _caught(x: torch.Tensor, n: int) -> torch.Tensor:
+    try:
+        k = x.shape[0] // (n - 3) + x.shape[0] % (n - 3)
+    except ZeroDivisionError as err:
+        k = len(str(err))
+    return x * k
+
+
+def _true_division(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x * (1 / (n - x.shape[0]))
+
+
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (_suppressed, [(n,) for n in (1, 2, 3, 4, 2, 5)]),
+        (_caught, [(4, n) for n in (5, 3, 4, 6, 3, 7)]),
+        (_true_division, [(3, n) for n in (5, 3, 4, 6, 3)]),
+    ],
+    ids=["suppress", "except", "raises"],
+)
+def test_division_by_a_symbolic_size_decides_zero_with_a_guard(fn: Any, args: list[Any]) -> None:
+    # the first symbolic trace sees a divisor of 0 and takes the handler's path (or raises):
+    # that entry must not serve the calls where it is not 0 (nor the other entry a 0)
+    jitted = framejit.jit(fn, backend="eager")
+    for size, *rest in args:
+        x = torch.arange(1.0, size + 1)
+        try:
+            want = fn(x, *rest)
+        except ZeroDivisionError as err:
+            with pytest.raises(ZeroDivisionError, match=str(err)):
+                jitted(x, *rest)
+            continue
+        torch.testing.assert_close(jitted(x, *rest), want)
