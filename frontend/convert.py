@@ -85,7 +85,7 @@ from framejit.frontend.variables.generators import (
 from framejit.frontend.variables.objects import NewObjectVariable
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
-from framejit.frontend.warning_filters import ignoring_warnings
+from framejit.frontend.warning_filters import ignoring_non_leaf_grad, ignoring_warnings
 from framejit.guards import CacheEntry, Guard, GuardKind, compile_guards
 from framejit.guards.guard import storage_key
 
@@ -413,7 +413,8 @@ def _compile_graph(
     _log_graph(code, gm, inputs)
     grad_mode = torch.is_grad_enabled()
     try:
-        compiled = backend(gm, list(output.input_values))
+        with ignoring_non_leaf_grad():  # a backend's FakeTensors of the inputs read their .grad
+            compiled = backend(gm, list(output.input_values))
     finally:  # a backend that runs the graph (make_fx) runs its grad-mode nodes too
         torch._C._set_grad_enabled(grad_mode)
     if not callable(compiled):

@@ -12,6 +12,7 @@ out again, which the C warning machinery reads on each warning without resetting
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,15 @@ from typing import Any
 # the filter entries, as `filterwarnings` builds them: (action, message, category, module, lineno)
 _IGNORE_ALL = ("ignore", None, Warning, None, 0)
 _ALWAYS = ("always", None, Warning, None, 0)
+# what reading `.grad` of a non-leaf tensor says; torch's FakeTensor conversion reads it and
+# hides it from `showwarning`, which an "error" filter (`-W error`) never reaches
+_NON_LEAF_GRAD = (
+    "ignore",
+    re.compile(r"The \.grad attribute of a Tensor that is not a leaf"),
+    UserWarning,
+    None,
+    0,
+)
 
 
 @contextlib.contextmanager
@@ -40,6 +50,15 @@ def ignoring_warnings() -> Iterator[None]:
     Not thread-safe against other threads' warnings, as catch_warnings is not: callers that
     may run on several threads take a lock around it."""
     with _front(_IGNORE_ALL):
+        yield
+
+
+@contextlib.contextmanager
+def ignoring_non_leaf_grad() -> Iterator[None]:
+    """The warning for reading `.grad` of a non-leaf tensor ignored while the block runs: for
+    framejit's own reads (a FakeTensor made from the user's tensor), which must not fail
+    under `-W error` where the user's code never read it."""
+    with _front(_NON_LEAF_GRAD):
         yield
 
 

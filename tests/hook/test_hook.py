@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 
 import pytest
 import torch
@@ -686,3 +687,21 @@ def test_torch_compile_inside_the_hook_region_compiles_its_own_frames(caplog):
     assert not _compiled(inner)
     assert _compiled(after) and counter.frame_count == 1
     assert "frame hook error" not in caplog.text
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_non_leaf_argument_compiles_under_warnings_as_errors(backend):
+    """framejit's FakeTensor of a non-leaf tensor reads its .grad, which warns; under -W error
+    that warning failed the compile (an internal error: the frame ran eagerly, said on stderr)."""
+
+    def f(h):
+        return (h * 2).sum()
+
+    w = torch.ones(3, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with framejit.enabled(backend=backend):
+            for _ in range(2):
+                got = f(w * 3)  # a non-leaf argument
+    assert _compiled(f)
+    torch.testing.assert_close(got, torch.tensor(18.0))
