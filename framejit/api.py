@@ -33,6 +33,7 @@ from framejit.backend import lookup_backend
 from framejit.backend.registry import with_cudagraphs
 from framejit.config import MODES as _CONFIG_MODES
 from framejit.config import config
+from framejit.frontend import side_effects
 from framejit.frontend.breaks import resumes
 from framejit.frontend.codegen import (
     argnames_of,
@@ -589,8 +590,11 @@ def _shares_modules(settings: _Settings) -> bool:
 
 
 # The files of framejit's call path: the wrappers a compiled function and the functions its
-# breaks call go through (`__call__`, `_call`, `_miss`, `_forward`), and `run_resumes`.
-_CALL_PATH_FILES = frozenset({__file__, sys.modules[run_resumes.__module__].__file__})
+# breaks call go through (`__call__`, `_call`, `_miss`, `_forward`), `run_resumes`, and the
+# replay of side effects after a graph (`warn_at`: a warning that `-W error` turns into one).
+_CALL_PATH_FILES = frozenset(
+    {__file__, sys.modules[run_resumes.__module__].__file__, side_effects.__file__}
+)
 
 
 def _user_traceback(error: BaseException) -> None:

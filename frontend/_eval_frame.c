@@ -73,6 +73,7 @@ static Py_ssize_t extra_index = -1;
 static PyObject *skip_mark = NULL; /* a fresh int per epoch (see the top of this file) */
 static long long skip_epoch = 0;
 static PyObject *callback = NULL;          /* callback(fn, args) -> (state, entry | None) */
+static PyObject *on_error = NULL; /* on_error(exc): an entry's exception, before it leaves it */
 static PyObject *undecided = NULL; /* a state the callback returns to leave the code's as it was */
 static int global_on = 0;                  /* whole-script mode: threads with tls_mode -1 */
 static long threads_on = 0;                /* threads with tls_mode == 1 */
@@ -300,6 +301,40 @@ lookup(PyObject *cache, PyObject *fn, _PyInterpreterFrame *frame)
     return found;
 }
 
+/* The exception an entry's function raised, shown to `on_error` (which tidies its traceback:
+   framejit's frames of the call path out) and raised again. The hook is off meanwhile. */
+static void
+pass_error(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb != NULL && exc != NULL) {
+        PyException_SetTraceback(exc, tb);
+    }
+    Py_XDECREF(tb);
+#endif
+    if (exc != NULL) {
+        int busy = tls_busy;
+        tls_busy = 1;
+        PyObject *ok = PyObject_CallOneArg(on_error, exc);
+        tls_busy = busy;
+        if (ok == NULL) {
+            PyErr_Clear(); /* the exception raised stays the program's */
+        }
+        Py_XDECREF(ok);
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    tb = exc != NULL ? PyException_GetTraceback(exc) : NULL;
+    PyErr_Restore(type, exc, tb);
+#endif
+}
+
 static PyObject *
 run_entry(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *entry)
 {
@@ -335,6 +370,9 @@ run_entry(PyThreadState *tstate, _PyInterpreterFrame *frame, PyObject *entry)
     n_hits++;
     PyObject *result = call_with_frame_args(fn, frame);
     Py_DECREF(fn);
+    if (result == NULL && on_error != NULL) {
+        pass_error();
+    }
     return drop_frame(tstate, frame, result);
 }
 
@@ -495,6 +533,17 @@ py_set_callback(PyObject *self, PyObject *arg)
 }
 
 static PyObject *
+py_set_error_callback(PyObject *self, PyObject *arg)
+{
+    if (arg != Py_None && !PyCallable_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "callback must be callable or None");
+        return NULL;
+    }
+    Py_XSETREF(on_error, arg == Py_None ? NULL : Py_NewRef(arg));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 py_set_global(PyObject *self, PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
@@ -625,6 +674,8 @@ static PyMethodDef methods[] = {
     {"set_monitoring", py_set_monitoring, METH_O,
      "set_monitoring(on) -> previous: sys.monitoring has events set, step aside"},
     {"set_callback", py_set_callback, METH_O, "set_callback(fn | None): fn(func, args) -> (state, entry)"},
+    {"set_error_callback", py_set_error_callback, METH_O,
+     "set_error_callback(fn | None): fn(exc) sees an exception leaving a compiled entry"},
     {"set_global", py_set_global, METH_O, "set_global(on) -> previous: whole-script switch"},
     {"set_thread", py_set_thread, METH_O, "set_thread(mode) -> previous: -1 follow global, 0 off, 1 on"},
     {"thread_enabled", py_thread_enabled, METH_NOARGS, "is the hook active for this thread now"},

@@ -298,7 +298,16 @@ def set_global(on: bool, settings: Settings | None = None) -> bool:
 def install() -> None:
     mod = require()
     mod.set_callback(on_frame)
+    mod.set_error_callback(_tidy_traceback)
     _watch_monitoring(mod)
+
+
+def _tidy_traceback(error: BaseException) -> None:
+    """Called with an exception leaving a compiled entry: its traceback as eager's would read
+    (framejit's call path out, a frame and its resume function counted once), as under jit."""
+    from framejit.api import _user_traceback
+
+    _user_traceback(error)
 
 
 def _watch_monitoring(mod: Any) -> None:

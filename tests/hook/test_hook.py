@@ -689,6 +689,39 @@ def test_torch_compile_inside_the_hook_region_compiles_its_own_frames(caplog):
     assert "frame hook error" not in caplog.text
 
 
+def _fails_after_a_break(x):
+    y = x * 2
+    print("loss", y.sum().item())  # a break: the rest runs in a resume function
+    return y @ torch.ones(3, 3)  # the line the traceback must show, once
+
+
+def _calls_it(x):
+    return _fails_after_a_break(x) + 1
+
+
+def _user_frames(error: BaseException) -> list[tuple[str, str, int]]:
+    """The frames below the test's own (whose line differs between its two calls)."""
+    frames = traceback.extract_tb(error.__traceback__)[1:]
+    return [(f.filename, f.name, f.lineno) for f in frames]
+
+
+def test_an_uncaught_error_after_a_break_has_eagers_traceback(capsys):
+    """An exception leaving a compiled frame through its resume function has eager's traceback:
+    the frame once, at the line that raised, and none of framejit's call path (run_resumes,
+    call_taking: a script's uncaught error showed them, and the frame twice)."""
+    with pytest.raises(RuntimeError) as eager:
+        _calls_it(torch.ones(2))
+    want = _user_frames(eager.value)
+    with framejit.enabled(backend="eager"):
+        for _ in range(2):  # compiling, then compiled
+            with pytest.raises(RuntimeError) as info:
+                _calls_it(torch.ones(2))
+            assert _user_frames(info.value) == want
+    assert _compiled(_fails_after_a_break)
+    raising_line = _fails_after_a_break.__code__.co_firstlineno + 3
+    assert want[-1][1:] == ("_fails_after_a_break", raising_line)
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_a_non_leaf_argument_compiles_under_warnings_as_errors(backend):
     """framejit's FakeTensor of a non-leaf tensor reads its .grad, which warns; under -W error
@@ -705,3 +738,20 @@ def test_a_non_leaf_argument_compiles_under_warnings_as_errors(backend):
                 got = f(w * 3)  # a non-leaf argument
     assert _compiled(f)
     torch.testing.assert_close(got, torch.tensor(18.0))
+
+
+def _warns(x):
+    warnings.warn("slow path", stacklevel=1)  # replayed after the graph, at this line
+    return x * 2
+
+
+def test_a_replayed_warning_that_warnings_as_errors_raises_ends_at_the_users_line():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with framejit.enabled(backend="eager"):
+            for _ in range(2):
+                with pytest.raises(UserWarning, match="slow path") as info:
+                    _warns(torch.ones(2))
+    assert _compiled(_warns)
+    last = traceback.extract_tb(info.value.__traceback__)[-1]
+    assert (last.filename, last.name) == (__file__, "_warns"), last
