@@ -542,6 +542,23 @@ def test_locals_shows_the_functions_own_names(capsys) -> None:
     torch.testing.assert_close(got[3], expected[3])
 
 
+def reads_vars(x, log):
+    y = x + 1
+    log.append(sorted(vars()))  # vars() is locals()
+    print("a break")
+    log.append(sorted(vars()))
+    return y * 2
+
+
+def test_vars_shows_the_functions_own_names() -> None:
+    expected: list = []
+    reads_vars(torch.ones(2), expected)
+    got: list = []
+    framejit.jit(reads_vars, backend="eager")(torch.ones(2), got)
+    # vars() ran for real in the transformed code: framejit's ___graph_out was among them
+    assert got == expected == [["log", "x", "y"], ["log", "x", "y"]]
+
+
 def recursive(x, depth):
     if depth == 0:
         return x

@@ -292,8 +292,10 @@ def _callable(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | N
 
 @builtin(vars)
 def _vars(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
-    if len(args) != 1 or kwargs:
-        return None  # vars() of the caller's locals: not modelled
+    if kwargs or len(args) > 1:
+        return None
+    if not args:  # vars(): the frame's locals(), framejit's own names left out
+        return tx.locals_dict()
     return args[0].getattr(tx, "__dict__")
 
 

@@ -755,3 +755,21 @@ def test_a_replayed_warning_that_warnings_as_errors_raises_ends_at_the_users_lin
     assert _compiled(_warns)
     last = traceback.extract_tb(info.value.__traceback__)[-1]
     assert (last.filename, last.name) == (__file__, "_warns"), last
+
+
+def _reads_locals_in_a_python_resume(x, log):
+    y = x + 1
+    frame = sys._getframe()  # a break; the rest does no tensor work: it runs as Python
+    log.append(sorted(locals()))
+    return y, frame is not None
+
+
+@pytest.mark.xfail(strict=True, reason="a resume function run as Python holds ___stack0")
+def test_locals_of_a_resume_function_run_as_python():
+    expected: list = []
+    _reads_locals_in_a_python_resume(torch.ones(2), expected)
+    got: list = []
+    with framejit.enabled(backend="eager"):
+        _reads_locals_in_a_python_resume(torch.ones(2), got)
+    assert _compiled(_reads_locals_in_a_python_resume)
+    assert got == expected == [["frame", "log", "x", "y"]]
