@@ -157,3 +157,48 @@ def test_a_thread_started_while_compiling_does_not_deadlock() -> None:
     assert result.stdout == plain.stdout
     assert "internal error" not in result.stderr, result.stderr
     assert _summary(result.stderr)["graphs"] >= 2, result.stderr
+
+
+# Realistic scripts, each run as python runs it and under `python -m framejit run`: the same
+# stdout, exit status and stderr (framejit's summary aside), and graphs compiled, at least.
+# (script, its arguments, python's own options, graphs at least)
+_SCRIPTS = [
+    # Dataset/DataLoader, argparse, a dataclass config, logging, AdamW, gradient accumulation,
+    # clip_grad_norm_, a cosine schedule, no_grad accuracy, early stopping, a BytesIO checkpoint
+    ("classifier.py", ["--epochs", "2"], [], 5),
+    # an uncaught error after a graph break: eager's traceback, status 1
+    ("uncaught_error.py", [], [], 2),
+    # torch.jit.script / trace and torch.compile beside the hook
+    ("other_compilers.py", [], [], 3),
+    # sys.exit and SystemExit raised in compiled frames, atexit handlers reading tensors
+    ("exits.py", [], [], 5),
+    # warnings from compiled frames, replayed at the user's lines; and raised under -W error
+    ("warnings_replayed.py", [], [], 3),
+    ("warnings_replayed.py", [], ["-W", "error"], 2),
+    # match, walrus, star-unpacking, comprehensions, try/finally, class attributes changed later
+    ("python_semantics.py", [], [], 6),
+    # torch.Generator arguments, randperm, bernoulli, manual_seed inside a function, dropout
+    ("rng.py", [], [], 6),
+]
+
+
+def _without_summary(stderr: str) -> str:
+    return "".join(
+        line for line in stderr.splitlines(keepends=True) if not line.startswith("[framejit:")
+    )
+
+
+@needs_hook
+@pytest.mark.parametrize(
+    ("script", "args", "options", "graphs"),
+    _SCRIPTS,
+    ids=[f"{s[0][:-3]}{'-' + ''.join(s[2]) if s[2] else ''}" for s in _SCRIPTS],
+)
+def test_a_realistic_script_runs_as_without_framejit(script, args, options, graphs) -> None:
+    path = os.path.join(SCRIPTS, script)
+    plain = _run([*options, path, *args])
+    hooked = _run([*options, "-m", "framejit", "run", path, *args], FRAMEJIT_LOGS="summary")
+    assert hooked.returncode == plain.returncode, hooked.stderr
+    assert hooked.stdout == plain.stdout
+    assert _without_summary(hooked.stderr) == plain.stderr
+    assert _summary(hooked.stderr)["graphs"] >= graphs, hooked.stderr
