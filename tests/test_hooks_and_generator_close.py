@@ -134,11 +134,15 @@ def test_the_break_order_is_eager_s() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_generator_a_variable_holds_is_closed_when_the_frame_ends(backend: str) -> None:
+    _closed_when_the_frame_ends(held_by_a_variable, backend)
+
+
+def _closed_when_the_frame_ends(fn: Callable[[torch.Tensor], Any], backend: str) -> None:
     framejit.reset()
-    _compare(held_by_a_variable, backend)
+    _compare(fn, backend)
     LOG.clear()
-    held_by_a_variable(torch.ones(2))
-    assert LOG == ["after-loop", "gen-finally"]
+    fn(torch.ones(2))
+    assert LOG == ["after-loop", "gen-finally"]  # what the compiled frame must reproduce
 
 
 def _ignores_exit(t: torch.Tensor) -> Iterator[torch.Tensor]:
@@ -199,11 +203,7 @@ def test_a_generator_run_as_python_is_closed_at_the_break(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_generator_run_as_python_and_held_is_closed_when_the_frame_ends(backend: str) -> None:
-    framejit.reset()
-    _compare(held_in_a_body_that_breaks, backend)
-    LOG.clear()
-    held_in_a_body_that_breaks(torch.ones(2))
-    assert LOG == ["after-loop", "gen-finally"]
+    _closed_when_the_frame_ends(held_in_a_body_that_breaks, backend)
 
 
 def dropped_by_a_store(x: torch.Tensor) -> torch.Tensor:
