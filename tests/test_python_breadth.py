@@ -2802,3 +2802,26 @@ def test_keys_values_items_of_a_python_mapping() -> None:
         same(jitted(torch.ones(1)), fn(torch.ones(1)))
     finally:
         del _REGISTRY["flash"]
+
+
+def _devices(x):
+    here = torch.device("cpu")
+    index = torch.device("cpu", 0)
+    named = torch.device(type="cpu")
+    moved = x.to(here) if x.device != torch.device("meta") else x
+    made = torch.zeros(2, device=torch.device("cpu"))
+    return moved * 2, made, here, str(index), named == x.device, here.type
+
+
+def _bad_device(x):
+    try:
+        torch.device("nonsense")
+    except RuntimeError as err:
+        return x + 1, str(err)[:16]
+
+
+@pytest.mark.parametrize("fn", [_devices, _bad_device])
+def test_torch_device_made_from_constants_is_a_constant(fn):
+    # `torch.device("cpu")` was a break ("creating a device object"): Hugging Face's
+    # init_weights, `x.to(torch.device(...))`; a bad name raises eager's RuntimeError
+    check(fn, torch.ones(2))

@@ -1033,11 +1033,16 @@ class ClassVariable(VariableTracker):
         if issubclass(cls, Exception) and not kwargs and _plain_exception_class(cls):
             # `KeyError(key)`, or a library's `class ConfigError(ValueError): pass`, to be raised
             return ExceptionVariable(cls, list(args))
-        if cls in (torch.finfo, torch.iinfo) and args and all_constant(args, kwargs):
-            # `torch.finfo(x.dtype).min`: a pure function of the (guarded) dtype
+        if (
+            cls in (torch.finfo, torch.iinfo, torch.device)
+            and (args or kwargs)
+            and all_constant(args, kwargs)
+        ):
+            # `torch.finfo(x.dtype).min`: a pure function of the (guarded) dtype; a device made
+            # from constants (`torch.device("cpu")`, `torch.device("cuda", 0)`) is a constant
             try:
                 return ConstantVariable(constant_fold(cls, args, kwargs))
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RuntimeError) as exc:
                 raise Unsupported.raised(f"torch.{cls.__name__}(...)", exc) from None
         if cls in GRAD_MODE_CLASSES:
             mode = GRAD_MODE_CLASSES[cls]
