@@ -2825,3 +2825,20 @@ def test_torch_device_made_from_constants_is_a_constant(fn):
     # `torch.device("cpu")` was a break ("creating a device object"): Hugging Face's
     # init_weights, `x.to(torch.device(...))`; a bad name raises eager's RuntimeError
     check(fn, torch.ones(2))
+
+
+_NAMES = {"a": 1, "b": 2}
+
+
+def _sets_of_views(x):
+    names = ["eager", *sorted(set(_REGISTRY.keys()) | set(_NAMES.keys()))]
+    values = set(_NAMES.values())
+    values.add(9)
+    return x * len(names), "a" in frozenset(_NAMES.keys()), sorted(values)
+
+
+def test_sets_of_dict_and_mapping_views():
+    # `set(ALL_FUNCTIONS.keys())` (Hugging Face's experts registry) was a break
+    check(_sets_of_views, torch.ones(2))
+    framejit.reset()
+    assert framejit.explain(_sets_of_views, torch.ones(2)).graph_break_count == 0

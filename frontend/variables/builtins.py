@@ -38,6 +38,7 @@ from framejit.frontend.variables.containers import (
     DictVariable,
     IteratorVariable,
     ListVariable,
+    SetVariable,
     TupleVariable,
     container_iterator,
 )
@@ -499,6 +500,32 @@ def _tuple(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None
     if kwargs or len(args) > 1:
         return None
     return TupleVariable(_iterable_items(tx, args[0]) if args else [])
+
+
+@builtin(set)
+def _set(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    made = _set_of_items(tx, args, kwargs)
+    return None if made is None else SetVariable(made)
+
+
+@builtin(frozenset)
+def _frozenset(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+    made = _set_of_items(tx, args, kwargs)
+    return None if made is None else SetVariable(frozenset(made))
+
+
+def _set_of_items(tx: Translator, args: Args, kwargs: Kwargs) -> set[Any] | None:
+    """`set(d.keys())`, `frozenset(view)`: the constants an iterable the translator tracks
+    yields (a dict view, the keys of a Mapping written in Python). Constants fold as usual."""
+    if kwargs or len(args) != 1 or args[0].is_constant():
+        return None
+    items = _iterable_items(tx, args[0])
+    if not all(i.is_constant() and not isinstance(i, SymNodeVariable) for i in items):
+        return None
+    try:
+        return {i.as_constant() for i in items}
+    except TypeError as exc:  # an unhashable item: Python's error
+        raise Unsupported.raised("set(...)", exc) from None
 
 
 @builtin(dict)
