@@ -370,7 +370,7 @@ class JitFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._call(self._fn, args, kwargs)
+            return self._select(self._fn, args, kwargs)(*args, **kwargs)
         except BaseException as e:
             _user_traceback(e)
             raise
@@ -395,9 +395,6 @@ class JitFunction:
         except BaseException as e:
             _user_traceback(e)
             raise
-
-    def _call(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
-        return self._select(fn, args, kwargs)(*args, **kwargs)
 
     def _select(self, fn: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> Any:
         """What to call with `args` and `kwargs`: the entry whose guards pass (compiled first,
@@ -503,7 +500,7 @@ class _LiveCall:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self.jit._call(self.live, args, kwargs)
+            return self.jit._select(self.live, args, kwargs)(*args, **kwargs)
         except BaseException as e:
             _user_traceback(e)
             raise
@@ -590,7 +587,7 @@ def _shares_modules(settings: _Settings) -> bool:
 
 
 # The files of framejit's call path: the wrappers a compiled function and the functions its
-# breaks call go through (`__call__`, `_call`, `_miss`, `_forward`), `run_resumes`, and the
+# breaks call go through (`__call__`, `_select`, `_miss`, `_forward`), `run_resumes`, and the
 # replay of side effects after a graph (`warn_at`: a warning that `-W error` turns into one).
 _CALL_PATH_FILES = frozenset(
     {__file__, sys.modules[run_resumes.__module__].__file__, side_effects.__file__}

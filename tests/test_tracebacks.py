@@ -1,5 +1,5 @@
 """An exception leaving compiled code carries the traceback eager's would: the user's frames
-with their lines, without framejit's call path (the jit wrappers' `__call__`/`_call`/`_miss`,
+with their lines, without framejit's call path (the jit wrappers' `__call__`/`_select`/`_miss`,
 `run_resumes`) and with a frame that broke its graph counted once (the compiled frame and its
 resume function are the same user frame). Code that walks `__traceback__` (logging, depth
 checks, `traceback.extract_tb`) sees what it sees in eager. Errors of framejit's own compiler

@@ -183,7 +183,8 @@ def _split(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], k: int) -> Spli
         and not isinstance(n.args[0].meta.get("val"), torch.Tensor)
     ]
     first_nodes += items
-    rest = [n for n in rest if n not in set(items)]
+    before.update(items)
+    rest = [n for n in rest if n not in before]
     second_nodes = set(rest)
     returned = list(gm.graph.output_node().args[0])
 
@@ -193,8 +194,9 @@ def _split(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], k: int) -> Spli
     crossing = [n for n in first_nodes if n.op != "get_attr" and read_by_second(n)]
     if not all(_has_hints(n.meta.get("val")) for n in crossing):
         return None  # a Python value computed before the cut, or a size without a value
-    first_returned = [o for o in dict.fromkeys(returned) if o in set(first_nodes)]
-    first_outputs = [o for o in first_returned if o not in set(crossing)] + crossing
+    first_returned = [o for o in dict.fromkeys(returned) if o in before]
+    crossed = set(crossing)
+    first_outputs = [o for o in first_returned if o not in crossed] + crossing
 
     first, first_inputs = _part(gm, first_nodes, first_outputs, placeholders, position, [])
     second_returned = [o for o in dict.fromkeys(returned) if o in second_nodes]
@@ -209,7 +211,7 @@ def _split(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], k: int) -> Spli
             outputs.append(("second", second_returned.index(o)))
         else:
             outputs.append(("first", first_outputs.index(o)))
-    after = ", ".join(o.name for o in first_returned if o in set(crossing))
+    after = ", ".join(o.name for o in first_returned if o in crossed)
     return Split(first, first_inputs, second, second_inputs, outputs, len(crossing), after)
 
 
@@ -226,7 +228,6 @@ def _part(
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     read = {a for n in body for a in n.all_input_nodes if a.op == "placeholder"}
-    read |= {o for o in outputs if o.op == "placeholder"}
     inputs = [p for p in placeholders if p in read]
     for p in inputs:
         env[p] = graph.placeholder(p.name)

@@ -7,6 +7,8 @@ them the same way, so the interpreter tests the path; the CUDA graph's own check
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from framejit.backend.triton import cache, graph_devices
@@ -109,18 +111,26 @@ def scaled_softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x / torch.tensor(8.0), -1) * torch.tensor(0.1, dtype=torch.float64)
 
 
+def _constants_in_one_kernel(fn: Any, x: torch.Tensor, *literals: str) -> list[Any]:
+    """`fn`'s CPU scalar constants written into one kernel (no CONSTANTS table read by the
+    wrapper, each of `literals` in the source), and its graph CUDA's beside CUDA data; returns
+    the fake CUDA inputs."""
+    source = aten_stages(fn, x).source
+    call = source[source.index("def call(") :]
+    assert "CONSTANTS" not in call and call.count("_run(") == 1, call
+    assert all(text in source for text in literals), source
+    fake = on_fake_cuda(x)
+    assert graph_devices(make_fx(fn)(*fake), list(fake)) == {"cuda:0"}
+    return fake
+
+
 def test_cpu_scalar_constants_are_written_into_the_kernels() -> None:
     """`torch.tensor(8.0)` in the function is a graph constant and its lift_fresh_copy: its
     value goes into the kernel's source (no CPU tensor for the kernels to read, no alias call
     per run, and the softmax stays one kernel), rounded as eager rounds a CPU scalar (0.1 in
     float64 times float32 data is 0.1 rounded to float32)."""
     x = torch.randn(4, 8)
-    source = aten_stages(scaled_softmax, x).source
-    call = source[source.index("def call(") :]
-    assert "CONSTANTS" not in call and call.count("_run(") == 1, call
-    assert "8.0" in source and "0.1" in source, source
-    fake = on_fake_cuda(x)
-    assert graph_devices(make_fx(scaled_softmax)(*fake), list(fake)) == {"cuda:0"}
+    _constants_in_one_kernel(scaled_softmax, x, "8.0", "0.1")
     require_interpreter(loops=False)
     x = x.to(kernel_device())
     torch.testing.assert_close(framejit.jit(scaled_softmax, backend="triton")(x), scaled_softmax(x))
@@ -186,12 +196,7 @@ def test_cpu_scalars_computed_from_constants_are_folded() -> None:
         return x * scale + three - shift * two
 
     x = torch.randn(4, 8)
-    source = aten_stages(fn, x).source
-    call = source[source.index("def call(") :]
-    assert "CONSTANTS" not in call and call.count("_run(") == 1, call
-    assert "0.125" in source and "3.0" in source, source
-    fake = on_fake_cuda(x)
-    assert graph_devices(make_fx(fn)(*fake), list(fake)) == {"cuda:0"}
+    fake = _constants_in_one_kernel(fn, x, "0.125", "3.0")
 
     def noisy(x: torch.Tensor) -> torch.Tensor:
         return x * torch.rand((), device="cpu")
