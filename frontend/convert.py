@@ -408,13 +408,13 @@ def _compile_graph(
     graph = output.graph
     graph.output(tuple(o.node for o in outputs))
     output.prune_symbolic()
+    inputs, values = _used_inputs(output)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name=f"{code.co_name}_graph")
-    inputs: list[Source] = [src for src, _ in output.placeholders]
     _log_graph(code, gm, inputs)
     grad_mode = torch.is_grad_enabled()
     try:
         with ignoring_non_leaf_grad():  # a backend's FakeTensors of the inputs read their .grad
-            compiled = backend(gm, list(output.input_values))
+            compiled = backend(gm, values)
     finally:  # a backend that runs the graph (make_fx) runs its grad-mode nodes too
         torch._C._set_grad_enabled(grad_mode)
     if not callable(compiled):
@@ -429,6 +429,29 @@ def _compile_graph(
     rerun = None if _writes_inputs(gm) else EagerRerun(output.fn)
     cg.call_graph(compiled, inputs, GraphError(output.state_at_entry, rerun))
     return [CapturedGraph(gm, [str(s) for s in inputs], output.op_count())]
+
+
+def _used_inputs(output: OutputGraph) -> tuple[list[Source], list[Any]]:
+    """The graph's inputs, less the tensors no node uses (a list's item the trace only guarded,
+    a tensor whose static sizes alone were read, an input returned as it is): those are erased
+    from the graph, so the backend does not take them and the call does not pass them. Their
+    guards stay. A tensor with symbolic sizes is kept: its placeholder binds the symbols."""
+    inputs: list[Source] = []
+    values: list[Any] = []
+    for (source, node), value in zip(output.placeholders, output.input_values):
+        fake = node.meta.get("val")
+        if not node.users and isinstance(fake, torch.Tensor) and not _symbolic(fake):
+            output.graph.erase_node(node)
+            continue
+        inputs.append(source)
+        values.append(value)
+    return inputs, values
+
+
+def _symbolic(fake: torch.Tensor) -> bool:
+    return any(
+        isinstance(n, torch.SymInt) for n in (*fake.shape, *fake.stride(), fake.storage_offset())
+    )
 
 
 _QUIET_LOCK = threading.RLock()

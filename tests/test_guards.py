@@ -491,6 +491,81 @@ def test_tuple_becomes_list() -> None:
     assert_same(jitted([a, b]), fn([a, b]))
 
 
+def _placeholders(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def test_list_length_and_one_item_read_without_the_rest() -> None:
+    """`len(xs)` guards the length only and `xs[i]` reads item i only: the other items of a
+    long list are neither graph inputs nor guarded (a deep recursion over a list of 1800
+    tensors made them all inputs of every compile)."""
+
+    def fn(h: torch.Tensor, xs: list[torch.Tensor], i: int) -> Any:
+        if i == len(xs):
+            return h
+        return torch.tanh(h + xs[i] * xs[-1]), len(xs)
+
+    jitted, counter = jit_counted(fn)
+    h = torch.randn(3)
+    xs = [torch.randn(3) for _ in range(300)]
+    assert_same(jitted(h, xs, 4), fn(h, xs, 4))
+    assert counter.frame_count == 1
+    assert len(_placeholders(counter.graphs[0])) == 3  # h, xs[4], xs[-1]
+    other = list(xs)
+    other[7] = torch.randn(5, 2, dtype=torch.float64)  # an item the trace never read
+    assert_same(jitted(h, other, 4), fn(h, other, 4))
+    assert counter.frame_count == 1
+    other[4] = torch.randn(2, 3)  # the item it read
+    assert_same(jitted(h, other, 4), fn(h, other, 4))
+    assert counter.frame_count == 2
+    shorter = xs[:-1]  # the length it read
+    assert_same(jitted(h, shorter, 4), fn(h, shorter, 4))
+    assert counter.frame_count == 3
+    assert_same(jitted(h, xs[:4], 4), fn(h, xs[:4], 4))
+
+
+def test_list_items_read_one_at_a_time_keep_list_semantics() -> None:
+    def fn(xs: list[torch.Tensor], k: int) -> Any:
+        n = len(xs)
+        first = xs[k]
+        xs.append(first * 2)  # appended while the items are unread
+        try:
+            far = xs[n + 5]
+        except IndexError:
+            far = None
+        return first + xs[-1], n, len(xs), far, xs[-k - 1]
+
+    jitted, counter = jit_counted(fn)
+    for n, k in ((4, 0), (4, 2), (6, -1)):
+        xs = [torch.full((2,), float(i)) for i in range(n)]
+        mine = list(xs)
+        assert_same(jitted(mine, k), fn(xs, k))
+        assert_same(mine, xs)  # the append was replayed on the real list
+
+
+def test_inputs_no_node_uses_are_not_graph_inputs() -> None:
+    """A tensor whose static sizes alone were read, or returned as it is, is guarded but not
+    passed to the graph; an identity test between inputs still sees it."""
+
+    def fn(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Any:
+        out = x * 2 if y.shape[0] == 3 else x - 1
+        if x is z:
+            out = out + 1
+        return out, z
+
+    jitted, counter = jit_counted(fn)
+    x, y, z = torch.randn(4), torch.randn(3), torch.randn(2)
+    assert_same(jitted(x, y, z), fn(x, y, z))
+    assert _placeholders(counter.graphs[0]) == ["l__x"]
+    assert_same(jitted(x, y, z), fn(x, y, z))
+    assert counter.frame_count == 1
+    y2 = torch.randn(5)  # y's size was relied on: a new entry
+    assert_same(jitted(x, y2, z), fn(x, y2, z))
+    assert counter.frame_count == 2
+    assert_same(jitted(x, y, x), fn(x, y, x))  # z is x now
+    assert counter.frame_count == 3
+
+
 def test_dict_keys_change() -> None:
     def fn(x: torch.Tensor, d: dict[str, Any]) -> torch.Tensor:
         out = x

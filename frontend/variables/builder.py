@@ -40,6 +40,7 @@ from framejit.frontend.variables.base import (
 from framejit.frontend.variables.builtins import is_builtin
 from framejit.frontend.variables.containers import (
     DictVariable,
+    ItemReader,
     ListVariable,
     NamedTupleVariable,
     SetVariable,
@@ -220,11 +221,17 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
     if t is list:
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
 
-        def read() -> list[VariableTracker]:
+        def length() -> int:
             _guard(tx, source, GuardKind.LENGTH_CHECK, len(value))
-            return [wrap_source(tx, ItemSource(source, i)) for i in range(len(value))]
+            return len(value)
 
-        return ListVariable([], source, read)
+        def item(i: int) -> VariableTracker:
+            return wrap_source(tx, ItemSource(source, i))
+
+        def read() -> list[VariableTracker]:
+            return [item(i) for i in range(length())]
+
+        return ListVariable([], source, read, ItemReader(length, item))
     if t is tuple or (isinstance(value, tuple) and hasattr(t, "_fields")):
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.LENGTH_CHECK, len(value))

@@ -105,7 +105,9 @@ class BaseSequence(VariableTracker):
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0])
         if name == "__len__":
-            return ConstantVariable(len(self.items))
+            return ConstantVariable(
+                self.length() if isinstance(self, ListVariable) else len(self.items)
+            )
         if name in ("index", "count", "__contains__"):
             if not (self.is_constant() and all(a.is_constant() for a in args)):
                 raise Unsupported("unsupported_call", f"{self.kind.__name__}.{name} on tensors")
@@ -199,6 +201,15 @@ def dict_view(mapping: dict[Any, Any], view: str) -> Any:
     return getattr(mapping, view)()
 
 
+class ItemReader:
+    """How a list from outside the frame reads its length and its items one at a time: each
+    read adds its own guards (a rewound instruction drops them, so nothing here is cached)."""
+
+    def __init__(self, length: Callable[[], int], item: Callable[[int], VariableTracker]) -> None:
+        self.length = length
+        self.item = item
+
+
 class ListVariable(BaseSequence):
     """A list. One read from outside the frame can leave its contents unread: then it is only
     type-guarded, appends are kept aside, and the replay appends them to the real list - so
@@ -212,8 +223,10 @@ class ListVariable(BaseSequence):
         items: list[VariableTracker],
         source: Source | None = None,
         read: Callable[[], list[VariableTracker]] | None = None,
+        reader: ItemReader | None = None,
     ) -> None:
         self._read = read  # reads (and guards) the real contents on first use
+        self._reader = reader  # its length, or one item, without reading the rest
         self.appended: list[VariableTracker] = []  # appends made while the contents are unread
         super().__init__(items, source)
 
@@ -231,6 +244,22 @@ class ListVariable(BaseSequence):
     @property
     def contents_read(self) -> bool:
         return self._read is None
+
+    def length(self) -> int:
+        """len(): while the contents are unread, only the real list's length is guarded (a list
+        of 2000 tensors whose length the code checks does not become 2000 graph inputs)."""
+        if self._read is not None and self._reader is not None:
+            return self._reader.length() + len(self.appended)
+        return len(self.items)
+
+    def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
+        if self._read is not None and self._reader is not None and not self.appended:
+            key = _const_index(tx, index, "list")
+            if type(key) is int:  # one item read (and guarded), the others left unread
+                n = self._reader.length()
+                if -n <= key < n:
+                    return self._reader.item(key % n)
+        return super().getitem(tx, index)
 
     def replace_items(self, tx: Translator, items: list[VariableTracker]) -> None:
         """All the items replaced at once (heapq's reordering, bisect's insort): a mutation."""
