@@ -12,6 +12,7 @@ it again after the graph runs) or knows how to rebuild itself (`reconstruct`).
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 import sys
 import types
@@ -204,6 +205,8 @@ class ConstantVariable(VariableTracker):
             raise Unsupported("unsupported_attr", f"{self.type_name()}.{name}", str(exc)) from None
         if callable(attr) and not isinstance(attr, type):
             return ConstantMethodVariable(self.value, name)
+        if name in _FROZEN_MAPPINGS.get(type(self.value), ()):
+            return FrozenMappingVariable(attr)
         return ConstantVariable(attr)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
@@ -222,6 +225,45 @@ class ConstantVariable(VariableTracker):
 
 
 _SYM_OR_SIZE = (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size, tuple)
+
+
+class FrozenMappingVariable(ConstantVariable):
+    """A read-only mapping that nothing can change: a proxy of a dict that only its owner holds
+    and never writes (`inspect.Signature.parameters`). Its `keys()`, `values()` and `items()`
+    are live views of that dict, so they never change either and are constants of the trace
+    (`"mask" in set(sig.parameters.keys())`). A view of any other mapping stays live: a dict
+    of the trace has DictViewVariable, a proxy of a class dict is not one of these."""
+
+    __slots__ = ()
+
+    def getattr(self, tx: Translator, name: str) -> VariableTracker:
+        if name in _MAPPING_VIEWS:
+            return FrozenViewMethodVariable(self.value, name)
+        return super().getattr(tx, name)
+
+
+class FrozenViewMethodVariable(VariableTracker):
+    """`keys`, `values` or `items` of a FrozenMappingVariable: calling it gives the view, as a
+    constant."""
+
+    def __init__(self, mapping: Any, name: str) -> None:
+        self.mapping = mapping
+        self.name = name
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+    def call(
+        self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+    ) -> VariableTracker:
+        if args or kwargs:
+            raise Unsupported("unsupported_call", f"{type(self.mapping).__name__}.{self.name}")
+        return ConstantVariable(getattr(self.mapping, self.name)())
+
+
+# The attributes of immutable objects that are frozen mappings (see FrozenMappingVariable).
+_FROZEN_MAPPINGS: dict[type, tuple[str, ...]] = {inspect.Signature: ("parameters",)}
+_MAPPING_VIEWS = ("keys", "values", "items")
 
 
 class _NumberOnDemand(VariableTracker):
