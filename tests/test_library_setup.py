@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 
+import pytest
 import torch
 from torch import nn
 
@@ -114,3 +115,113 @@ def test_views_of_a_class_dict_stay_live():
         same(jitted(x), reads_class_dict(x))
     finally:
         del Registry.extra
+
+
+# --- re on constant strings --------------------------------------------------------------------
+
+COMMON = r"^[A-Za-z0-9_\.]+(weight)|(bias)$"
+
+
+def matches_names(x):
+    regex = re.compile(COMMON)
+    y = x + 1
+    names = ["fc.weight", "fc.bias", "head.scale"]
+    if all(regex.match(k) for k in names[:2]):
+        y = y * 2
+    m = regex.match("fc.weight")
+    hits = [bool(regex.fullmatch(k)) for k in names]
+    found = re.search(r"\d+", "layer.12.fc")
+    return (
+        y,
+        m.group(1),
+        m.span(),
+        hits,
+        found.group(0),
+        int(found.group()),
+        re.match(r"fc", "head") is None,
+        re.fullmatch(r"h\w+", "head") is not None,
+        regex.sub("W", "fc.weight"),
+        re.sub(r"\.", "/", "a.b.c"),
+        re.split(r"\.", "a.b.c"),
+        regex.findall("x.weight"),
+        re.compile(r"a", re.IGNORECASE).match("A") is not None,
+        list(re.compile(r"(?P<layer>\d+)").groupindex.keys()),
+    )
+
+
+def test_re_on_constant_strings_is_folded():
+    run(matches_names, torch.randn(3))
+
+
+def returns_match(x):
+    return x + 1, re.match(r"(\w+)\.(\w+)", "fc.weight")
+
+
+def test_a_match_object_can_be_returned():
+    got = run(returns_match, torch.randn(3))
+    assert got[1].group(2) == "weight"
+
+
+NAME_RE = re.compile(r"layers\.(\d+)\.")
+
+
+def reads_global_pattern(x):
+    m = NAME_RE.search("model.layers.3.fc")
+    return x * int(m.group(1)), NAME_RE.pattern, m.re is NAME_RE
+
+
+def test_a_compiled_pattern_from_outside_is_a_guarded_constant():
+    global NAME_RE
+    run(reads_global_pattern, torch.randn(3))
+    counter = CompileCounter()
+    jitted = framejit.jit(reads_global_pattern, backend=counter)
+    x = torch.randn(3)
+    same(jitted(x), reads_global_pattern(x))
+    saved, NAME_RE = NAME_RE, re.compile(r"\.(\d)\.")
+    try:
+        same(jitted(x), reads_global_pattern(x))  # another pattern: compiled again
+        assert counter.frame_count == 2
+    finally:
+        NAME_RE = saved
+
+
+def test_re_debug_is_not_folded(capsys):
+    """`re.DEBUG` prints the parsed pattern at every call that compiles it."""
+
+    def debug(x):
+        return x + 1, re.compile(r"ab", re.DEBUG).pattern
+
+    framejit.jit(debug, backend=CompileCounter())(torch.ones(2))
+    jitted_out = capsys.readouterr().out
+    debug(torch.ones(2))
+    assert jitted_out and jitted_out == capsys.readouterr().out
+
+
+def test_re_with_a_callable_replacement_is_not_folded():
+    """`sub` with a function runs Python code: not folded as a constant."""
+    calls = []
+
+    def repl(m):
+        calls.append(m.group())
+        return "_"
+
+    def subs(x):
+        return x + 1, re.sub(r"\.", repl, "a.b")
+
+    counter = CompileCounter()
+    got = framejit.jit(subs, backend=counter)(torch.ones(2))
+    assert got[1] == "a_b" and calls == ["."]
+
+
+@pytest.mark.parametrize("pattern", [r"(", r"a{2,1}"])
+def test_a_bad_pattern_raises_like_python(pattern):
+    def compiles(x):
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            return x + 1, str(err)
+        return x, ""
+
+    counter = CompileCounter()
+    got = framejit.jit(compiles, backend=counter)(torch.ones(2))
+    same(got, compiles(torch.ones(2)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import re
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -229,10 +230,11 @@ _SYM_OR_SIZE = (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size, tuple)
 
 class FrozenMappingVariable(ConstantVariable):
     """A read-only mapping that nothing can change: a proxy of a dict that only its owner holds
-    and never writes (`inspect.Signature.parameters`). Its `keys()`, `values()` and `items()`
-    are live views of that dict, so they never change either and are constants of the trace
-    (`"mask" in set(sig.parameters.keys())`). A view of any other mapping stays live: a dict
-    of the trace has DictViewVariable, a proxy of a class dict is not one of these."""
+    and never writes (`inspect.Signature.parameters`, `re.Pattern.groupindex`). Its `keys()`,
+    `values()` and `items()` are live views of that dict, so they never change either and are
+    constants of the trace (`"mask" in set(sig.parameters.keys())`). A view of any other
+    mapping stays live: a dict of the trace has DictViewVariable, and a proxy of a class dict
+    is not one of these."""
 
     __slots__ = ()
 
@@ -262,7 +264,10 @@ class FrozenViewMethodVariable(VariableTracker):
 
 
 # The attributes of immutable objects that are frozen mappings (see FrozenMappingVariable).
-_FROZEN_MAPPINGS: dict[type, tuple[str, ...]] = {inspect.Signature: ("parameters",)}
+_FROZEN_MAPPINGS: dict[type, tuple[str, ...]] = {
+    inspect.Signature: ("parameters",),
+    re.Pattern: ("groupindex",),
+}
 _MAPPING_VIEWS = ("keys", "values", "items")
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import functools
 import os
+import re
 import sys
 import types
 import weakref
@@ -208,7 +209,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         return ConstantVariable(value, source)
     if value is os.environ:
         return EnvironVariable()
-    if t is types.CodeType:  # immutable: `fn.__code__.co_varnames` is a constant of the trace
+    if t in (types.CodeType, re.Pattern, re.Match):
+        # immutable: `fn.__code__.co_varnames`, a library's compiled `_NAME_RE` and what it
+        # matched are constants of the trace
         _guard(tx, source, GuardKind.ID_MATCH, value)
         return ConstantVariable(value, source)
     if value is sys.version_info or value is sys.implementation.version:
@@ -457,7 +460,7 @@ def wrap_value(tx: Translator, value: Any, source: Source | None) -> VariableTra
         or is_type_annotation(value)
     ):
         return ConstantVariable(value, source)
-    if t in (torch.finfo, torch.iinfo, types.CodeType):
+    if t in (torch.finfo, torch.iinfo, types.CodeType, re.Pattern, re.Match):
         return ConstantVariable(value, source)
     if value is os.environ:
         return EnvironVariable()

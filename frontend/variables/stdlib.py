@@ -18,14 +18,21 @@ What must hold:
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
+import re
 import sys
 import types
 from typing import TYPE_CHECKING, Any
 
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import ConstSource, IdSource
-from framejit.frontend.variables.base import ConstantVariable, VariableTracker, note_undoable
+from framejit.frontend.variables.base import (
+    ConstantVariable,
+    VariableTracker,
+    constant_fold,
+    note_undoable,
+)
 from framejit.frontend.variables.builder import CONSTANT_TYPES
 from framejit.frontend.variables.builtins import builtin
 from framejit.frontend.variables.containers import DictVariable, TupleVariable
@@ -340,6 +347,46 @@ def singledispatch_dispatch(tx: Translator, dispatch: Any, args: Args, kwargs: K
         None, GuardKind.STATE_READ, (dispatch, (cls,), (), impl), tx.location_text()
     )
     return tx.wrap_value(impl, None)
+
+
+# --- re on constant strings -----------------------------------------------------------------------
+
+# Arguments a folded `re` call may take: patterns, strings, counts, positions and flags.
+_RE_ARGUMENTS = (str, bytes, int, re.RegexFlag, re.Pattern)
+
+
+def _re_fold(fn: Any) -> Any:
+    """The handler of `re.<fn>`: called for real while tracing when every argument is a
+    constant string, number or flag, or a Pattern (`sub` with a function as the replacement
+    runs Python code: not folded). The call reads and fills re's own cache as eager's does,
+    and its result (str, lists and tuples of them, None, a Pattern or a Match: all immutable)
+    is a constant of the trace. A pattern that does not compile raises `re.error` there, as
+    in eager. `re.DEBUG` prints the parsed pattern: not folded."""
+
+    signature = inspect.signature(fn)
+
+    def fold(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
+        values = [*args, *kwargs.values()]
+        if not all(v.is_constant() and type(v.as_constant()) in _RE_ARGUMENTS for v in values):
+            return None
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return None  # a wrong call: a break, where it raises for real
+        flags = bound.arguments.get("flags", ConstantVariable(0)).as_constant()
+        if type(flags) not in (int, re.RegexFlag) or flags & re.DEBUG:
+            return None
+        try:
+            value = constant_fold(fn, args, kwargs)
+        except Exception as exc:  # re.error, TypeError: the real call raises them too
+            raise Unsupported.raised(f"re.{fn.__name__}(...)", exc) from None
+        return tx.wrap_constant_result(value)
+
+    return fold
+
+
+for _fn in (re.compile, re.match, re.fullmatch, re.search, re.sub, re.subn, re.split, re.findall):
+    builtin(_fn)(_re_fold(_fn))
 
 
 # --- the exception being handled: sys.exc_info(), sys.exception() and a traceback -----------------
