@@ -337,8 +337,9 @@ def _parts(vt: VariableTracker) -> list[VariableTracker]:
         return list(vt.items.values())
     if isinstance(vt, DataclassVariable):
         return list(vt.fields.values())
-    if isinstance(vt, NewObjectVariable):
-        return list(vt.attrs.values())
+    if isinstance(vt, NewObjectVariable):  # its attributes, and a dict or list base's items
+        base = [] if vt.base_items is None else _parts(vt.base_items)
+        return [*vt.attrs.values(), *base]
     if isinstance(vt, IteratorVariable):
         return list(vt.items[vt.index :])
     if isinstance(vt, LazyIteratorVariable):

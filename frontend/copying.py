@@ -85,7 +85,7 @@ def _copy(tx: Translator, vt: VariableTracker, memo: dict[int, VariableTracker],
         out = memo[id(vt)] = DictVariable({}, cls=vt.cls)
         out.items = {k: inner(v) for k, v in vt.items.items()}
         return out
-    if isinstance(vt, NewObjectVariable) and vt.dict_items is None and _plain_copying(vt.cls):
+    if isinstance(vt, NewObjectVariable) and vt.base_items is None and _plain_copying(vt.cls):
         attrs = dict(vt.attrs)
     elif (
         isinstance(vt, UserObjectVariable)

@@ -40,6 +40,7 @@ from framejit.frontend.variables.functions import (
 from framejit.frontend.variables.objects import (
     NewObjectVariable,
     UserObjectVariable,
+    base_operand,
     python_function,
 )
 from framejit.frontend.variables.symbolic import SizeVariable, SymNodeVariable
@@ -217,6 +218,10 @@ class OperatorsMixin:
         result = self._user_compare(op, a, b)
         if result is not None:
             return result
+        names = _DUNDERS[op][:2] if op in _DUNDERS else None
+        base_a, base_b = (v if names is None else base_operand(v, names) for v in (a, b))
+        if base_a is not a or base_b is not b:  # `procs == [p]` of a list subclass: its items
+            return self.compare_op(op, base_a, base_b)
         if op in (operator.eq, operator.ne) and _is_object(a) and _is_object(b):
             same = a is b or (
                 getattr(a, "obj", None) is not None

@@ -117,6 +117,160 @@ def test_views_of_a_class_dict_stay_live():
         del Registry.extra
 
 
+# --- list subclasses made in the frame ---------------------------------------------------------
+
+
+class ProcessorList(list):
+    """A list of callables applied in turn (transformers' `LogitsProcessorList`)."""
+
+    def __call__(self, scores):
+        for processor in self:
+            scores = processor(scores)
+        return scores
+
+
+class Scale:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def __call__(self, scores):
+        return scores * self.factor
+
+    def __eq__(self, other):
+        return type(other) is Scale and other.factor == self.factor
+
+
+class TaggedList(list):
+    """A list subclass whose Python `__init__` sets an attribute."""
+
+    def __init__(self, items=(), tag="none"):
+        super().__init__(items)
+        self.tag = tag
+
+
+def builds_processors(x):
+    processors = ProcessorList()
+    processors.append(Scale(2.0))
+    processors.append(Scale(3.0))
+    processors.extend([Scale(0.5)])
+    y = processors(x)
+    return (
+        y,
+        processors,
+        len(processors),
+        isinstance(processors, list),
+        isinstance(processors, ProcessorList),
+        type(processors) is ProcessorList,
+    )
+
+
+def test_list_subclass_made_in_the_frame():
+    got = run(builds_processors, torch.randn(3))
+    assert type(got[1]) is ProcessorList and [p.factor for p in got[1]] == [2.0, 3.0, 0.5]
+
+
+def builds_tagged(x):
+    plain = TaggedList()
+    plain.append(1)
+    tagged = TaggedList([2, 3], tag="t")
+    tagged.insert(0, 1)
+    total = x
+    for v in tagged:
+        total = total + v
+    return total, plain, tagged, tagged.tag, tagged[1:], tagged == [1, 2, 3]
+
+
+def test_list_subclass_with_python_init_keeps_its_attributes():
+    got = run(builds_tagged, torch.randn(3))
+    assert type(got[2]) is TaggedList and got[2].tag == "t" and got[1].tag == "none"
+    assert type(got[4]) is list  # slicing a list subclass gives a plain list, as in Python
+
+
+def builds_empty_criteria(x):
+    criteria = ProcessorList()
+    if criteria:
+        x = x + 1
+    return x * 2, criteria
+
+
+def test_empty_list_subclass_is_false_and_returned():
+    run(builds_empty_criteria, torch.randn(3))
+
+
+class Doubling(list):
+    """Overrides in Python: `append` through `super()`, and iteration and length."""
+
+    def append(self, item):
+        super().append(item * 2)
+
+    def __iter__(self):
+        return iter(list(reversed(list(super().__iter__()))))
+
+    def __len__(self):
+        return list.__len__(self) + 100
+
+
+def builds_overriding(x):
+    items = Doubling()
+    items.append(x)
+    items.append(x + 1)
+    ordered = [t for t in items]
+    return ordered, len(items), items, list(items)
+
+
+def test_list_subclass_overrides_are_inlined():
+    run(builds_overriding, torch.randn(3))
+
+
+class Holder(dict):
+    pass
+
+
+def returns_tensors_in_items(x):
+    seq, table = ProcessorList(), Holder()
+    seq.append(x * 2)
+    table["y"] = x + 1
+    return seq, table
+
+
+def test_tensors_in_items_of_subclasses_made_in_the_frame_are_graph_outputs():
+    got = run(returns_tensors_in_items, torch.randn(3))
+    assert type(got[0]) is ProcessorList and type(got[1]) is Holder
+
+
+def break_between(x):
+    seq = TaggedList([x * 2], tag="kept")
+    print("a break")
+    seq.append(x + 1)
+    return seq
+
+
+def test_list_subclass_lives_across_a_break(capsys):
+    counter = CompileCounter()
+    got = framejit.jit(break_between, backend=counter)(torch.ones(2))
+    same(got, break_between(torch.ones(2)))
+    assert type(got) is TaggedList and got.tag == "kept" and len(got) == 2
+
+
+class NoDict(list):
+    __slots__ = ()
+
+
+def sets_on_slotted(x):
+    seq = NoDict([1])
+    try:
+        seq.tag = 1
+    except AttributeError:
+        return x + 1, seq
+    return x, seq
+
+
+def test_setting_an_attribute_without_an_instance_dict_raises():
+    counter = CompileCounter()
+    got = framejit.jit(sets_on_slotted, backend=counter)(torch.ones(2))
+    same(got, sets_on_slotted(torch.ones(2)))
+
+
 # --- re on constant strings --------------------------------------------------------------------
 
 COMMON = r"^[A-Za-z0-9_\.]+(weight)|(bias)$"

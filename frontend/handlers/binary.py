@@ -21,6 +21,7 @@ from framejit.frontend.variables.containers import (
     same_or_equal,
 )
 from framejit.frontend.variables.generators import pull
+from framejit.frontend.variables.objects import base_operand
 from framejit.frontend.variables.symbolic import SymNodeVariable
 from framejit.frontend.variables.tensor import TensorVariable
 
@@ -73,7 +74,7 @@ def is_op(tx: Translator, inst: Any) -> None:
 
 @handler("CONTAINS_OP")
 def contains_op(tx: Translator, inst: Any) -> None:
-    container = tx.pop()
+    container = base_operand(tx.pop(), ("__contains__",))  # a list subclass's `in`: list's
     item = tx.pop()
     if isinstance(container, TensorVariable) or (
         isinstance(item, TensorVariable) and not isinstance(container, BaseSequence)

@@ -417,6 +417,11 @@ class OpaqueCallableVariable(ExternalCallableVariable):
     def call(
         self, tx: Translator, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
     ) -> VariableTracker:
+        from framejit.frontend.variables.objects import unbound_base_call
+
+        result = unbound_base_call(tx, self.fn, args, kwargs)  # `list.__len__(self)`
+        if result is not None:
+            return result
         name = getattr(self.fn, "__qualname__", repr(self.fn))
         raise Unsupported("unsupported_call", f"{name}()", "a C function")
 

@@ -322,7 +322,9 @@ def _constant_items(tx: Translator, vt: VariableTracker) -> VariableTracker:
     """An iterator or container of constants, as one constant list (else `vt` itself)."""
     from framejit.frontend.variables.containers import IteratorVariable, ListVariable
     from framejit.frontend.variables.generators import LazyIteratorVariable
+    from framejit.frontend.variables.objects import base_operand
 
+    vt = base_operand(vt, ("__iter__",))  # ",".join(names) of a list subclass: its items
     if isinstance(vt, LazyIteratorVariable):  # "".join(generator): drained, as join does
         vt = ListVariable(vt.unpack(tx))
     if isinstance(vt, IteratorVariable) and all(i.is_constant() for i in vt.items[vt.index :]):

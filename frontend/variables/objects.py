@@ -269,7 +269,7 @@ class UserObjectVariable(VariableTracker):
         own lookups: for dict's methods reached past the class's overrides. Only reads."""
 
         cls = type(self.obj)
-        if _dict_base(cls) is None or any(
+        if not issubclass(cls, dict) or any(
             isinstance(_python_method_of(cls, n), types.FunctionType)
             for n in ("__iter__", "keys", "__len__")
         ):
@@ -1114,7 +1114,7 @@ class ClassVariable(VariableTracker):
                         f"__init__() should return None, not '{result.python_type().__name__}'"
                     )
                     raise Unsupported.raised(f"creating a {cls.__qualname__}", error)
-            elif init is not None and init[0] in _DICT_BASES:
+            elif init is not None and init[0] in _ITEM_BASES:
                 _BoundBaseMethod(obj, "__init__").call(tx, args, kwargs)
             elif args or kwargs:
                 raise Unsupported("exception", f"{cls.__qualname__}() takes no arguments")
@@ -1213,12 +1213,14 @@ class LoggerVariable(UserObjectVariable):
 
 
 _DICT_BASES = (dict, collections.OrderedDict)
+# builtin containers a user class made in the frame may extend: their items are tracked
+_ITEM_BASES = (*_DICT_BASES, list)
 
 
-def _dict_base(cls: type) -> type | None:
-    """The builtin dict type a user class extends (its items live there), or None."""
+def _items_base(cls: type) -> type | None:
+    """The builtin dict or list type a user class extends (its items live there), or None."""
     for klass in cls.__mro__:
-        if klass in _DICT_BASES:
+        if klass in _ITEM_BASES:
             return klass
     return None
 
@@ -1245,13 +1247,13 @@ _PYTHON_COLLECTIONS = (collections.ChainMap,)
 
 def _plain_class(cls: type) -> bool:
     """A Python class whose instances the translator can build and track: ordinary objects with
-    a __dict__, optionally extending dict or OrderedDict (their items are tracked too), with a
+    a __dict__, optionally extending dict, OrderedDict or list (their items are tracked too), with a
     `__setattr__` written in Python or none (no custom __new__ or __getattribute__, no slots, no
     metaclass that overrides `__call__`, no `__del__`, not a torch subclass)."""
     meta = type(cls)
     if meta is not type and (not issubclass(meta, type) or meta.__call__ is not type.__call__):
         return False
-    base = _dict_base(cls)
+    base = _items_base(cls)
     if cls.__new__ is not (base.__new__ if base is not None else object.__new__):
         return False
     if issubclass(cls, torch.nn.Module):
@@ -1262,7 +1264,7 @@ def _plain_class(cls: type) -> bool:
         return False
     if _has_custom_getattribute(cls) and not _python_getattribute(cls):
         return False
-    builtins_ok = (object, *_DICT_BASES)
+    builtins_ok = (object, *_ITEM_BASES)
     return all(
         not k.__dict__.get("__slots__", ())  # empty slots (collections.abc bases) are fine
         and (k.__module__ != "builtins" or k in builtins_ok)
@@ -1273,15 +1275,20 @@ def _plain_class(cls: type) -> bool:
 
 class NewObjectVariable(VariableTracker):
     """An instance of a plain user class created inside the traced frame (and, for a subclass
-    of dict or OrderedDict, its items)."""
+    of dict, OrderedDict or list, its items: `base_items`, a DictVariable or ListVariable that
+    the base class's own methods act on, past the class's overrides)."""
 
     def __init__(self, cls: type) -> None:
-        from framejit.frontend.variables.containers import DictVariable
+        from framejit.frontend.variables.containers import DictVariable, ListVariable
 
         self.cls = cls
         self.attrs: dict[str, VariableTracker] = {}
-        base = _dict_base(cls)
-        self.dict_items = DictVariable({}, cls=base) if base is not None else None
+        base = _items_base(cls)
+        self.base_items: DictVariable | ListVariable | None = None
+        if base is list:
+            self.base_items = ListVariable([])
+        elif base is not None:
+            self.base_items = DictVariable({}, cls=base)
 
     def __repr__(self) -> str:
         return f"New({self.cls.__qualname__})"
@@ -1290,7 +1297,7 @@ class NewObjectVariable(VariableTracker):
         return self.cls
 
     def has_tensors(self) -> bool:
-        if self.dict_items is not None and self.dict_items.has_tensors():
+        if self.base_items is not None and self.base_items.has_tensors():
             return True
         return any(v.has_tensors() for v in self.attrs.values())
 
@@ -1335,8 +1342,8 @@ class NewObjectVariable(VariableTracker):
         if found is None:
             raise Unsupported("exception", f"{self.cls.__name__}.{name}", "AttributeError")
         owner, attr = found
-        if owner in _DICT_BASES and self.dict_items is not None:
-            return self.dict_items.getattr(tx, name)  # a dict method on the tracked items
+        if owner in _ITEM_BASES and self.base_items is not None:
+            return self.base_items.getattr(tx, name)  # a dict or list method on the items
         if isinstance(attr, staticmethod):
             return tx.wrap_value(attr.__func__, None)
         if isinstance(attr, classmethod):
@@ -1365,12 +1372,12 @@ class NewObjectVariable(VariableTracker):
         """The items `dict(obj)` and `{**obj}` copy: for a dict subclass that keeps dict's own
         iteration, its raw items (CPython copies those without calling the class's
         `__getitem__`); None otherwise."""
-        if self.dict_items is None:
+        if self.base_items is None or not isinstance(self.base_items.items, dict):
             return None
         found = _class_attr(self.cls, "__iter__")
         if found is None or found[0] not in _DICT_BASES:
             return None
-        return self.dict_items.items
+        return self.base_items.items
 
     def _attrs_view(self) -> VariableTracker:
         """`obj.__dict__`: a dict VT that shares (not copies) the tracked attributes."""
@@ -1397,6 +1404,8 @@ class NewObjectVariable(VariableTracker):
             raise Unsupported(
                 "unsupported_attr", f"setting {self.cls.__name__}.{name}", "a data descriptor"
             )
+        if not self.cls.__dictoffset__:  # `__slots__ = ()` all the way up: no instance dict
+            raise Unsupported("exception", f"setting {self.cls.__name__}.{name}", "AttributeError")
         note_mutation(self)
         self.attrs[name] = value
 
@@ -1424,14 +1433,16 @@ class NewObjectVariable(VariableTracker):
         found = _class_attr(self.cls, name)
         if found is not None and isinstance(found[1], types.FunctionType):
             return UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, args, kwargs)
-        if self.dict_items is not None and (found is None or found[0] in (object, *_DICT_BASES)):
-            return self.dict_items.call_method(tx, name, args, kwargs)
+        if self.base_items is not None and (found is None or found[0] in (object, *_ITEM_BASES)):
+            if name in (_LIST_WRITES if isinstance(self.base_items.items, list) else _DICT_WRITES):
+                note_mutation(self)
+            return self.base_items.call_method(tx, name, args, kwargs)
         return self.getattr(tx, name).call(tx, args, kwargs)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         found = _class_attr(self.cls, "__iter__")
-        if self.dict_items is not None and found is not None and found[0] in _DICT_BASES:
-            return self.dict_items.unpack(tx)
+        if self.base_items is not None and found is not None and found[0] in _ITEM_BASES:
+            return self.base_items.unpack(tx)
         if found is not None and found[1] is collections.abc.Sequence.__iter__:
             # Sequence's own __iter__ reads self[0], self[1], ... until IndexError, which a
             # Sequence raises at len(self)
@@ -1449,7 +1460,13 @@ class NewObjectVariable(VariableTracker):
 
     def python_iter(self, tx: Translator) -> VariableTracker | None:
         """`iter(obj)` for a class whose `__iter__` is written in Python (often a generator):
-        its result, not yet consumed; None for other classes."""
+        its result, not yet consumed; for one that keeps its dict or list base's `__iter__`,
+        that base's live iterator over the items; None for other classes."""
+        found = _class_attr(self.cls, "__iter__")
+        if self.base_items is not None and found is not None and found[0] in _ITEM_BASES:
+            from framejit.frontend.variables.containers import container_iterator
+
+            return container_iterator(tx, self.base_items)
         return python_iter(tx, self, self.cls)
 
     def truth(self, tx: Translator) -> bool:
@@ -1457,8 +1474,8 @@ class NewObjectVariable(VariableTracker):
             found = _class_attr(self.cls, name)
             if found is None:
                 continue
-            if self.dict_items is not None and found[0] in _DICT_BASES:
-                return self.dict_items.truth(tx)
+            if self.base_items is not None and found[0] in _ITEM_BASES:
+                return self.base_items.truth(tx)
             if isinstance(found[1], types.FunctionType):
                 result = UserMethodVariable(UserFunctionVariable(found[1]), self).call(tx, [], {})
                 return result.truth(tx)
@@ -1468,7 +1485,7 @@ class NewObjectVariable(VariableTracker):
         return super().truth(tx)
 
     def reconstruct(self, cg: Any) -> None:
-        from framejit.frontend.variables.containers import DictVariable
+        from framejit.frontend.variables.containers import DictVariable, ListVariable
 
         # made first, then filled: an attribute may lead back to the object itself (two objects
         # that refer to each other, a transform and its inverse)
@@ -1478,10 +1495,39 @@ class NewObjectVariable(VariableTracker):
         def emit() -> None:
             cg.load_fast(name)
             DictVariable(self.attrs).reconstruct(cg)
-            if self.dict_items is not None:
-                DictVariable(self.dict_items.items).reconstruct(cg)
+            items = self.base_items.items if self.base_items is not None else None
+            if isinstance(items, dict):
+                DictVariable(items).reconstruct(cg)
+            elif items is not None:
+                ListVariable(items).reconstruct(cg)
 
-        cg.call_const(fill_object, emit, 2 if self.dict_items is None else 3)
+        cg.call_const(fill_object, emit, 2 if self.base_items is None else 3)
+
+
+def base_operand(vt: VariableTracker, names: tuple[str, ...]) -> VariableTracker:
+    """For a comparison or `in`: the items of a dict or list subclass made in the frame whose
+    class leaves the methods `names` (`__eq__`, `__lt__` and its mirror `__gt__`,
+    `__contains__`) to its builtin base, which reads the items alone; `vt` itself otherwise."""
+    if not isinstance(vt, NewObjectVariable) or vt.base_items is None:
+        return vt
+    for name in names:
+        found = _class_attr(vt.cls, name)
+        if found is None or found[0] not in _ITEM_BASES:
+            return vt
+    return vt.base_items
+
+
+def unbound_base_call(tx: Translator, fn: Any, args: Args, kwargs: Kwargs) -> Any:
+    """`list.__len__(self)`, `dict.__setitem__(self, key, value)`: the method of the builtin
+    base an object made in the frame extends, called through that base class: what
+    `super().name(...)` does. None for any other call."""
+    owner = getattr(fn, "__objclass__", None)
+    if owner not in _ITEM_BASES or not args or not isinstance(args[0], NewObjectVariable):
+        return None
+    obj = args[0]
+    if obj.base_items is None or _items_base(obj.cls) is not owner:
+        return None
+    return _BoundBaseMethod(obj, fn.__name__).call(tx, args[1:], kwargs)
 
 
 def python_iter(tx: Translator, obj: VariableTracker, cls: type) -> VariableTracker | None:
@@ -1523,10 +1569,15 @@ def cls_new(cls: type) -> Any:
     return cls.__new__(cls)
 
 
-def fill_object(obj: Any, attrs: dict[str, Any], items: dict[Any, Any] | None = None) -> Any:
-    """Give `obj` (made by `cls_new`) the state the traced code gave it; returns it."""
-    if items is not None:
-        base = _dict_base(type(obj))
+def fill_object(
+    obj: Any, attrs: dict[str, Any], items: dict[Any, Any] | list[Any] | None = None
+) -> Any:
+    """Give `obj` (made by `cls_new`) the state the traced code gave it; returns it. Items go
+    in through the builtin base's own methods, not the class's overrides."""
+    if isinstance(items, list):
+        list.extend(obj, items)
+    elif items is not None:
+        base = _items_base(type(obj))
         for key, value in items.items():
             base.__setitem__(obj, key, value)  # type: ignore[union-attr]
     if attrs or hasattr(obj, "__dict__"):  # `object()` (a sentinel) has no __dict__
@@ -1796,7 +1847,7 @@ class SuperVariable(VariableTracker):
             if isinstance(self.obj, NewObjectVariable):
                 if attr is object.__setattr__:
                     return _BoundBaseMethod(self.obj, "__setattr__")
-                if klass in _DICT_BASES and self.obj.dict_items is not None:
+                if klass in _ITEM_BASES and self.obj.base_items is not None:
                     return _BoundBaseMethod(self.obj, name)
             if isinstance(attr, property) and attr.fget is not None:
                 return tx.call_function_value(attr.fget, [self.obj], {})
@@ -1872,8 +1923,9 @@ class _NoArgsNoop(VariableTracker):
 
 
 class _BoundBaseMethod(VariableTracker):
-    """`super().name` on a new object where `name` is defined by `object`, dict or OrderedDict:
-    the builtin behaviour on the tracked attributes and items, past the class's overrides."""
+    """`super().name` on a new object where `name` is defined by `object`, dict, OrderedDict or
+    list: the builtin behaviour on the tracked attributes and items, past the class's
+    overrides."""
 
     def __init__(self, obj: NewObjectVariable, name: str) -> None:
         self.obj = obj
@@ -1894,22 +1946,41 @@ class _BoundBaseMethod(VariableTracker):
                 raise Unsupported("unsupported_call", "__setattr__ with a non-constant name")
             obj.generic_setattr(tx, args[0].as_constant(), args[1])
             return ConstantVariable(None)
-        items = obj.dict_items
+        items = obj.base_items
         assert items is not None
+        is_list = isinstance(items.items, list)
         if name == "__init__":
-            built = call_builtin_class(tx, dict, args, kwargs)
+            base = list if is_list else dict
+            built = call_builtin_class(tx, base, args, kwargs)
             if built is None:
-                raise Unsupported("unsupported_call", f"{obj.cls.__name__}.__init__ of dict")
-            if built.items:
+                what = f"{obj.cls.__name__}.__init__ of {base.__name__}"
+                raise Unsupported("unsupported_call", what)
+            if is_list:  # list.__init__ empties the list, then extends it
+                note_mutation(obj)
+                items.replace_items(tx, built.items)
+            elif built.items:
                 note_mutation(obj)
                 items.items.update(built.items)
             return ConstantVariable(None)
-        if name in ("__setitem__", "__delitem__", "update", "pop", "setdefault", "clear"):
+        if name in (_LIST_WRITES if is_list else _DICT_WRITES):
             note_mutation(obj)
         if name == "__getitem__" and len(args) == 1 and not kwargs:
             return items.getitem(tx, args[0])
+        if name == "__iter__" and not args and not kwargs:
+            from framejit.frontend.variables.containers import container_iterator
+
+            it = container_iterator(tx, items)
+            if it is not None:
+                return it
         return items.call_method(tx, name, args, kwargs)
 
+
+# methods of the builtin bases that change the items
+_DICT_WRITES = frozenset({"__setitem__", "__delitem__", "update", "pop", "setdefault", "clear"})
+_LIST_WRITES = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"}
+    | {"__setitem__", "__delitem__", "__iadd__", "__imul__"}
+)
 
 # dict methods that only read: answered from `UserObjectVariable.dict_view`
 _DICT_READS = frozenset(
