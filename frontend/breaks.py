@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from bytecode import Bytecode, CellVar, Instr, Label, TryBegin, TryEnd
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.sources import RANGE_SUFFIX, LocalSource
+from framejit.frontend.sources import RANGE_SUFFIX, LocalSource, source_class
 from framejit.frontend.variables.base import NULL, VariableTracker, mutation_count
 
 if TYPE_CHECKING:
@@ -289,7 +289,7 @@ def passed_cells(code: types.CodeType) -> tuple[str, ...]:
     return _passed_cells.get(code, ())
 
 
-@dataclass(frozen=True)
+@source_class
 class CellArgSource(LocalSource):
     """A cell object passed to a resume function as the argument `name` (its cell's slot)."""
 

@@ -13,8 +13,9 @@ that the user's own code performed while it was traced.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 
 def guard_param(name: str) -> str:
@@ -25,6 +26,44 @@ def guard_param(name: str) -> str:
 
 def _ident(text: str) -> str:
     return re.sub(r"\W+", "_", text).strip("_") or "v"
+
+
+_S = TypeVar("_S", bound=type)
+
+
+def source_class(cls: _S) -> _S:
+    """A frozen dataclass whose hash is computed once per object. Sources are dict keys on every
+    hot path of a compile (wrapped values, inputs, guards) and nest deep (a parameter of a
+    submodule of a submodule is 15 sources): the generated hash and `==` walk the whole tree
+    each time (2 µs for such a parameter). `==` compares hashes first where both are cached."""
+    cls = dataclass(frozen=True)(cls)
+    fields_hash: Callable[[Any], int] = cls.__hash__  # type: ignore[assignment]
+    fields_eq: Callable[[Any, Any], Any] = cls.__eq__
+
+    def __hash__(self: Any) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = fields_hash(self)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self: Any, other: Any) -> Any:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        mine, theirs = self.__dict__.get("_hash"), other.__dict__.get("_hash")
+        if mine is not None and theirs is not None and mine != theirs:
+            return False
+        return fields_eq(self, other)
+
+    def __getstate__(self: Any) -> dict[str, Any]:  # string hashes differ between processes
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign]
+    cls.__eq__ = __eq__  # type: ignore[method-assign]
+    cls.__getstate__ = __getstate__  # type: ignore[attr-defined]
+    return cls
 
 
 class Source:
@@ -56,7 +95,7 @@ class Source:
         return out[::-1]
 
 
-@dataclass(frozen=True)
+@source_class
 class LocalSource(Source):
     """An argument of the frame being compiled."""
 
@@ -86,7 +125,7 @@ def resumed_range(source: Source) -> bool:
     )
 
 
-@dataclass(frozen=True)
+@source_class
 class FreeVarSource(Source):
     """A free variable of the frame being compiled (a cell of its closure)."""
 
@@ -103,7 +142,7 @@ class FreeVarSource(Source):
         cg.load_deref(self.name)
 
 
-@dataclass(frozen=True)
+@source_class
 class GlobalSource(Source):
     name: str
 
@@ -146,7 +185,7 @@ class ConstSource(Source):
         cg.load_const(self.value)
 
 
-@dataclass(frozen=True)
+@source_class
 class EnvSource(Source):
     """`os.environ.get(key)`: an environment variable the traced code read (None if unset)."""
 
@@ -164,7 +203,7 @@ class EnvSource(Source):
         cg.call_const(os.environ.get, lambda: cg.load_const(self.key), 1)
 
 
-@dataclass(frozen=True)
+@source_class
 class AttrSource(Source):
     base: Source
     attr: str
@@ -184,7 +223,7 @@ class AttrSource(Source):
         cg.load_attr(self.attr)
 
 
-@dataclass(frozen=True)
+@source_class
 class GenericAttrSource(AttrSource):
     """`object.__getattribute__(base, attr)`: an attribute read past the class's own
     `__getattribute__` (which the translator inlined; its `super().__getattribute__` lands here)."""
@@ -216,7 +255,7 @@ class _Reader:
         return f"{self.read.__qualname__}(_, {self.key!r})"
 
 
-@dataclass(frozen=True)
+@source_class
 class ItemSource(Source):
     """`base[key]` for a constant key (int, str, or another hashable constant)."""
 
@@ -238,7 +277,7 @@ class ItemSource(Source):
         cg.subscr()
 
 
-@dataclass(frozen=True)
+@source_class
 class DictItemSource(ItemSource):
     """`dict.__getitem__(base, key)`: an item of a dict subclass read past the class's own
     `__getitem__`."""
@@ -253,7 +292,7 @@ class DictItemSource(ItemSource):
         cg.call_on_top(_Reader(dict.__getitem__, self.key))
 
 
-@dataclass(frozen=True)
+@source_class
 class TypeSource(Source):
     """`type(base)`: where methods and class attributes of an object are found."""
 
@@ -272,7 +311,7 @@ class TypeSource(Source):
         cg.call_on_top(type)
 
 
-@dataclass(frozen=True)
+@source_class
 class IdSource(Source):
     """`id(base)`: what `id()` of an object from outside the frame read (pinned by a guard)."""
 
@@ -288,7 +327,7 @@ class IdSource(Source):
         cg.call_const(id, lambda: self.base.emit_load(cg), 1)
 
 
-@dataclass(frozen=True)
+@source_class
 class MethodCallSource(Source):
     """`base.name()`: a metadata query (storage_offset) that a guard must pin."""
 
