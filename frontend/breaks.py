@@ -382,7 +382,8 @@ def resume_code(
     per_code[key] = new
     _resume_origin[new] = (root_name, root_qualname, depth + 1)
     _passed_cells[new] = tuple(code.co_cellvars)
-    offsets = _offset_map(new, code, len(prologue))
+    # the prologue's instructions (a jump into a `try` adds TryBegin/TryEnd markers, not code)
+    offsets = _offset_map(new, code, sum(isinstance(item, Instr) for item in prologue))
     if offsets is not None:
         _resume_root[new] = (code, offsets)
     return new

@@ -176,6 +176,53 @@ def test_a_range_loop_that_breaks_every_iteration_compiles_its_body_a_few_times(
     assert counter.frame_count <= 5
 
 
+class _Switch:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def decode_while_in_try(w, x, n, how):
+    outs, i = [], 0
+    if how == "with":
+        with _Switch():
+            while i < n:  # a while loop inside a `with`: resumes jump into a `try` range
+                x = torch.tanh(x @ w) + 1
+                if x.sum() > 1e9:
+                    break
+                outs.append(x)
+                i += 1
+    else:
+        try:
+            while i < n:
+                x = torch.tanh(x @ w) + 1
+                if x.sum() > 1e9:
+                    break
+                outs.append(x)
+                i += 1
+        finally:
+            outs.append(x * 0)
+    return torch.cat(outs), i
+
+
+@pytest.mark.parametrize("how", ["with", "finally"])
+def test_a_loop_inside_a_try_that_breaks_every_iteration_reuses_its_resume_function(how) -> None:
+    # Inside a `with` or `try` the resume function's prologue jumps into a try range through
+    # a stub range (no instructions): a break in it still maps back to the user's instruction,
+    # so each iteration resumes in the same code (Hugging Face's decode loop under `with
+    # self._optimize_model_for_decode()` compiled once per token, up to max_resume_depth).
+    w, x = torch.randn(4, 4) * 0.3, torch.randn(1, 4)
+    # before the loop, i == 0 and 1 (specialized), i symbolic, the last iteration (i < 40 gave
+    # the symbolic i an upper bound): 5 graphs for 40 iterations (17, then Python, before)
+    counter = run_both(decode_while_in_try, w, x, 40, how)
+    assert counter.frame_count <= 5
+    before = counter.frame_count
+    run_both(decode_while_in_try, w, x, 37, how, calls=1)
+    assert counter.frame_count <= before + 2
+
+
 def step_loop(x, start, stop, step):
     seen = []
     for i in range(start, stop, step):
