@@ -73,6 +73,9 @@ class Unsupported(Exception):
         self.construct = construct
         self.detail = detail
         self.stack: list[Location] = []  # innermost user frame last; filled by the translator
+        # guards on the facts that make this a break (an optimizer's state not created yet):
+        # kept when the trace is rewound to the break, so the entry recompiles once they change
+        self.kept_guards: list[object] = []
         super().__init__(construct)
 
     @classmethod

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from framejit.frontend import autograd_function, copying, functorch
+from framejit.frontend import autograd_function, copying, functorch, optimizers
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import written_tensors
 from framejit.frontend.sources import (
@@ -452,7 +452,10 @@ class InliningMixin:
             impl = stdlib.singledispatch_dispatch(self, fn, args, kwargs)
             if impl is not None:
                 return impl
-        if runs_as_python(fn):
+        modeled = optimizers.modeled(fn)
+        if modeled is not None:
+            return modeled(self, fn_vt, args, kwargs)
+        if runs_as_python(fn) and not optimizers.traced(fn):
             raise Unsupported("unsupported_call", f"{fn.__qualname__}", "torch code run as Python")
 
         def default(i: int) -> VariableTracker:

@@ -195,6 +195,9 @@ class OutputGraph:
         self.objects_by_id.clear()
 
     def read_source(self, src: Source) -> Any:
+        read = getattr(src, "read", None)  # a source that knows how to read itself
+        if read is not None:
+            return read(self.read_source)
         if isinstance(src, LocalSource):
             return self.frame_args[src.name]
         if isinstance(src, GlobalSource):

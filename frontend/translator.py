@@ -297,6 +297,7 @@ class Translator(OperatorsMixin, InliningMixin):
                             caught += (mark, undo, run_it, changed, mutation_count())
                             continue
                     self.output.rollback(mark)
+                    self.output.guards.extend(exc.kept_guards)
                     if not run_it and not can_resume_at(self, inst, exc, changed):
                         raise exc from None
                     undo_to(undo)

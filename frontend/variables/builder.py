@@ -21,6 +21,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
+from framejit.frontend import optimizers
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.side_effects import REPLAYED_FUNCTIONS, ReplayedCallVariable
 from framejit.frontend.sources import (
@@ -248,6 +249,9 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.DICT_KEYS, tuple(value))  # its items, in iteration order
         return SetVariable(value if t is frozenset else set(value), source)
+    if optimizers.wraps_as_tensor_keyed(value, source):  # an optimizer's `state`
+        _guard(tx, source, GuardKind.TYPE_MATCH, t)
+        return optimizers.TensorKeyedDictVariable(value, source)
     if t is dict or t is collections.OrderedDict:
         if not all(_literal_key(k) for k in value):
             raise Unsupported("unsupported_object", "dict with non-str/int keys")

@@ -60,6 +60,8 @@ class UserFunctionVariable(VariableTracker):
             return ConstantVariable(getattr(self.fn, name))
         if name == "__code__" and self.source is None:
             return ConstantVariable(self.fn.__code__)
+        if name == "__get__":  # `fn.__get__(obj, cls)`: the method bound to obj
+            return _FunctionGet(self)
         if self.source is not None and hasattr(self.fn, name):
             return tx.wrap_source(AttrSource(self.source, name))
         if self.source is not None and name not in _FUNCTION_SLOTS:
@@ -69,6 +71,22 @@ class UserFunctionVariable(VariableTracker):
 
 
 _FUNCTION_SLOTS = frozenset(dir(types.FunctionType))
+
+
+class _FunctionGet(VariableTracker):
+    """`fn.__get__` of a Python function: calling it with an object binds the function to it
+    (what an LR scheduler's wrapper of `opt.step` does); `fn.__get__(None, cls)` is `fn`."""
+
+    def __init__(self, fn: UserFunctionVariable) -> None:
+        self.fn = fn
+
+    def call(self, tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker:
+        if kwargs or not 1 <= len(args) <= 2:
+            raise Unsupported("unsupported_call", "function.__get__ with these arguments")
+        obj = args[0]
+        if obj.is_constant() and obj.as_constant() is None:
+            return self.fn
+        return UserMethodVariable(self.fn, obj)
 
 
 class NestedFunctionVariable(VariableTracker):

@@ -31,6 +31,7 @@ from framejit.frontend.sources import (
     EnvSource,
     GenericAttrSource,
     ItemSource,
+    MethodCallSource,
     Source,
     TypeSource,
     buffer_source,
@@ -461,6 +462,10 @@ class UserObjectVariable(VariableTracker):
         cached = self._cached_constant(tx, args, kwargs)
         if cached is not None:
             return cached
+        if type(self.obj) is weakref.ref and self.source is not None and not (args or kwargs):
+            # `ref()` of a weak reference from outside the frame (an LR scheduler's wrapper of
+            # `opt.step`): its referent, read (and guarded) through the call
+            return tx.wrap_source(MethodCallSource(self.source, "__call__"))
         call = _class_attr(type(self.obj), "__call__")
         if call is None or not isinstance(call[1], types.FunctionType):
             raise Unsupported("unsupported_call", f"calling a {type(self.obj).__name__}")
@@ -1044,6 +1049,10 @@ class ClassVariable(VariableTracker):
                 return ConstantVariable(constant_fold(cls, args, kwargs))
             except (TypeError, ValueError, RuntimeError) as exc:
                 raise Unsupported.raised(f"torch.{cls.__name__}(...)", exc) from None
+        if cls is torch.autograd.profiler.record_function:
+            from framejit.frontend import optimizers
+
+            return optimizers.record_function(tx, args, kwargs)
         if cls in GRAD_MODE_CLASSES:
             mode = GRAD_MODE_CLASSES[cls]
             if mode is None:

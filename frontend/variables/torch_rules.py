@@ -78,6 +78,9 @@ FOLDABLE = {
     getattr(torch.compiler, "is_exporting", torch.jit.is_scripting),
     torch.cuda.is_current_stream_capturing,
     torch._C._len_torch_dispatch_stack,  # 0 (call_torch_function)
+    # the name of the out-of-tree device type (torch.optim asks which devices have fused and
+    # foreach kernels); renamed once at most, pinned by a STATE_READ guard
+    torch._C._get_privateuse1_backend_name,
 }
 
 # Refused: they change global state, leave the process, or need real data. (Setters found by
