@@ -300,6 +300,11 @@ class CellArgSource(LocalSource):
         cg.emit(Instr("LOAD_CLOSURE", CellVar(self.name)))
 
 
+def is_stack_slot(name: str) -> bool:
+    """A resume function's argument that carries an item of the broken frame's stack."""
+    return name.startswith("___stack")
+
+
 def resume_code(
     code: types.CodeType,
     offset: int,
@@ -340,11 +345,13 @@ def resume_code(
         if kind == "null":
             prologue.append(Instr("PUSH_NULL"))
         else:
-            prologue.append(Instr("LOAD_FAST", f"___stack{i}{RANGE_SUFFIX * (kind == 'range')}"))
+            slot = f"___stack{i}{RANGE_SUFFIX * (kind == 'range')}"
+            prologue.append(Instr("LOAD_FAST", slot))
             if kind in ("iter", "range"):
                 prologue.append(Instr("GET_ITER"))
-            else:  # the stack is its only owner, as in the frame that broke
-                prologue += [Instr("LOAD_CONST", None), Instr("STORE_FAST", f"___stack{i}")]
+            # the stack is its only owner, as in the frame that broke, and `locals()` of the
+            # resume function run as Python shows the user's names only
+            prologue.append(Instr("DELETE_FAST", slot))
     if active is None:
         prologue.append(Instr("JUMP_FORWARD", target))
     else:

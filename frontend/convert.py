@@ -30,6 +30,7 @@ from framejit.frontend.breaks import (
     CellArgSource,
     GraphBreak,
     body_and_handler,
+    is_stack_slot,
     kept_stack,
     layout_after,
     passed_cells,
@@ -594,7 +595,9 @@ def _finish_break(
         for name, _ in reversed(stored):
             cg.emit(Instr("STORE_FAST", name))
         for name in argnames:  # an argument the frame deleted is unbound there too
-            if name not in gb.locals and name not in code.co_cellvars:
+            # (not a resume function's saved stack item: its prologue moves it onto the stack,
+            # and the transformed code reloads it from the slot it still holds there)
+            if name not in gb.locals and name not in code.co_cellvars and not is_stack_slot(name):
                 cg.emit(Instr("DELETE_FAST", name))
         local_values = [name for name, _ in live]
     callee = _callee_index(gb) if gb.run_instruction else None

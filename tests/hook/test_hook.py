@@ -764,7 +764,6 @@ def _reads_locals_in_a_python_resume(x, log):
     return y, frame is not None
 
 
-@pytest.mark.xfail(strict=True, reason="a resume function run as Python holds ___stack0")
 def test_locals_of_a_resume_function_run_as_python():
     expected: list = []
     _reads_locals_in_a_python_resume(torch.ones(2), expected)
@@ -773,3 +772,30 @@ def test_locals_of_a_resume_function_run_as_python():
         _reads_locals_in_a_python_resume(torch.ones(2), got)
     assert _compiled(_reads_locals_in_a_python_resume)
     assert got == expected == [["frame", "log", "x", "y"]]
+
+
+def _reads_locals_in_loops(x, log):
+    y = x * 2
+    for k in range(3):  # a range loop that breaks: its resume function gets the range left
+        frame = sys._getframe()
+        log.append((k, sorted(locals())))
+    for name in ["a", "b"]:  # a loop over known items: the items left, as a tuple
+        frame = sys._getframe()
+        log.append((name, sorted(locals())))
+    with torch.no_grad():
+        frame = sys._getframe()  # a break inside a `with`: its exit is a saved stack item
+        log.append(sorted(locals()))
+    return y, frame is not None
+
+
+def test_locals_of_resume_functions_show_the_users_names_only():
+    # each break's resume function gets saved stack items (the range left, the items left,
+    # the `with` block's exit) in slots its prologue empties: locals() shows none of them
+    expected: list = []
+    want = _reads_locals_in_loops(torch.ones(2), expected)
+    got: list = []
+    with framejit.enabled(backend="eager"):
+        out = _reads_locals_in_loops(torch.ones(2), got)
+    assert _compiled(_reads_locals_in_loops)
+    assert got == expected
+    assert torch.equal(out[0], want[0])
