@@ -108,6 +108,13 @@ class Config:
     # Graph breaks in a row (a loop whose body breaks makes one per iteration) before the rest
     # of the function runs uncompiled.
     max_resume_depth: int = 16
+    # Trace `opt.step()` of torch.optim.SGD into the graph (frontend/optimizers.py). Off: the
+    # step runs as Python at a break. Off by default: on the CPU (aot_eager) a captured step is
+    # slower than eager's; the fused step is for the Triton backend, not yet measured on a GPU.
+    # FRAMEJIT_CAPTURE_OPTIMIZER_STEPS=1: on.
+    capture_optimizer_steps: bool = field(
+        default_factory=lambda: _flag("FRAMEJIT_CAPTURE_OPTIMIZER_STEPS", False)
+    )
     # How deep user-function calls are inlined before the translator gives up.
     inline_depth_limit: int = 64
     # Check every instruction's stack effect against dis.stack_effect (slow; for debugging).
@@ -147,6 +154,7 @@ _BOOLS = (
     "cpp_guards",
     "raise_internal_errors",
     "share_module_graphs",
+    "capture_optimizer_steps",
 )
 _CHOICES = {"index_checks": INDEX_CHECKS, "conv_layout": CONV_LAYOUTS}
 _COUNTS = (

@@ -1,4 +1,5 @@
-"""torch.optim steps traced into the graph: `opt.step()` of SGD (`zero_grad` too, until a write).
+"""torch.optim steps traced into the graph: `opt.step()` of SGD (`zero_grad` too, until a write),
+under `config.capture_optimizer_steps` (off by default: the step then runs as Python at a break).
 
 torch.optim is otherwise torch code run as Python (`inlining.runs_as_python`). For the
 optimizers in `_TRACED_CLASSES` (their modules in `TRACED_MODULES`), with the options the tests
@@ -38,6 +39,8 @@ from framejit.frontend.sources import AttrSource, Source, source_class
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
 from framejit.guards import Guard, GuardKind
 
+from framejit.config import config
+
 if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
     from framejit.frontend.translator import Translator
@@ -67,6 +70,8 @@ def traced(fn: Any) -> bool:
     """Is `fn` torch.optim code the translator inlines (despite `runs_as_python`)?
     `Optimizer.zero_grad`, which torch marks as never to be compiled, is: what it does
     (`p.grad = None`, or zeroing the gradients in place) is replayed or captured as in eager."""
+    if not config.capture_optimizer_steps:
+        return False
     fn = getattr(fn, "__func__", fn)
     if getattr(fn, "__code__", None) is _ZERO_GRAD_CODE:
         return True
@@ -100,6 +105,8 @@ _ZERO_GRAD_CODE = getattr(_ZERO_GRAD, "__wrapped__", _ZERO_GRAD).__code__
 
 def modeled(fn: Any) -> Any:
     """The model of `fn` (a handler `(tx, fn_vt, args, kwargs)`), or None."""
+    if not config.capture_optimizer_steps:
+        return None
     if getattr(fn, "__code__", None) is _USE_GRAD_CODE:
         return _use_grad
     if fn is _ZERO_GRAD and fn.__wrapped__.__code__ is _ZERO_GRAD_CODE:

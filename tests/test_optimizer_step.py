@@ -1,7 +1,8 @@
 """Optimizer steps inside compiled functions (`frontend/optimizers.py`).
 
 Each case trains the same model twice from the same seed, eagerly and with a jitted step, and
-compares losses, parameters and `opt.state_dict()` exactly. SGD's step (with or without
+compares losses, parameters and `opt.state_dict()` exactly. With `config.capture_optimizer_steps`
+on (the fixture; it is off by default), SGD's step (with or without
 momentum) is captured into the graph from its second call on (the first creates the state, a
 break); Adam and AdamW stay a break (their compiling path rounds differently from eager), and
 so does `zero_grad` when it has gradients to drop.
@@ -36,7 +37,8 @@ CAPTURED = ("sgd", "sgd_momentum", "sgd_nesterov")
 
 
 @pytest.fixture(autouse=True)
-def _fresh() -> Any:
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(framejit.config, "capture_optimizer_steps", True)  # off by default
     framejit.reset()
     yield
     framejit.reset()
@@ -304,3 +306,23 @@ def test_a_parameter_without_a_gradient_is_skipped() -> None:
         step()
         twin_opt.zero_grad()
     _assert_same_training(model, opt, twin, twin_opt)
+
+
+def test_by_default_the_step_runs_as_python_at_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(framejit.config, "capture_optimizer_steps", False)
+    model, opt, twin, twin_opt = _pair("sgd_momentum")
+
+    def step() -> None:
+        twin_opt.step()
+        twin_opt.zero_grad()
+
+    jitted = framejit.jit(step, backend="eager")
+    for x, y in _data():
+        expected = _eager_step(model, opt, x, y)
+        loss = F.cross_entropy(twin(x), y)
+        loss.backward()
+        jitted()
+        assert loss.item() == expected.item()
+    _assert_same_training(model, opt, twin, twin_opt)
+    reasons = _break_reasons(step)
+    assert any("SGD.step" in r for r in reasons), reasons
