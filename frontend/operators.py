@@ -274,6 +274,9 @@ class OperatorsMixin:
             return self.output.call_op("call_function", op, [a], {})
         if isinstance(a, SymNodeVariable) and op is not operator.not_:
             return self._sym_op(op, [a])
+        deferred = deferred_number(op, a)  # `-lr` of a float read without a guard
+        if deferred is not None:
+            return deferred
         if a.is_constant():
             return self.wrap_constant_result(op(a.as_constant()))
         name = _UNARY_DUNDERS.get(op)

@@ -67,6 +67,7 @@ from framejit.frontend.sources import (
 )
 from framejit.frontend.variables.base import (
     ConstantVariable,
+    DeferredNumberVariable,
     LazyNumberVariable,
     VariableTracker,
     is_numpy_scalar,
@@ -332,9 +333,12 @@ class OutputGraph:
         expr = number.node.expr
         if check is None:
             return
-        if expr not in self.dynamic.symbols:  # arithmetic on inputs: pin its value
-            specialize(number)
-            return
+        if expr not in self.dynamic.symbols:
+            if dtype.is_floating_point and -expr in self.dynamic.symbols:
+                expr = -expr  # `alpha=-lr`: a float dtype's check is on abs(), the same
+            else:  # other arithmetic on inputs: pin its value
+                specialize(number)
+                return
         self.range_checks.setdefault(expr, set()).add(check)
 
     def _float_operand(self, vt: VariableTracker) -> VariableTracker:
@@ -342,6 +346,15 @@ class OutputGraph:
         dynamic) given to an op whose result's sizes and dtype do not depend on its value
         (`x * scale`, `x.clamp(max=m)`): a symbolic graph input, so other values reuse the
         graph. Anything else as it is."""
+        if isinstance(vt, DeferredNumberVariable) and vt.op is operator.neg:
+            # `alpha=-lr` (SGD's update): the negation of the symbolic input, a graph node that
+            # computes it in Python floats as eager does. Other arithmetic (`1 - beta`) is
+            # computed while tracing, its value guarded: a symbolic expression would need its
+            # own dtype range check (`_guard_range` pins it)
+            negated = self._float_operand(vt.operands[0])
+            if isinstance(negated, SymNodeVariable):
+                return self.sym_op(operator.neg, [negated])
+            return vt
         if not isinstance(vt, LazyNumberVariable) or type(vt.value_unguarded) is not float:
             return vt
         if not math.isfinite(vt.value_unguarded):

@@ -592,6 +592,39 @@ def test_a_float_scaling_a_tensor_becomes_a_graph_input() -> None:
     assert [type(n.meta["val"]).__name__ for n in placeholders] == ["FakeTensor", "SymFloat"]
 
 
+def negated_alpha(x: torch.Tensor, g: torch.Tensor, lr: float) -> Any:
+    return x.add(g, alpha=-lr), x.sub(-lr), x.mul(1 - lr), -lr
+
+
+def test_a_negated_float_operand_stays_symbolic(caplog: pytest.LogCaptureFixture) -> None:
+    """`alpha=-lr` (SGD's update with a scheduler's lr): the negation of a float graph input
+    is a node of the graph, so each new lr reuses the graph; `1 - lr` is still computed while
+    tracing and guarded by value (the values are eager's either way)."""
+
+    def only_negated(x: torch.Tensor, g: torch.Tensor, lr: float) -> Any:
+        return x.add(g, alpha=-lr), x.sub(-lr), -lr
+
+    x, g = torch.randn(4), torch.randn(4)
+    fn, counter = counted(only_negated)
+    for lr in [0.1, 0.09, 0.081, 0.0729, 1e-3, 3.5]:
+        got, want = fn(x, g, lr), only_negated(x, g, lr)
+        close(list(got[:2]), list(want[:2]))
+        assert got[2] == want[2]
+    assert counter.frame_count == 2
+    fn, counter = counted(negated_alpha)
+    framejit.logs.add_handler(caplog.handler)  # framejit's logger does not propagate
+    try:
+        for lr in [0.1, 0.09, 0.081]:
+            got, want = fn(x, g, lr), negated_alpha(x, g, lr)
+            close(list(got[:3]), list(want[:3]))
+            assert got[3] == want[3]
+    finally:
+        framejit.logs.remove_handler(caplog.handler)
+    assert counter.frame_count == 3  # `1 - lr` by value
+    # every entry's guards held for the arguments they were built from
+    assert not [r for r in caplog.records if r.name.startswith("framejit")], caplog.text
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_a_float_graph_input_trains_as_eager(backend: str) -> None:
     def fn(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:

@@ -320,7 +320,7 @@ class LazyNumberVariable(_NumberOnDemand):
 
 
 class DeferredNumberVariable(_NumberOnDemand):
-    """`a + b`, `a - b`, `a * b`, `round(a, n)` or `abs(a)` of floats read without a guard
+    """`a + b`, `a - b`, `a * b`, `-a`, `round(a, n)` or `abs(a)` of floats read without a guard
     (`LazyNumberVariable`) and constant numbers, at least one unguarded: computed by the code
     after the graph (`operator.add(a, b)` there), not while tracing, so a running total or a
     rounded loss of values read at breaks (`total += loss.item()`, `round(loss.item(), 4)`)
@@ -373,6 +373,7 @@ _DEFERRED_OPS = {
     operator.imul: operator.mul,
     round: round,
     abs: abs,
+    operator.neg: operator.neg,
 }
 
 
@@ -380,10 +381,10 @@ def deferred_number(op: Any, *operands: VariableTracker) -> VariableTracker | No
     """`op(*operands)` as a DeferredNumberVariable where it may be one (see there). None
     otherwise."""
     plain = _DEFERRED_OPS.get(op)
-    if plain is None or len(operands) != (1 if plain is abs else 2):
+    if plain is None or len(operands) != (1 if plain in (abs, operator.neg) else 2):
         return None
     lazy = (LazyNumberVariable, DeferredNumberVariable)
-    if plain in (round, abs):  # of an unguarded float, not of a constant
+    if plain in (round, abs, operator.neg):  # of an unguarded float, not of a constant
         if not isinstance(operands[0], lazy):
             return None
     elif not any(isinstance(v, lazy) for v in operands):
