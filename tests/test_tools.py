@@ -141,6 +141,23 @@ def test_the_loop_bench_compiles_a_few_graphs_for_many_steps(tmp_path: pathlib.P
     assert graphs[12] == graphs[24] and all(0 < n <= 4 for n in graphs[12]), graphs
 
 
+def test_the_optimizer_bench_captures_the_step_in_one_graph(tmp_path: pathlib.Path) -> None:
+    """tools/bench/optimizer.py on the CPU (torch.compile left out): the captured SGD step is
+    one graph with no break after the first step, and its parameters equal eager's (the tool
+    asserts that)."""
+    import json
+
+    results = tmp_path / "optimizer.json"
+    done = _run_tool(
+        [str(TOOLS / "bench" / "optimizer.py"), "--layers", "3", "--width", "8"]
+        + ["--repeats", "2", "--no-torch-compile", "--json", str(results)],
+        interpret=False,
+    )
+    assert "(1 graph(s), 0 break(s) after the first step)" in done.stdout, done.stdout
+    row = json.loads(results.read_text())
+    assert row["backend"] == "aot_eager" and row["eager"] > 0 and row["framejit"] > 0
+
+
 def test_the_guard_bench_folds_a_model_into_a_few_checks(tmp_path: pathlib.Path) -> None:
     """tools/bench/guards.py: the same guards in each form; with the extension, the folded
     function has a few checks where one module_check per module has many more and Python one

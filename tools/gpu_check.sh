@@ -23,7 +23,8 @@
 #                                    tests on CUDA, GPT-2 b=8: a short second run
 #   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
 #   bash tools/gpu_check.sh verify   the GPU battery, kernels.py --no-compile, models.py
-#                                    --kernels: session 22's GPU-unmeasured changes
+#                                    --kernels, optimizer.py: sessions 22-24's GPU-unmeasured
+#                                    changes
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back, so `all` writes exactly 8):
@@ -118,6 +119,9 @@ if [ "$WHAT" = verify ]; then
         --tb=short tests/backend/triton tests/cudagraphs
     step kernels "${KERNELS_S:-70}" python3 tools/bench/kernels.py --repeats 10 --no-compile
     step models "${MODELS_S:-150}" python3 tools/bench/models.py --repeats 10 --kernels
+    # (session 24: the captured SGD step against eager's and torch.compile's, to decide
+    # whether config.capture_optimizer_steps should be on for the Triton backend)
+    step optimizer "${OPTIMIZER_S:-45}" python3 tools/bench/optimizer.py --repeats 20
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     # (the graph trees and the end-to-end models first: a call cut at the session's device time
