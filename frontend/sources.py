@@ -278,6 +278,34 @@ class ItemSource(Source):
 
 
 @source_class
+class DynamicItemSource(Source):
+    """`base[index]` where the index is the value of another source (an int argument that
+    dynamic shapes made symbolic): `xs[t]` in a step function called with t = 2, 3, ... reads
+    the item at each call's `t`, guarded there."""
+
+    base: Source
+    index: Source
+
+    def __str__(self) -> str:
+        return f"{self.base}[{self.index}]"
+
+    def guard_expr(self) -> str:
+        return f"{self.base.guard_expr()}[{self.index.guard_expr()}]"
+
+    def read(self, read: Any) -> Any:
+        """The value, given how to read another source (OutputGraph.read_source)."""
+        return read(self.base)[read(self.index)]
+
+    def emit_load(self, cg: Any) -> None:
+        self.base.emit_load(cg)
+        self.emit_step(cg)
+
+    def emit_step(self, cg: Any) -> None:
+        self.index.emit_load(cg)
+        cg.subscr()
+
+
+@source_class
 class DictItemSource(ItemSource):
     """`dict.__getitem__(base, key)`: an item of a dict subclass read past the class's own
     `__getitem__`."""

@@ -592,6 +592,36 @@ def test_a_float_scaling_a_tensor_becomes_a_graph_input() -> None:
     assert [type(n.meta["val"]).__name__ for n in placeholders] == ["FakeTensor", "SymFloat"]
 
 
+RNN_W = torch.randn(8, 8) * 0.3
+
+
+def rnn_step(h: torch.Tensor, xs: list[torch.Tensor], t: int) -> torch.Tensor:
+    return torch.tanh(h @ RNN_W + xs[t]) + xs[2]
+
+
+def test_a_list_indexed_by_a_symbolic_int_reads_the_item_at_each_call() -> None:
+    """A step function called with t = 0, 1, 2, ... reading `xs[t]`: once `t` is symbolic the
+    item is read through `L['xs'][L['t']]` at each call (guarded there, with 0 <= t < len(xs)),
+    so the steps share a graph; it recompiled per `t` up to the limit, then ran eagerly."""
+    fn, counter = counted(rnn_step)
+    xs = [torch.randn(1, 8) for _ in range(30)]
+    h = torch.ones(1, 8)
+    for t in range(30):
+        close(fn(h, xs, t), rnn_step(h, xs, t))
+    # t = 0 and 1 (specialized), t = 2 (xs[t] is xs[2]: an identity guard), t >= 3
+    assert counter.frame_count == 4
+    with pytest.raises(IndexError):  # out of range: eager's error
+        fn(h, xs, 30)
+    other = list(xs)
+    other[12] = torch.randn(3, 8)  # the item at t has another shape: its guard fails
+    before = counter.frame_count
+    close(fn(h, other, 12), rnn_step(h, other, 12))
+    assert counter.frame_count > before
+    close(fn(h, other, 13), rnn_step(h, other, 13))
+    shorter = xs[:20]  # another length
+    close(fn(h, shorter, 5), rnn_step(h, shorter, 5))
+
+
 def negated_alpha(x: torch.Tensor, g: torch.Tensor, lr: float) -> Any:
     return x.add(g, alpha=-lr), x.sub(-lr), x.mul(1 - lr), -lr
 

@@ -14,6 +14,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import Source
 from framejit.frontend.variables.base import (
@@ -254,12 +255,41 @@ class ListVariable(BaseSequence):
 
     def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
         if self._read is not None and self._reader is not None and not self.appended:
+            item = self._item_at_symbolic_index(tx, index)
+            if item is not None:
+                return item
             key = _const_index(tx, index, "list")
             if type(key) is int:  # one item read (and guarded), the others left unread
                 n = self._reader.length()
                 if -n <= key < n:
                     return self._reader.item(key % n)
         return super().getitem(tx, index)
+
+    def _item_at_symbolic_index(
+        self, tx: Translator, index: VariableTracker
+    ) -> VariableTracker | None:
+        """`xs[t]` with `t` an int argument that dynamic shapes made symbolic (a step function
+        called with t = 0, 1, 2, ...): the item at each call's `t`, read through
+        `DynamicItemSource` and guarded there, with `0 <= t < len(xs)` as shape guards, so
+        one graph serves every step (it recompiled per `t`, up to the limit). None for any
+        other index."""
+        from framejit.frontend.sources import DynamicItemSource
+        from framejit.frontend.variables.symbolic import SymNodeVariable
+
+        if self.source is None or not isinstance(index, SymNodeVariable):
+            return None
+        value = index.value
+        if type(value) is not torch.SymInt:
+            return None
+        found = tx.output.dynamic.symbols.get(value.node.expr)
+        if found is None or found[1] is not None:  # an int argument's own symbol only
+            return None
+        n = self._reader.length()  # type: ignore[union-attr]
+        if not 0 <= value.node.hint < n:
+            return None  # out of range: the constant path raises eager's IndexError
+        if not (bool(value >= 0) and bool(value < n)):  # recorded as shape guards
+            return None
+        return tx.wrap_source(DynamicItemSource(self.source, found[0]))
 
     def replace_items(self, tx: Translator, items: list[VariableTracker]) -> None:
         """All the items replaced at once (heapq's reordering, bisect's insort): a mutation."""
