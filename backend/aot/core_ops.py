@@ -131,9 +131,14 @@ def _addcmul_of_integers(
     decomposition: Any, x: torch.Tensor, a: Any, b: Any, *, value: Any = 1
 ) -> Any:
     """`addcmul` with a float `value` on integer tensors: eager converts the value to the
-    tensor's dtype (toward zero; `value=0.5` adds nothing), torch's reference refuses a float.
-    A value out of the dtype's range is left to the op itself, which raises eager's error."""
-    integral = not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
+    tensors' dtype (toward zero; `value=0.5` adds nothing), torch's reference refuses a float.
+    Only where the result is integral: an integer `x` with a floating `a` or `b` computes in
+    floating point, the value as it is. A value out of the dtype's range is left to the op
+    itself, which raises eager's error."""
+    tensors = [t for t in (x, a, b) if isinstance(t, torch.Tensor)]
+    integral = x.dtype != torch.bool and not any(
+        t.dtype.is_floating_point or t.dtype.is_complex for t in tensors
+    )
     if integral and isinstance(value, float):
         info = torch.iinfo(x.dtype)
         if not (math.isfinite(value) and info.min <= value <= info.max):

@@ -700,6 +700,23 @@ def test_addcmul_of_integers_by_a_float_value_truncates_it_as_eager(value):
     assert torch.equal(got, f(a, b, c)[0]) and torch.equal(got_inplace, got)
 
 
+@pytest.mark.parametrize(
+    "dtypes", [("int64", "float32", "bfloat16"), ("int32", "int64", "float16")]
+)
+def test_addcmul_of_an_integer_tensor_with_floating_factors_keeps_a_float_value(dtypes):
+    # the result is floating point: eager multiplies by 0.5 as it is (a truncated value gave
+    # x + 0 * a * b: hF seed 7143)
+    def f(a, b, c):
+        return (torch.addcmul(a, b, c, value=0.5),)
+
+    a = torch.tensor([[1, -2, 3]], dtype=getattr(torch, dtypes[0]))
+    b = torch.tensor([[0.5], [-1.25]]).to(getattr(torch, dtypes[1]))
+    c = torch.tensor([[3.0, -2.0, 1.5]]).to(getattr(torch, dtypes[2]))
+    (got,), _, _ = check(f, a, b, c)
+    (want,) = f(a, b, c)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
 def test_addcmul_with_a_value_out_of_the_dtypes_range_raises_eagers_error():
     def f(a):
         return torch.addcmul(a, a, a, value=300.0)
