@@ -306,6 +306,31 @@ class DynamicItemSource(Source):
 
 
 @source_class
+class OffsetSource(Source):
+    """`index + offset`: an int source plus a constant (`xs[t + 1]`, an inlined recursion's
+    `xs[i + k]`), the index of a `DynamicItemSource`."""
+
+    index: Source
+    offset: int
+
+    def __str__(self) -> str:
+        return f"({self.index} {'+' if self.offset >= 0 else '-'} {abs(self.offset)})"
+
+    def guard_expr(self) -> str:
+        return f"({self.index.guard_expr()} + {self.offset!r})"
+
+    def read(self, read: Any) -> Any:
+        return read(self.index) + self.offset
+
+    def emit_load(self, cg: Any) -> None:
+        import operator
+
+        cg.call_const(
+            operator.add, lambda: (self.index.emit_load(cg), cg.load_const(self.offset)), 2
+        )
+
+
+@source_class
 class DictItemSource(ItemSource):
     """`dict.__getitem__(base, key)`: an item of a dict subclass read past the class's own
     `__getitem__`."""

@@ -622,6 +622,35 @@ def test_a_list_indexed_by_a_symbolic_int_reads_the_item_at_each_call() -> None:
     close(fn(h, shorter, 5), rnn_step(h, shorter, 5))
 
 
+def rnn_step_with_neighbours(h: torch.Tensor, xs: list[torch.Tensor], t: int) -> torch.Tensor:
+    return torch.tanh(h @ RNN_W + xs[t] - xs[t - 1] * 0.5) + xs[t + 1]
+
+
+def unroll(h: torch.Tensor, xs: list[torch.Tensor], i: int) -> torch.Tensor:
+    if i == len(xs):
+        return h
+    return unroll(torch.tanh(h * 0.5 + xs[i]), xs, i + 1)
+
+
+def test_a_list_indexed_by_a_symbolic_int_plus_a_constant() -> None:
+    """`xs[t - 1]`, `xs[t + 1]` read `L['xs'][(L['t'] + k)]` at each call; a recursion down a
+    list (each inlined level reads `xs[i + k]`) then shares its graphs between calls that
+    start at other `i`."""
+    fn, counter = counted(rnn_step_with_neighbours)
+    xs = [torch.randn(1, 8) for _ in range(20)]
+    h = torch.ones(1, 8)
+    for t in range(1, 19):
+        close(fn(h, xs, t), rnn_step_with_neighbours(h, xs, t))
+    assert counter.frame_count <= 3, counter.frame_count  # 8 (the limit) before
+    with pytest.raises(IndexError):  # t + 1 out of range: eager's error
+        fn(h, xs, 19)
+    fn, counter = counted(unroll)
+    xs = [torch.randn(3) for _ in range(200)]
+    for start in (0, 1, 2, 3, 50, 120):
+        close(fn(torch.zeros(3), xs, start), unroll(torch.zeros(3), xs, start))
+    assert counter.frame_count <= 4, counter.frame_count  # 6 before
+
+
 def negated_alpha(x: torch.Tensor, g: torch.Tensor, lr: float) -> Any:
     return x.add(g, alpha=-lr), x.sub(-lr), x.mul(1 - lr), -lr
 

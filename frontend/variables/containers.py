@@ -202,6 +202,19 @@ def dict_view(mapping: dict[Any, Any], view: str) -> Any:
     return getattr(mapping, view)()
 
 
+def _symbol_plus_constant(expr: Any) -> tuple[Any, int]:
+    """(symbol, k) for a sympy expression `symbol + k` (k an integer, 0 for the symbol alone);
+    (None, 0) for anything else."""
+    if expr.is_Symbol:
+        return expr, 0
+    if expr.is_Add and len(expr.args) == 2:
+        const = [a for a in expr.args if a.is_Integer]
+        symbols = [a for a in expr.args if a.is_Symbol]
+        if len(const) == 1 and len(symbols) == 1:
+            return symbols[0], int(const[0])
+    return None, 0
+
+
 class ItemReader:
     """How a list from outside the frame reads its length and its items one at a time: each
     read adds its own guards (a rewound instruction drops them, so nothing here is cached)."""
@@ -273,7 +286,7 @@ class ListVariable(BaseSequence):
         `DynamicItemSource` and guarded there, with `0 <= t < len(xs)` as shape guards, so
         one graph serves every step (it recompiled per `t`, up to the limit). None for any
         other index."""
-        from framejit.frontend.sources import DynamicItemSource
+        from framejit.frontend.sources import DynamicItemSource, OffsetSource
         from framejit.frontend.variables.symbolic import SymNodeVariable
 
         if self.source is None or not isinstance(index, SymNodeVariable):
@@ -281,7 +294,8 @@ class ListVariable(BaseSequence):
         value = index.value
         if type(value) is not torch.SymInt:
             return None
-        found = tx.output.dynamic.symbols.get(value.node.expr)
+        symbol, offset = _symbol_plus_constant(value.node.expr)
+        found = tx.output.dynamic.symbols.get(symbol)
         if found is None or found[1] is not None:  # an int argument's own symbol only
             return None
         n = self._reader.length()  # type: ignore[union-attr]
@@ -289,7 +303,8 @@ class ListVariable(BaseSequence):
             return None  # out of range: the constant path raises eager's IndexError
         if not (bool(value >= 0) and bool(value < n)):  # recorded as shape guards
             return None
-        return tx.wrap_source(DynamicItemSource(self.source, found[0]))
+        at = found[0] if offset == 0 else OffsetSource(found[0], offset)
+        return tx.wrap_source(DynamicItemSource(self.source, at))
 
     def replace_items(self, tx: Translator, items: list[VariableTracker]) -> None:
         """All the items replaced at once (heapq's reordering, bisect's insort): a mutation."""
