@@ -107,11 +107,27 @@ def modeled(fn: Any) -> Any:
     """The model of `fn` (a handler `(tx, fn_vt, args, kwargs)`), or None."""
     if not config.capture_optimizer_steps:
         return None
+    original = _under_dynamos_disable(fn)
+    if original is not None:
+        return lambda tx, fn_vt, args, kwargs: tx.wrap_value(original, None).call(tx, args, kwargs)
     if getattr(fn, "__code__", None) is _USE_GRAD_CODE:
         return _use_grad
     if fn is _ZERO_GRAD and fn.__wrapped__.__code__ is _ZERO_GRAD_CODE:
         return _zero_grad
     return None
+
+
+def _under_dynamos_disable(fn: Any) -> Any:
+    """Once torch.compile has run in the process, it has wrapped every optimizer class's
+    `_init_group` in its own do-not-compile wrapper (its optimizer support handles that method
+    itself): the function under the wrapper, for the optimizers traced here; None otherwise.
+    Without this, an SGD step after any torch.compile call in the process was a break."""
+    original = getattr(fn, "_torchdynamo_orig_callable", None)
+    if getattr(original, "__name__", None) != "_init_group":
+        return None
+    if getattr(original, "__globals__", {}).get("__name__") not in TRACED_MODULES:
+        return None
+    return original
 
 
 def _zero_grad(

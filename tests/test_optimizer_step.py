@@ -326,3 +326,29 @@ def test_by_default_the_step_runs_as_python_at_a_break(monkeypatch: pytest.Monke
     _assert_same_training(model, opt, twin, twin_opt)
     reasons = _break_reasons(step)
     assert any("SGD.step" in r for r in reasons), reasons
+
+
+def test_the_step_is_captured_after_torch_compile_has_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile, once used in the process, wraps every optimizer's `_init_group` in its
+    own disable wrapper (done here the way it does it); the step under it is still traced."""
+    import torch._dynamo
+
+    original = torch.optim.SGD._init_group
+    monkeypatch.setattr(torch.optim.SGD, "_init_group", torch._dynamo.disable(original))
+    model, opt, twin, twin_opt = _pair("sgd_momentum")
+    counter = CompileCounter()
+
+    @framejit.jit(backend=counter)
+    def step() -> None:
+        twin_opt.step()
+
+    for x, y in _data():
+        expected = _eager_step(model, opt, x, y)
+        loss = F.cross_entropy(twin(x), y)
+        loss.backward()
+        step()
+        twin_opt.zero_grad()
+        assert loss.item() == expected.item()
+    _assert_same_training(model, opt, twin, twin_opt)
+    assert counter.frame_count == 1  # the first step (state created) runs as Python
+    assert _break_reasons(step) == []
