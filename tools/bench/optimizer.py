@@ -32,16 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from kernels import cuda_time_ms  # noqa: E402 - the same timing as the kernel benchmarks
+from models import _time_ms  # noqa: E402 - the same timing as the model benchmarks
 
 import framejit  # noqa: E402
 
@@ -53,19 +50,6 @@ def _setup(layers: int, width: int, device: torch.device) -> tuple[Any, Any]:
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     return model, torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
-
-
-def _time_ms(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
-    if device.type == "cuda":
-        return cuda_time_ms(fn, repeats)
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
