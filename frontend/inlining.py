@@ -69,6 +69,11 @@ _DO_NOT_COMPILE_MARKERS = ("_torchdynamo_disable", "__dynamo_disable")
 _LAZY_DISABLE_FILE = os.path.join("torch", "_compile.py")
 
 
+def marked_not_to_compile(fn: Any) -> bool:
+    """Does `fn` carry torch's do-not-compile markers (on a function it has run once)?"""
+    return any(getattr(fn, marker, None) for marker in _DO_NOT_COMPILE_MARKERS)
+
+
 def _lazy_disable_wrapper(fn: Any) -> bool:
     code = getattr(fn, "__code__", None)
     return (
@@ -83,7 +88,7 @@ def runs_as_python(fn: Any) -> bool:
     """Is `fn` (a function or bound method) torch code that a break calls as it is?"""
     fn = getattr(fn, "__func__", fn)
     for _ in range(8):  # the function, then what it wraps (functools.wraps), a few levels
-        if any(getattr(fn, marker, None) for marker in _DO_NOT_COMPILE_MARKERS):
+        if marked_not_to_compile(fn):
             return True
         if _lazy_disable_wrapper(fn):
             return True

@@ -10,8 +10,8 @@ as for any library; SGD's for-loop path does not ask. Adam and AdamW stay a brea
 (`_ADAM_REASON`). Three pieces of that code are modelled here instead of traced:
 
 - `_use_grad_for_differentiable`'s wrapper switches grad mode to the optimizer's
-  `differentiable` flag around the step and calls `torch._dynamo.graph_break()` twice (for
-  torch.compile's own graph split). It is traced as the grad-mode switch alone. Options that
+  `differentiable` flag around the step and calls torch.compile's graph-break marker twice (for
+  its own graph split). It is traced as the grad-mode switch alone. Options that
   change what runs are refused, so the step runs as Python at a break: `differentiable`,
   `fused`, `capturable` and `foreach=True` in any parameter group.
 - `torch.autograd.profiler.record_function(name)` records a range only for a running
@@ -82,17 +82,17 @@ def traced(fn: Any) -> bool:
         return True
     if module not in TRACED_MODULES:
         return False
-    return not any(
-        getattr(fn, marker, None) for marker in ("_torchdynamo_disable", "__dynamo_disable")
-    )
+    from framejit.frontend.inlining import marked_not_to_compile  # (imports this module)
+
+    return not marked_not_to_compile(fn)
 
 
 def _use_grad_code() -> Any:
     from torch.optim import optimizer
 
     @optimizer._use_grad_for_differentiable
-    def probe(self: Any) -> None:  # pragma: no cover - only its wrapper's code is used
-        pass
+    def probe(self: Any) -> None:  # pragma: no cover
+        """Never called: only the code of the wrapper put on it is read."""
 
     return probe.__code__
 

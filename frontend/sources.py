@@ -12,6 +12,7 @@ that the user's own code performed while it was traced.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -323,8 +324,6 @@ class OffsetSource(Source):
         return read(self.index) + self.offset
 
     def emit_load(self, cg: Any) -> None:
-        import operator
-
         cg.call_const(
             operator.add, lambda: (self.index.emit_load(cg), cg.load_const(self.offset)), 2
         )

@@ -232,10 +232,7 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         def item(i: int) -> VariableTracker:
             return wrap_source(tx, ItemSource(source, i))
 
-        def read() -> list[VariableTracker]:
-            return [item(i) for i in range(length())]
-
-        return ListVariable([], source, read, ItemReader(length, item))
+        return ListVariable([], source, ItemReader(length, item))
     if t is tuple or (isinstance(value, tuple) and hasattr(t, "_fields")):
         _guard(tx, source, GuardKind.TYPE_MATCH, t)
         _guard(tx, source, GuardKind.LENGTH_CHECK, len(value))

@@ -224,10 +224,8 @@ def _len(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTracker | None:
         if x.fake.dim() == 0:
             raise Unsupported("exception", "len() of a 0-d tensor", "TypeError")
         return tx.output.tensor_size(x, 0)
-    if isinstance(x, ListVariable):
+    if isinstance(x, (TupleVariable, ListVariable)):
         return ConstantVariable(x.length())
-    if isinstance(x, TupleVariable):
-        return ConstantVariable(len(x.items))
     if isinstance(x, DictVariable):
         return ConstantVariable(len(x.items))
     if x.is_constant():

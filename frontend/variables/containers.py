@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from framejit.frontend.errors import Unsupported
-from framejit.frontend.sources import Source
+from framejit.frontend.sources import DynamicItemSource, OffsetSource, Source
 from framejit.frontend.variables.base import (
     ConstantVariable,
     VariableTracker,
@@ -76,6 +76,9 @@ class BaseSequence(VariableTracker):
     def truth(self, tx: Translator) -> bool:
         return bool(self.items)
 
+    def length(self) -> int:
+        return len(self.items)
+
     def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
         key = _const_index(tx, index, self.kind.__name__)
         if isinstance(key, slice):
@@ -106,9 +109,7 @@ class BaseSequence(VariableTracker):
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0])
         if name == "__len__":
-            return ConstantVariable(
-                self.length() if isinstance(self, ListVariable) else len(self.items)
-            )
+            return ConstantVariable(self.length())
         if name in ("index", "count", "__contains__"):
             if not (self.is_constant() and all(a.is_constant() for a in args)):
                 raise Unsupported("unsupported_call", f"{self.kind.__name__}.{name} on tensors")
@@ -216,12 +217,16 @@ def _symbol_plus_constant(expr: Any) -> tuple[Any, int]:
 
 
 class ItemReader:
-    """How a list from outside the frame reads its length and its items one at a time: each
-    read adds its own guards (a rewound instruction drops them, so nothing here is cached)."""
+    """How a list from outside the frame reads its length, its items one at a time, or all of
+    them: each read adds its own guards (a rewound instruction drops them, so nothing here is
+    cached)."""
 
     def __init__(self, length: Callable[[], int], item: Callable[[int], VariableTracker]) -> None:
         self.length = length
         self.item = item
+
+    def all(self) -> list[VariableTracker]:
+        return [self.item(i) for i in range(self.length())]
 
 
 class ListVariable(BaseSequence):
@@ -236,19 +241,19 @@ class ListVariable(BaseSequence):
         self,
         items: list[VariableTracker],
         source: Source | None = None,
-        read: Callable[[], list[VariableTracker]] | None = None,
         reader: ItemReader | None = None,
     ) -> None:
-        self._read = read  # reads (and guards) the real contents on first use
-        self._reader = reader  # its length, or one item, without reading the rest
+        # reads (and guards) the real contents on first use, or only its length or one item;
+        # None once they are read
+        self._reader = reader
         self.appended: list[VariableTracker] = []  # appends made while the contents are unread
         super().__init__(items, source)
 
     @property
     def items(self) -> list[VariableTracker]:  # type: ignore[override]
-        if self._read is not None:
-            read, self._read = self._read, None
-            self._items = read() + self.appended
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            self._items = reader.all() + self.appended
         return self._items
 
     @items.setter
@@ -257,17 +262,17 @@ class ListVariable(BaseSequence):
 
     @property
     def contents_read(self) -> bool:
-        return self._read is None
+        return self._reader is None
 
     def length(self) -> int:
         """len(): while the contents are unread, only the real list's length is guarded (a list
         of 2000 tensors whose length the code checks does not become 2000 graph inputs)."""
-        if self._read is not None and self._reader is not None:
+        if self._reader is not None:
             return self._reader.length() + len(self.appended)
         return len(self.items)
 
     def getitem(self, tx: Translator, index: VariableTracker) -> VariableTracker:
-        if self._read is not None and self._reader is not None and not self.appended:
+        if self._reader is not None and not self.appended:
             item = self._item_at_symbolic_index(tx, index)
             if item is not None:
                 return item
@@ -286,8 +291,7 @@ class ListVariable(BaseSequence):
         `DynamicItemSource` and guarded there, with `0 <= t < len(xs)` as shape guards, so
         one graph serves every step (it recompiled per `t`, up to the limit). None for any
         other index."""
-        from framejit.frontend.sources import DynamicItemSource, OffsetSource
-        from framejit.frontend.variables.symbolic import SymNodeVariable
+        from framejit.frontend.variables.symbolic import SymNodeVariable  # (imports this module)
 
         if self.source is None or not isinstance(index, SymNodeVariable):
             return None
@@ -576,6 +580,9 @@ class DictVariable(VariableTracker):
 
     def truth(self, tx: Translator) -> bool:
         return bool(self.items)
+
+    def length(self) -> int:
+        return len(self.items)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         return [_key_variable(k) for k in self.items]
@@ -917,6 +924,9 @@ class SetVariable(VariableTracker):
 
     def truth(self, tx: Translator) -> bool:
         return bool(self.items)
+
+    def length(self) -> int:
+        return len(self.items)
 
     def unpack(self, tx: Translator) -> list[VariableTracker]:
         return [ConstantVariable(v) for v in self.items]
