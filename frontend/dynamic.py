@@ -409,6 +409,20 @@ def _implied_by_ranges(expr: Any, ranges: dict[Any, Any]) -> bool:
     return bool(bound.is_singleton() and bound.lower is sympy.true)
 
 
+@functools.cache
+def exact_printer() -> Any:
+    """A printer of sympy expressions as Python that writes each float as its `repr` (torch's
+    prints 17 digits: `s == 20000.299999999999` for 20000.3, a guard that fails on the value it
+    was made from)."""
+    from torch.utils._sympy.printers import PythonPrinter
+
+    class ExactFloats(PythonPrinter):
+        def _print_Float(self, expr: Any) -> str:
+            return repr(float(expr))
+
+    return ExactFloats()
+
+
 def shape_guard_checks(
     shape_env: Any, symbols: dict[Any, tuple[Source, int | None]]
 ) -> list[tuple]:
@@ -416,11 +430,10 @@ def shape_guard_checks(
     size symbol's range (>= 2, and any bound found; a float argument's symbol has none) and
     every guard the ShapeEnv recorded."""
     import sympy
-    from torch.utils._sympy.printers import PythonPrinter
 
     if shape_env is None or not symbols:
         return []
-    printer = PythonPrinter()
+    printer = exact_printer()
     out: list[tuple] = []
 
     def check(expr: Any, origin: str) -> None:
@@ -431,7 +444,7 @@ def shape_guard_checks(
             return
         if any(s not in symbols for s in free):
             raise AssertionError(f"shape guard {expr} over a symbol with no input")
-        names = {s: sympy.Symbol(f"___fjs{k}", integer=True) for k, s in enumerate(free)}
+        names = {s: sympy.Symbol(f"___fjs{k}", **s.assumptions0) for k, s in enumerate(free)}
         text = printer.doprint(expr.xreplace(names))
         out.append((ShapeCheck(text, tuple(symbols[s] for s in free)), origin))
 
@@ -454,7 +467,9 @@ def shape_guard_checks(
             check(symbol >= max(low or 2, 2), "symbolic size range (0 and 1 are specialized)")
         if high is not None:
             check(symbol <= high, "symbolic size range")
-    ranges = dict(shape_env.var_to_range)
+    # the ranges the checks above guard: a float's range (narrowed to one value where the trace
+    # pinned it) has no check, so nothing is implied by it
+    ranges = {s: r for s, r in shape_env.var_to_range.items() if s.is_integer}
     seen: set[Any] = set()
     for guard in shape_env.guards:
         if guard.expr in seen or _implied_by_ranges(guard.expr, ranges):

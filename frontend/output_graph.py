@@ -44,6 +44,7 @@ from framejit.frontend.layouts import (
 from framejit.frontend.scalar_ranges import (
     checked_numbers,
     checked_value_tensor,
+    float_input_bounds,
     overflows,
     range_check,
     result_dtype,
@@ -138,6 +139,8 @@ def _matches(pattern: Any, text: str) -> bool:
 
 # Python's operators that raise ZeroDivisionError for a divisor of 0
 _DIVISIONS = frozenset({operator.truediv, operator.floordiv, operator.mod, divmod})
+# arithmetic on float graph inputs that `_float_operand` makes graph nodes (DeferredNumberVariable)
+_SYMBOLIC_FLOAT_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.neg, abs})
 
 
 class OutputGraph:
@@ -333,28 +336,44 @@ class OutputGraph:
         expr = number.node.expr
         if check is None:
             return
-        if expr not in self.dynamic.symbols:
-            if dtype.is_floating_point and -expr in self.dynamic.symbols:
-                expr = -expr  # `alpha=-lr`: a float dtype's check is on abs(), the same
-            else:  # other arithmetic on inputs: pin its value
-                specialize(number)
+        if expr in self.dynamic.symbols:
+            self.range_checks.setdefault(expr, set()).add(check)
+            return
+        if dtype.is_floating_point:
+            # float arithmetic on inputs (`-lr`, `1 - beta`, `lr * wd`): a bound on each input
+            # that keeps the expression finite in `dtype` (a float's check is on abs())
+            inputs = {
+                s: self._by_source.get(self.dynamic.symbols.get(s, (None,))[0])
+                for s in expr.free_symbols
+            }
+            hints = {s: getattr(v, "value", None) for s, v in inputs.items()}
+            bounds = float_input_bounds(expr, hints, dtype)
+            if bounds is not None:
+                for symbol, text in bounds.items():
+                    self.range_checks.setdefault(symbol, set()).add(text)
                 return
-        self.range_checks.setdefault(expr, set()).add(check)
+            if all(isinstance(v, SymNodeVariable) for v in inputs.values()):
+                for v in inputs.values():  # pin the inputs, not the expression: its inverse
+                    specialize(v.value)  # in floats need not give them back (a False guard)
+                return
+        specialize(number)  # other integer arithmetic on inputs: pin its value
 
     def _float_operand(self, vt: VariableTracker) -> VariableTracker:
         """A float argument that changed between calls (a `LazyNumberVariable`, automatic
         dynamic) given to an op whose result's sizes and dtype do not depend on its value
         (`x * scale`, `x.clamp(max=m)`): a symbolic graph input, so other values reuse the
-        graph. Anything else as it is."""
-        if isinstance(vt, DeferredNumberVariable) and vt.op is operator.neg:
-            # `alpha=-lr` (SGD's update): the negation of the symbolic input, a graph node that
-            # computes it in Python floats as eager does. Other arithmetic (`1 - beta`) is
-            # computed while tracing, its value guarded: a symbolic expression would need its
-            # own dtype range check (`_guard_range` pins it)
-            negated = self._float_operand(vt.operands[0])
-            if isinstance(negated, SymNodeVariable):
-                return self.sym_op(operator.neg, [negated])
-            return vt
+        graph. Arithmetic on such floats and constants (`alpha=-lr`, `x.mul(1 - lr)`, a
+        `DeferredNumberVariable`) becomes graph nodes that compute it in Python floats, as
+        eager does. Anything else as it is."""
+        if isinstance(vt, DeferredNumberVariable) and vt.op in _SYMBOLIC_FLOAT_OPS:
+            operands = [self._float_operand(v) for v in vt.operands]
+            if not any(isinstance(v, SymNodeVariable) for v in operands):
+                return vt
+            if not all(
+                isinstance(v, SymNodeVariable) or type(v) is ConstantVariable for v in operands
+            ):
+                return vt  # an operand kept as a value (an infinite float): the whole by value
+            return self.sym_op(vt.op, operands)
         if not isinstance(vt, LazyNumberVariable) or type(vt.value_unguarded) is not float:
             return vt
         if not math.isfinite(vt.value_unguarded):

@@ -116,6 +116,57 @@ def range_check(dtype: torch.dtype) -> str | None:
     return f"({info.min} <= ___fjs0 <= {info.max})"
 
 
+def float_input_bounds(expr: Any, hints: dict[Any, Any], dtype: torch.dtype) -> dict | None:
+    """For `expr`, arithmetic (+, -, *, abs, whole powers) on float graph inputs (sympy symbols,
+    `hints` their SymFloats) given to an op of floating `dtype`: a guard text per input,
+    `abs(___fjs0) <= B`, with B a power of ten so large that no inputs within it take `expr`
+    beyond `dtype`'s largest finite value (what eager's checked conversion asks), and that the
+    current values are within. None where there is no such B (or `expr` is something else)."""
+    limit = float(torch.finfo(dtype).max)
+    values = []
+    for symbol, hint in hints.items():
+        if type(hint) is not torch.SymFloat or hint.node.expr != symbol:
+            return None
+        values.append(abs(hint.node.hint))
+    need = max(values, default=0.0)
+    for power in range(38, -39, -1):
+        bound = 10.0**power
+        if bound < need:
+            return None
+        size = _largest_abs(expr, bound)
+        if size is not None and size <= limit:
+            return {symbol: f"abs(___fjs0) <= {bound!r}" for symbol in hints}
+        if size is None:
+            return None
+    return None
+
+
+def _largest_abs(expr: Any, bound: float) -> float | None:
+    """An upper bound of abs(`expr`) over its symbols within [-bound, bound]; None for an
+    expression other than sums, products, abs and whole powers of symbols and numbers."""
+    import sympy
+
+    if expr.is_Symbol:
+        return bound
+    if expr.is_Number:
+        return abs(float(expr))
+    parts = [_largest_abs(arg, bound) for arg in expr.args]
+    if any(p is None for p in parts):
+        return None
+    try:
+        if expr.is_Add:
+            return math.fsum(parts)
+        if expr.is_Mul:
+            return math.prod(parts)
+        if isinstance(expr, sympy.Abs):
+            return parts[0]
+        if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+            return parts[0] ** int(expr.exp)
+    except OverflowError:
+        return math.inf
+    return None
+
+
 def checked_value_tensor(
     kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]
 ) -> torch.Tensor | None:

@@ -651,14 +651,23 @@ def test_a_list_indexed_by_a_symbolic_int_plus_a_constant() -> None:
     assert counter.frame_count <= 4, counter.frame_count  # 6 before
 
 
-def negated_alpha(x: torch.Tensor, g: torch.Tensor, lr: float) -> Any:
-    return x.add(g, alpha=-lr), x.sub(-lr), x.mul(1 - lr), -lr
+def negated_alpha(x: torch.Tensor, g: torch.Tensor, lr: float, wd: float) -> Any:
+    return (
+        x.add(g, alpha=-lr),
+        x.sub(-lr),
+        x.mul(1 - lr),
+        x.mul(lr * wd + 0.5),
+        x.clamp(max=2 * lr),
+        x.add(g, alpha=abs(lr - 1)),
+        1 - lr,
+    )
 
 
-def test_a_negated_float_operand_stays_symbolic(caplog: pytest.LogCaptureFixture) -> None:
-    """`alpha=-lr` (SGD's update with a scheduler's lr): the negation of a float graph input
-    is a node of the graph, so each new lr reuses the graph; `1 - lr` is still computed while
-    tracing and guarded by value (the values are eager's either way)."""
+def test_arithmetic_on_float_operands_stays_symbolic(caplog: pytest.LogCaptureFixture) -> None:
+    """`alpha=-lr` (SGD's update with a scheduler's lr), `x.mul(1 - lr)`, `lr * wd + 0.5`,
+    `abs(lr - 1)`: arithmetic on float graph inputs is nodes of the graph, computed in Python
+    floats as eager computes it, so each new value reuses the graph; the bounds eager's checked
+    conversions need are guards on the inputs (`abs(lr) <= 1e+38`)."""
 
     def only_negated(x: torch.Tensor, g: torch.Tensor, lr: float) -> Any:
         return x.add(g, alpha=-lr), x.sub(-lr), -lr
@@ -673,14 +682,49 @@ def test_a_negated_float_operand_stays_symbolic(caplog: pytest.LogCaptureFixture
     fn, counter = counted(negated_alpha)
     framejit.logs.add_handler(caplog.handler)  # framejit's logger does not propagate
     try:
-        for lr in [0.1, 0.09, 0.081]:
-            got, want = fn(x, g, lr), negated_alpha(x, g, lr)
-            close(list(got[:3]), list(want[:3]))
-            assert got[3] == want[3]
+        for lr in [0.1, 0.09, 0.081, 0.0729, 1e-3, 3.5, -2.0]:
+            for wd in [0.01, 0.02]:
+                got, want = fn(x, g, lr, wd), negated_alpha(x, g, lr, wd)
+                for a, b in zip(got[:-1], want[:-1]):
+                    assert torch.equal(a, b), (lr, wd)
+                assert got[-1] == want[-1]
     finally:
         framejit.logs.remove_handler(caplog.handler)
-    assert counter.frame_count == 3  # `1 - lr` by value
+    assert counter.frame_count == 3  # lr and wd by value, lr symbolic, both symbolic
     # every entry's guards held for the arguments they were built from
+    assert not [r for r in caplog.records if r.name.startswith("framejit")], caplog.text
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_checked_float_expressions_raise_as_eager_beyond_their_dtype(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`x.half().clamp(max=1 - lr)`: eager raises where `1 - lr` does not fit float16. The
+    symbolic expression's inputs are bounded by a guard (`abs(lr) <= 10000.0`); a value past
+    it compiles again with the input pinned (a guard `L['lr'] == 20000.3` over the float's
+    symbol, which must not be read as an integer: `Eq(n, 20000.3)` of an integer `n` is False,
+    a guard that failed for the value it was made from), and where it does not fit, eager
+    raises."""
+
+    def fn(x: torch.Tensor, lr: float) -> Any:
+        return x.clamp(max=1 - lr), x.add(x, alpha=lr * 2)
+
+    x = torch.randn(4).half()
+    jitted = framejit.jit(fn, backend=backend)
+    framejit.logs.add_handler(caplog.handler)
+    try:
+        for lr in [0.5, 0.25, 100.0, 20000.1 + 0.2, 20000.1 + 0.2, -70000.0, 40000.0, 0.3, 1e5]:
+            try:
+                want = fn(x, lr)
+            except RuntimeError as exc:
+                with pytest.raises(RuntimeError, match="without overflow"):
+                    jitted(x, lr)
+                assert "without overflow" in str(exc)
+                continue
+            for a, b in zip(jitted(x, lr), want):
+                assert torch.equal(a, b), lr
+    finally:
+        framejit.logs.remove_handler(caplog.handler)
     assert not [r for r in caplog.records if r.name.startswith("framejit")], caplog.text
 
 

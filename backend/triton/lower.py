@@ -47,7 +47,13 @@ from framejit.backend.triton.ir import (
     loop_vars,
     size_value,
 )
-from framejit.backend.triton.sizes import Size, SizeFacts, SymbolicUnsupported, same_size
+from framejit.backend.triton.sizes import (
+    Size,
+    SizeFacts,
+    SymbolicUnsupported,
+    derive_float,
+    same_size,
+)
 
 SUPPORTED_DTYPES = frozenset(
     {
@@ -471,6 +477,11 @@ def _size_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
         for d in args[0].shape:
             n = n * d
         return n
+    if isinstance(node.meta.get("val"), torch.SymFloat):  # arithmetic on float arguments
+        derived = derive_float(target, list(args))
+        if derived is None:
+            raise SymbolicUnsupported(f"float node {node.format_node()}")
+        return derived
     if target in _SIZE_FUNCTIONS:
         return size_value(target(*args))
     if target is operator.floordiv and is_static(args[1]):

@@ -18,6 +18,7 @@ it (`d0 = s0 // 2`), else of unknown sign, and comparisons involving it say so.
 from __future__ import annotations
 
 import contextvars
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -205,6 +206,19 @@ def factor_text(c: Size) -> str:
 # Derived sizes
 
 DERIVED_PREFIX = "d"
+FLOAT_PREFIX = "f"  # derived floats: arithmetic on float arguments (`f0 = (1 - zf0)`)
+
+# How the wrapper writes arithmetic on float arguments: as the graph's node computed it, in
+# Python floats (a sympy expression may be reordered: `0.9*(1 - x)` becomes `0.9 - 0.9*x`).
+_FLOAT_OPERATORS = {
+    operator.add: "({0} + {1})",
+    operator.sub: "({0} - {1})",
+    operator.mul: "({0} * {1})",
+    operator.truediv: "({0} / {1})",
+    operator.neg: "(-{0})",
+    abs: "abs({0})",
+    operator.abs: "abs({0})",
+}
 
 _FACTS: contextvars.ContextVar[SizeFacts | None] = contextvars.ContextVar(
     "framejit_triton_size_facts", default=None
@@ -235,6 +249,7 @@ class SizeFacts:
         self.shape_env = shape_env
         self.definitions: dict[Any, Any] = {}  # derived symbol -> its definition
         self._by_definition: dict[Any, Any] = {}
+        self._float_texts: dict[Any, str] = {}  # derived float -> the Python computing it
 
     @contextmanager
     def active(self) -> Iterator[SizeFacts]:
@@ -274,6 +289,21 @@ class SizeFacts:
             self._by_definition[value] = found
         return found
 
+    def derive_float(self, op: Any, args: list[Any]) -> Any:
+        """A derived float symbol for `op(*args)` (a node of arithmetic on float arguments,
+        sizes and numbers), which the wrapper computes in Python floats as eager does and the
+        kernels take as a float32 argument like the float arguments themselves."""
+        import sympy
+
+        text = _FLOAT_OPERATORS[op].format(*(_float_operand_text(a) for a in args))
+        found = self._by_definition.get(text)
+        if found is None:
+            found = sympy.Symbol(f"{FLOAT_PREFIX}{len(self.definitions)}", real=True)
+            self.definitions[found] = op(*args)  # the symbols it is computed from
+            self._by_definition[text] = found
+            self._float_texts[found] = text
+        return found
+
     def expand(self, value: Any) -> Any:
         """`value` with each derived symbol replaced by its definition, as the ShapeEnv knows
         them."""
@@ -304,7 +334,27 @@ class SizeFacts:
 
     def python_text(self, symbol: Any) -> str:
         """The Python expression the wrapper computes derived `symbol` with."""
-        return _python_text(self.definitions[symbol])
+        text = self._float_texts.get(symbol)
+        return text if text is not None else _python_text(self.definitions[symbol])
+
+
+def derive_float(op: Any, args: list[Any]) -> Any:
+    """`SizeFacts.derive_float` of the graph being lowered; None for an op the wrapper does not
+    compute that way."""
+    facts = _FACTS.get()
+    if facts is None or op not in _FLOAT_OPERATORS:
+        return None
+    return facts.derive_float(op, args)
+
+
+def _float_operand_text(value: Any) -> str:
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if value.is_Symbol:
+        return value.name
+    if value.is_Number:
+        return repr(int(value)) if value.is_Integer else repr(float(value))
+    return f"({size_text(value)})"  # a size expression
 
 
 def _python_text(value: Any) -> str:

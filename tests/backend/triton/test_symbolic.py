@@ -326,6 +326,28 @@ def test_a_float_argument_is_a_kernel_argument() -> None:
     assert sum(cache.STATS.values()) == loads, "a new float value compiled a new module"
 
 
+def test_arithmetic_on_a_float_argument_is_computed_for_the_kernels() -> None:
+    """`x.mul(1 - lr)`, `alpha=-lr * wd`: the wrapper computes the arithmetic on the float
+    argument in Python floats at each call and passes the result to the kernel; later values
+    compile nothing."""
+    require_interpreter()
+
+    def fn(x, g, lr, wd):
+        return x.mul(1 - lr).add(g, alpha=-lr * wd), x.clamp(min=abs(lr - 0.5))
+
+    framejit.reset()
+    jitted = framejit.jit(fn, backend="triton")
+    x, g = torch.randn(33), torch.randn(33)
+    for lr, wd in [(0.5, 0.1), (0.75, 0.2)]:  # the second call makes both graph inputs
+        for got, want in zip(jitted(x, g, lr, wd), fn(x, g, lr, wd)):
+            torch.testing.assert_close(got, want)
+    loads = sum(cache.STATS.values())
+    for lr, wd in [(1.5, 0.01), (-2.0, 3.0), (3.25, 0.0), (1e-8, 1e-4)]:
+        for got, want in zip(jitted(x, g, lr, wd), fn(x, g, lr, wd)):
+            torch.testing.assert_close(got, want)
+    assert sum(cache.STATS.values()) == loads, "a new float value compiled a new module"
+
+
 def test_gradients_through_growing_slices_of_a_leaf() -> None:
     """The input is a non-leaf view that requires grad (`p[:, :n]`), non-contiguous: the
     kernels read it with its own strides at every symbolic size, forward and backward."""
