@@ -140,7 +140,9 @@ def _matches(pattern: Any, text: str) -> bool:
 # Python's operators that raise ZeroDivisionError for a divisor of 0
 _DIVISIONS = frozenset({operator.truediv, operator.floordiv, operator.mod, divmod})
 # arithmetic on float graph inputs that `_float_operand` makes graph nodes (DeferredNumberVariable)
-_SYMBOLIC_FLOAT_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.neg, abs})
+_SYMBOLIC_FLOAT_OPS = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, abs}
+)
 
 
 class OutputGraph:

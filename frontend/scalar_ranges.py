@@ -143,7 +143,8 @@ def float_input_bounds(expr: Any, hints: dict[Any, Any], dtype: torch.dtype) -> 
 
 def _largest_abs(expr: Any, bound: float) -> float | None:
     """An upper bound of abs(`expr`) over its symbols within [-bound, bound]; None for an
-    expression other than sums, products, abs and whole powers of symbols and numbers."""
+    expression other than sums, products, abs, whole powers and quotients by a number of
+    symbols and numbers."""
     import sympy
 
     if expr.is_Symbol:
@@ -162,6 +163,9 @@ def _largest_abs(expr: Any, bound: float) -> float | None:
             return parts[0]
         if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
             return parts[0] ** int(expr.exp)
+        divisor = expr.args[-1] if type(expr).__name__ == "FloatTrueDiv" else None
+        if divisor is not None and divisor.is_Number and divisor != 0:  # `lr / 10`
+            return parts[0] / abs(float(divisor))
     except OverflowError:
         return math.inf
     return None

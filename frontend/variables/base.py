@@ -320,13 +320,13 @@ class LazyNumberVariable(_NumberOnDemand):
 
 
 class DeferredNumberVariable(_NumberOnDemand):
-    """`a + b`, `a - b`, `a * b`, `-a`, `round(a, n)` or `abs(a)` of floats read without a guard
-    (`LazyNumberVariable`) and constant numbers, at least one unguarded: computed by the code
-    after the graph (`operator.add(a, b)` there), not while tracing, so a running total or a
-    rounded loss of values read at breaks (`total += loss.item()`, `round(loss.item(), 4)`)
-    costs no guard on them. A use of the value (a condition, a format, an op that needs a
-    constant) computes it while tracing, guarding every float it is made of. None of these
-    raise on finite or infinite floats (round of inf or NaN with no digits does: not deferred,
+    """`a + b`, `a - b`, `a * b`, `a / k` (a number k other than 0), `-a`, `round(a, n)` or `abs(a)`
+    of floats read without a guard (`LazyNumberVariable`) and constant numbers, at least one
+    unguarded: computed by the code after the graph (`operator.add(a, b)` there), not while tracing,
+    so a running total or a rounded loss of values read at breaks (`total += loss.item()`,
+    `round(loss.item(), 4)`) costs no guard on them. A use of the value (a condition, a format, an
+    op that needs a constant) computes it while tracing, guarding every float it is made of. None of
+    these raise on finite or infinite floats (round of inf or NaN with no digits does: not deferred,
     see `deferred_number`), so computing them later changes nothing Python would see."""
 
     MAX_DEPTH = 64  # deeper expressions are computed while tracing (and guarded)
@@ -371,6 +371,8 @@ _DEFERRED_OPS = {
     operator.isub: operator.sub,
     operator.mul: operator.mul,
     operator.imul: operator.mul,
+    operator.truediv: operator.truediv,
+    operator.itruediv: operator.truediv,
     round: round,
     abs: abs,
     operator.neg: operator.neg,
@@ -399,6 +401,10 @@ def deferred_number(op: Any, *operands: VariableTracker) -> VariableTracker | No
             return None
     if plain is round and type(_unguarded(operands[1])) is not int:
         return None  # round(x, None) gives an int, and raises for inf and NaN
+    if plain is operator.truediv and (
+        isinstance(operands[1], lazy) or operands[1].as_constant() == 0
+    ):
+        return None  # a divisor that is or may be 0 raises: computed while tracing
     return DeferredNumberVariable(plain, list(operands))
 
 

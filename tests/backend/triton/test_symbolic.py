@@ -333,7 +333,7 @@ def test_arithmetic_on_a_float_argument_is_computed_for_the_kernels() -> None:
     require_interpreter()
 
     def fn(x, g, lr, wd):
-        return x.mul(1 - lr).add(g, alpha=-lr * wd), x.clamp(min=abs(lr - 0.5))
+        return x.mul(1 - lr).add(g, alpha=-lr * wd), x.clamp(min=abs(lr - 0.5)), x * (lr / 3)
 
     framejit.reset()
     jitted = framejit.jit(fn, backend="triton")
