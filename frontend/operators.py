@@ -63,7 +63,9 @@ def _negative_number(vt: VariableTracker) -> bool:
     if not vt.is_constant():
         return False
     value = vt.as_constant()
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+    if isinstance(value, float):
+        return math.copysign(1.0, value) < 0  # -0.0 too: `-0.0 ** t` is `-(0.0 ** t)`
+    return isinstance(value, int) and not isinstance(value, bool) and value < 0
 
 
 def _symbolic_operands(a: VariableTracker, b: VariableTracker) -> bool:

@@ -1,0 +1,91 @@
+"""Numbers and process state around compiled functions: a compiled function gives what eager
+gives, bit for bit (signed zeros, NaNs, integer results, dtypes), and never replays a graph made
+under other state (autocast, grad mode, the default dtype and device, the random generators).
+
+Every test compares against eager PyTorch on real tensors, over several calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import framejit
+
+BACKENDS = ["eager", "aot_eager"]
+
+
+@pytest.fixture(autouse=True)
+def restore_default_device() -> Iterator[None]:
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+
+
+def _same(want: Any, got: Any) -> None:
+    """Equal values, dtypes and signs of zero (NaN equal to NaN)."""
+    if isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for w, g in zip(want, got, strict=True):
+            _same(w, g)
+        return
+    if not isinstance(want, torch.Tensor):
+        assert type(got) is type(want) and got == want
+        return
+    assert (got.dtype, got.shape, got.device, got.requires_grad) == (
+        want.dtype,
+        want.shape,
+        want.device,
+        want.requires_grad,
+    )
+    if want.device.type == "meta":
+        return
+    assert torch.equal(got.isnan(), want.isnan()), (want, got)
+    ok = ~want.isnan()
+    assert torch.equal(got[ok], want[ok]), (want, got)
+    if want.is_floating_point():
+        assert torch.equal(got.signbit(), want.signbit()), (want, got)
+
+
+# --- 1. constants in the graph -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_negative_zero_raised_to_a_tensor(backend: str) -> None:
+    """`-0.0 ** t` is `-(0.0 ** t)` to Python: the graph's code must keep the constant whole
+    ((-0.0) ** -1 is inf, (-0.0) ** 0 is 1)."""
+
+    def f(x: torch.Tensor, s: float) -> torch.Tensor:
+        return s**x
+
+    for x in [
+        torch.tensor([-2.5, -1.0, -0.0, 0.0, 1.5, 3.0, float("nan")]),
+        torch.tensor([-7, -2, 0, 3, 4]),
+        torch.tensor([True, False]),
+    ]:
+        jf = framejit.jit(f, backend=backend)
+        for s in [-0.0, 0.0, -2.0, -2]:
+            _same(f(x, s), jf(x, s))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_from_data_on_the_meta_device(backend: str) -> None:
+    """`torch.tensor(data)` on the meta device (as an argument or the default device) is a new
+    tensor on each call, as in eager."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.tensor([1.0]), torch.tensor([[1, 2]], device="meta").t(), x + 1
+
+    jf = framejit.jit(f, backend=backend)
+    x = torch.ones(2)
+    _same(f(x), jf(x))
+    torch.set_default_device("meta")
+    first = jf(x)
+    _same(f(x), first)
+    second = jf(x)
+    _same(f(x), second)
+    assert first[0] is not second[0] and first[1] is not second[1]
