@@ -41,6 +41,13 @@ def _to_functional(t: Any) -> Any:
 def _from_functional(t: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
+    if not torch._is_functional_tensor(t):
+        # `torch.tensor(data, device="meta")` (or under `set_default_device("meta")`) makes a
+        # real meta tensor that functionalization never wraps: a constant of the trace. A meta
+        # tensor has no data, so a new empty one per call is the same value, as eager's is new.
+        if t.device.type == "meta":
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        return t
     torch._sync(t)
     return torch._from_functional_tensor(t)
 
