@@ -89,3 +89,25 @@ def test_tensor_from_data_on_the_meta_device(backend: str) -> None:
     second = jf(x)
     _same(f(x), second)
     assert first[0] is not second[0] and first[1] is not second[1]
+
+
+# --- 2. a compiled function called inside torch.func transforms ---------------------------------
+
+
+def _sin_rows(x: torch.Tensor) -> torch.Tensor:
+    return (x.sin() * 2).sum(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_function_inside_torch_func_transforms(backend: str) -> None:
+    """vmap, grad, jvp and jacrev of a compiled function give eager's values: the graph's ops
+    run through the transform (its inputs are batched or grad-tracking tensors)."""
+    jf = framejit.jit(_sin_rows, backend=backend)
+    x = torch.randn(3, 3)
+    _same(_sin_rows(x[0]), jf(x[0]))  # an entry made outside the transforms first
+    _same(torch.func.vmap(_sin_rows)(x), torch.func.vmap(jf)(x))
+    _same(torch.func.grad(_sin_rows)(x[0]), torch.func.grad(jf)(x[0]))
+    tangent = (torch.ones_like(x),)
+    _same(list(torch.func.jvp(_sin_rows, (x,), tangent)), list(torch.func.jvp(jf, (x,), tangent)))
+    torch.testing.assert_close(torch.func.jacrev(jf)(x), torch.func.jacrev(_sin_rows)(x))
+    _same(_sin_rows(x[1]), jf(x[1]))  # and the plain entry still serves plain tensors

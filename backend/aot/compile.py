@@ -74,6 +74,12 @@ _AS_CAPTURED = frozenset(
 )
 
 
+def _is_functorch_wrapped(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(
+        value
+    )
+
+
 def aot_compile(
     gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner, cut: bool = True
 ) -> Callable[..., Any]:
@@ -81,6 +87,12 @@ def aot_compile(
 
     A graph the stage cannot trace (an op whose output shape depends on values once
     decomposed, for example) runs as captured: the stage never makes a graph fail."""
+    if any(_is_functorch_wrapped(v) for v in example_inputs):
+        # called inside `torch.func.vmap`/`grad`/`jvp` (a batched or grad-tracking tensor): the
+        # captured ops run through the transform as eager's do; a functional trace of them
+        # cannot (their storage is the transform's) and an autograd.Function would hide them
+        log.info("aot: running the captured graph as it is: it is called inside torch.func")
+        return gm.forward
     if torch.is_inference_mode_enabled() or any(_is_inference(v) for v in example_inputs):
         return _compile_for_inference_mode(gm, example_inputs, inner)
     inference = _inside_one_inference_block(gm)

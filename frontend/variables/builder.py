@@ -173,6 +173,10 @@ def _guard(tx: Translator, source: Source, kind: GuardKind, expected: Any) -> No
     tx.output.add_guard(source, kind, expected, tx.location_text())
 
 
+def _functorch_view(value: torch.Tensor) -> bool:
+    return torch._C._functorch.is_functorch_wrapped_tensor(value) and value._is_view()
+
+
 def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker:
     t = type(value)
     if t in TENSOR_TYPES and value.is_nested:  # no sizes to guard or trace (runs as Python)
@@ -182,6 +186,8 @@ def _wrap_guarded(tx: Translator, value: Any, source: Source) -> VariableTracker
         raise Unsupported("unsupported_object", f"a tensor of layout {value.layout}")
     if t in TENSOR_TYPES and value.is_quantized:  # no FakeTensors of quantized tensors
         raise Unsupported("unsupported_object", "a quantized tensor")
+    if t in TENSOR_TYPES and _functorch_view(value):  # no FakeTensors of those either
+        raise Unsupported("unsupported_object", "a view made inside torch.func (jvp's inputs)")
     if t in TENSOR_TYPES or _plain_parameter_class(t):
         dims = tx.output.input_dims(source, value)  # symbolic dimensions (dynamic shapes)
         _guard(tx, source, GuardKind.TENSOR_MATCH, TensorMeta.of(value, tuple(sorted(dims))))
