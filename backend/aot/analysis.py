@@ -85,6 +85,10 @@ class GraphInfo:
     computed_values: list[torch.Tensor]  # their FakeTensors (shape, dtype, requires_grad)
     mutated_values: list[torch.Tensor]  # FakeTensors of the mutated inputs after the graph ran
     fallback: str | None = None
+    # per mutated input, how far the graph moved its version counter in eager: one step per
+    # in-place write through it or a view or detach of it, none for writes through `x.data`
+    # (a counter of its own), which the epilogue's one copy must neither add nor miss
+    version_steps: list[int] = dataclasses.field(default_factory=list)
 
 
 def _identity(t: torch.Tensor) -> torch.Tensor:
@@ -509,6 +513,7 @@ def analyze(
     for i in sorted(mutations):
         info.mutated.append(i)
         info.mutated_values.append(mutations[i])
+        info.version_steps.append(fakes[i]._version - versions[i])
     storages = {i: _storage(fakes[i]) for i in unique}
     # symbolic fakes are made one per input (symbolic_inputs): `f(t, t[1:])` gets two storages
     # there, so the inputs' own storages say which share memory

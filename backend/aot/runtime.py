@@ -74,11 +74,20 @@ def _assemble(specs: list[OutputSpec], args: Sequence[Any], computed: Sequence[A
     return tuple(out)
 
 
-def _epilogue(mutated: list[int], args: Sequence[Any], new_values: Sequence[Any]) -> None:
-    for i, value in zip(mutated, new_values):
+def _epilogue(info: GraphInfo, args: Sequence[Any], new_values: Sequence[Any]) -> None:
+    for i, value, steps in zip(info.mutated, new_values, info.version_steps):
         target = args[i]
         if target.shape != value.shape:  # an `out=` tensor of another size, resized as eager does
             _resize_output(target, value.shape)
+        if steps == 0:
+            # written only through `x.data`: x's version stays, so a backward that saved x
+            # before the call still runs, as in eager
+            target.data.copy_(value)
+            continue
+        if steps > 1 and not target.is_inference():  # one copy stands for several writes
+            torch._C._autograd._unsafe_set_version_counter(
+                (target,), (target._version + steps - 1,)
+            )
         if target.requires_grad and (target.is_leaf or not value.requires_grad):
             # a write through `p.data` or `p.detach()`, or under no_grad (a hand-written SGD
             # step, an EMA): no autograd history. (A write with history into a leaf that
@@ -144,7 +153,7 @@ class InferenceRunner:
                 raise
             return self.on_error(*args)
         computed = results[: self.num_computed]
-        _epilogue(info.mutated, args, results[self.num_computed :])
+        _epilogue(info, args, results[self.num_computed :])
         return _assemble(info.outputs, args, computed)
 
 
@@ -224,7 +233,7 @@ class TrainingRunner:
             # differentiable one (`loss.detach()` next to `loss`): autograd marks both.
             if computed[i].requires_grad:
                 computed[i] = computed[i].detach()
-        _epilogue(info.mutated, args, results[len(info.computed) :])
+        _epilogue(info, args, results[len(info.computed) :])
         return _assemble(info.outputs, args, computed)
 
     def run_backward(
