@@ -486,6 +486,24 @@ def _copy_into(ctx: Lowering, node: torch.fx.Node, dst: TensorValue, src: Tensor
     return elementwise(ctx, out.shape, out.dtype, [src], lambda v: v, compute_dtype(src.dtype))
 
 
+def _fits(value: Any, out: Any, scalar: bool) -> bool:
+    """Whether eager's fill accepts the constant `value` for `out` (300 for uint8 and NaN for an
+    integer type overflow; so do 70000.0 for float16 and 1e300 for float32, except in a CPU
+    tensor of one element, which torch fills without the check: torch raises where not)."""
+    if type(value) not in (bool, int, float):
+        return True  # a symbolic value: torch's op would check it at each call
+    one = scalar or (
+        out.device.type == "cpu"
+        and all(type(n) is int for n in out.shape)
+        and math.prod(out.shape) == 1
+    )
+    try:
+        torch.full(() if one else (2,), value, dtype=out.dtype)
+    except RuntimeError:
+        return False
+    return True
+
+
 @lowering("full", "full_like", "scalar_tensor", "empty", dtype="given")
 def _full(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
     """A constant fill; `empty` is filled with zeros (its contents are undefined), except under
@@ -500,6 +518,8 @@ def _full(ctx: Lowering, node: torch.fx.Node, *args: Any, **kwargs: Any):
     value = {aten.full: lambda: args[1], aten.full_like: lambda: args[1]}.get(
         packet, lambda: args[0] if packet is aten.scalar_tensor else 0
     )()
+    if not _fits(value, out, packet is aten.scalar_tensor):
+        raise NotLowered(f"{value!r} overflows {out.dtype} (eager raises)")
     dt = compute_dtype(out.dtype)
     return ctx.pointwise(out.shape, out.dtype, lambda index: const(value, dt))
 

@@ -233,3 +233,41 @@ def test_heaviside_of_two_dtypes_raises_as_in_eager(backend: str) -> None:
     torch.testing.assert_close(
         framejit.jit(torch.heaviside, backend=backend)(x, y), torch.heaviside(x, y)
     )
+
+
+FILLS = {
+    "full_uint8": (
+        lambda x: torch.full((2,), 300, dtype=torch.uint8) + x,
+        torch.ones(1, dtype=torch.uint8),
+    ),
+    "new_full_int8": (lambda x: x.new_full((3,), -129), torch.ones(1, dtype=torch.int8)),
+    "full_int32": (lambda x: torch.full((2,), 2**40, dtype=torch.int32), torch.ones(1)),
+    "full_nan_int": (lambda x: torch.full((2,), float("nan"), dtype=torch.int32), torch.ones(1)),
+    "full_half": (lambda x: torch.full((2,), 70000.0, dtype=torch.half) * x, torch.ones(2)),
+    "full_bfloat16": (lambda x: torch.full((2,), 3.4e38, dtype=torch.bfloat16), torch.ones(1)),
+    "scalar_tensor_uint8": (
+        lambda x: torch.scalar_tensor(300, dtype=torch.uint8) + x,
+        torch.ones(1, dtype=torch.uint8),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FILLS))
+def test_fill_value_that_overflows_the_dtype_raises(name: str) -> None:
+    check_raises(*FILLS[name])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.full((), 70000.0, dtype=torch.half) + x,  # one CPU element: not checked
+        lambda x: torch.full((1, 1), 3.4e38, dtype=torch.bfloat16) + x,
+        lambda x: torch.full((2,), -1, dtype=torch.uint8) + x,  # wraps, as in eager
+        lambda x: torch.full((2,), -2.5, dtype=torch.int64) + x,
+        lambda x: torch.full((2,), 65504.0, dtype=torch.half) + x,
+    ],
+)
+def test_fill_values_eager_accepts_still_run(fn: Callable[..., Any]) -> None:
+    require_interpreter()
+    x = torch.zeros(1, dtype=torch.uint8)
+    torch.testing.assert_close(framejit.jit(fn, backend="triton")(x), fn(x), rtol=0, atol=0)
