@@ -232,6 +232,8 @@ def _cuda_pow_scalar(x: Expr, exponent: Any, out_dtype: torch.dtype) -> Expr:
 def _pow_scalar_c(x: Expr, e: float) -> Expr:
     """C's pow of float64 `x` and a nonzero number `e` (see `_pow_scalar`)."""
     dt = x.dtype
+    if math.isnan(e):  # NaN, but 1 ** nan is 1
+        return op("where", compare("eq", x, const(1.0, dt)), const(1.0, dt), const(math.nan, dt))
     if math.isinf(e):  # |x| decides: 0 or inf, and 1 for x = +-1 (exp/log: 0 * inf is NaN)
         ax = op("abs", x)
         one = compare("eq", ax, const(1.0, dt))

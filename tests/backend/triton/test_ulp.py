@@ -424,6 +424,23 @@ def test_pow_matches_eager(dtype: torch.dtype) -> None:
         _check_pow(g, want, x, e, f"x ** {e} {dtype}")
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.bool]
+)
+def test_pow_by_a_nan_number_is_one_for_a_base_of_one(dtype: torch.dtype) -> None:
+    """C's pow(1, NaN) is 1, which eager gives: 1 ** nan, and True ** nan of a bool tensor."""
+    require_interpreter(loops=False)
+    x = torch.tensor([1, 0, -1, 2, 1]).to(dtype)
+
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x**math.nan, torch.pow(x, float("nan"))
+
+    with torch.no_grad():
+        got = framejit.jit(program, backend="triton", fullgraph=True)(x)
+    for g, want in zip(got, program(x), strict=True):
+        torch.testing.assert_close(g, want, equal_nan=True, rtol=0, atol=0)
+
+
 # CUDA eager's pow by a number, written out (PowKernel.cu's pow_tensor_scalar_kernel): float16
 # data, float32 math, each product rounded to float16, the exponent too
 def _half(v: torch.Tensor) -> torch.Tensor:
