@@ -1,13 +1,14 @@
-"""torch.optim steps traced into the graph: `opt.step()` of SGD (`zero_grad` too, until a write),
-under `config.capture_optimizer_steps` (off by default: the step then runs as Python at a break).
+"""torch.optim steps traced into the graph: `opt.step()` of SGD, Adam and AdamW (`zero_grad`
+too, until a write), under `config.capture_optimizer_steps` (off by default: the step then runs
+as Python at a break).
 
 torch.optim is otherwise torch code run as Python (`inlining.runs_as_python`). For the
 optimizers in `_TRACED_CLASSES` (their modules in `TRACED_MODULES`), with the options the tests
 cover, the translator inlines `Optimizer.step`'s profiling wrapper, the class's `step`,
-`_init_group` and the for-loop update (`_single_tensor_sgd`), as well as an LR scheduler's
-wrapper of `opt.step` and `Optimizer.zero_grad`. `torch.compiler.is_compiling()` is True there
-as for any library; SGD's for-loop path does not ask. Adam and AdamW stay a break
-(`_ADAM_REASON`). Three pieces of that code are modelled here instead of traced:
+`_init_group` and the for-loop update (`_single_tensor_sgd`, `_single_tensor_adam`), as well
+as an LR scheduler's wrapper of `opt.step` and `Optimizer.zero_grad`.
+`torch.compiler.is_compiling()` is True there as for any library; the for-loop paths do not
+ask, but for `_get_value`. These pieces of that code are modelled here instead of traced:
 
 - `_use_grad_for_differentiable`'s wrapper switches grad mode to the optimizer's
   `differentiable` flag around the step and calls torch.compile's graph-break marker twice (for
@@ -22,18 +23,28 @@ as for any library; SGD's for-loop path does not ask. Adam and AdamW stay a brea
   (`dict.get(L['opt'].state, <param source>)`), evaluated again at every call. A parameter
   with no state yet (the first step, where torch creates it) is a break, guarded on the
   number of parameters with state, so the next call compiles the step.
+- `_get_value(step_t)`, Adam's step counter as a Python float (`.item()` in eager; the
+  tensor itself under torch.compile, whose float32 tensor math would round the bias
+  corrections differently): the counter read at the call as a float graph input plus the
+  graph's increments (see `_get_value` below).
+- Adam's foreach and fused updates (`_multi_tensor_adam`, `_fused_adam`; foreach is torch's
+  default for CUDA parameters): a break, unless there is nothing to update.
 
 Invariant: anything traced here computes what eager computes on the same optimizer, bit for
-bit; whatever could differ (a profiler, the options above, a missing state, Adam's float32
-bias corrections) runs as Python.
+bit with the `eager` backend (the AOT stage's decompositions may round `lerp_`/`addcmul_`
+differently, as in any graph); whatever could differ (a profiler, the options above, a
+missing state, a step counter float32 cannot count exactly) runs as Python.
 """
 
 from __future__ import annotations
 
 import collections
+import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.optim.adam as _adam_module
+import torch.optim.optimizer as _optimizer_module
 from framejit.frontend.errors import Unsupported
 from framejit.frontend.sources import AttrSource, Source, source_class
 from framejit.frontend.variables.base import ConstantVariable, VariableTracker
@@ -45,23 +56,11 @@ if TYPE_CHECKING:
     from framejit.frontend.codegen import CodeGen
     from framejit.frontend.translator import Translator
 
-# Adam's compiling path computes its bias corrections from the step counter as float32 tensors
-# (`1 - beta1 ** step`, `lr / bias_correction1`, and the step size then as a tensor `value` of
-# `addcdiv_`); eager reads the step with `.item()` and computes them in Python floats (float64).
-# The parameters would differ from eager's in their last bits: it runs as Python.
-_ADAM_REASON = (
-    "its bias corrections would be float32 tensor math where eager computes them in Python "
-    "floats: it runs as Python"
-)
-
 # torch.optim modules whose functions are inlined: the base class and the optimizers traced.
-TRACED_MODULES = frozenset({"torch.optim.optimizer", "torch.optim.sgd"})
-_TRACED_CLASSES = (torch.optim.SGD,)
-# Why other optimizers run as Python (the break's reason names it).
-_NOT_TRACED = {
-    torch.optim.Adam: _ADAM_REASON,
-    torch.optim.AdamW: _ADAM_REASON,
-}
+TRACED_MODULES = frozenset(
+    {"torch.optim.optimizer", "torch.optim.sgd", "torch.optim.adam", "torch.optim.adamw"}
+)
+_TRACED_CLASSES = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
 # Group options that take another path than the one traced (and tested): run as Python.
 _REFUSED_OPTIONS = ("differentiable", "fused", "capturable", "foreach")
 
@@ -112,9 +111,112 @@ def modeled(fn: Any) -> Any:
         return lambda tx, fn_vt, args, kwargs: tx.wrap_value(original, None).call(tx, args, kwargs)
     if getattr(fn, "__code__", None) is _USE_GRAD_CODE:
         return _use_grad
+    if fn is _GET_VALUE:
+        return _get_value
+    if fn in _MULTI_TENSOR:
+        return _multi_tensor
     if fn is _ZERO_GRAD and fn.__wrapped__.__code__ is _ZERO_GRAD_CODE:
         return _zero_grad
     return None
+
+
+_GET_VALUE = _optimizer_module._get_value
+# Adam's foreach and fused updates (foreach is its default for CUDA parameters)
+_MULTI_TENSOR = frozenset(
+    f
+    for f in (
+        getattr(_adam_module, "_multi_tensor_adam", None),
+        getattr(_adam_module, "_fused_adam", None),
+    )
+    if f is not None
+)
+
+
+def _multi_tensor(
+    tx: Translator, fn_vt: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    params = args[0] if args else kwargs.get("params")
+    if params is not None and _is_empty(tx, params):
+        return ConstantVariable(None)  # no parameter has a gradient: it does nothing
+    raise Unsupported(
+        "unsupported_call",
+        f"{fn_vt.fn.__qualname__}",
+        "the foreach and fused updates (the default for CUDA parameters) run as Python; "
+        "foreach=False is traced",
+    )
+
+
+def _is_empty(tx: Translator, items: VariableTracker) -> bool:
+    try:
+        return len(items.unpack(tx)) == 0
+    except Unsupported:
+        return False
+
+
+def _get_value(
+    tx: Translator, fn_vt: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """`_get_value(step_t)`: Adam's step counter as a Python float, which eager reads with
+    `.item()` after `step_t += 1` and computes its bias corrections from in Python floats. The
+    counter (a 0-dim CPU tensor of the optimizer's state, a graph input) is read at the call
+    as one more float input `s`, and the value is `s + k`, a node of the graph, where the
+    graph added 1 to it k times and wrote it no other way. The float32 counter holds whole
+    numbers exactly up to 2**24 (float64: 2**53): a guard keeps `s` a whole number below
+    that, so `s + k` is what `.item()` gives. Anything else is a break."""
+    from framejit.frontend.sources import MethodCallSource
+    from framejit.frontend.variables.tensor import TensorVariable
+
+    if len(args) != 1 or kwargs:
+        raise Unsupported("unsupported_call", "_get_value", "unexpected arguments")
+    (x,) = args
+    if not isinstance(x, TensorVariable):
+        return x  # a number: eager gives it back
+    fake = x.fake
+    exact = {torch.float32: 2.0**24, torch.float64: 2.0**53}.get(fake.dtype)
+    node = x.node
+    if (
+        exact is None
+        or x.source is None
+        or fake.dim() != 0
+        or fake.device.type != "cpu"
+        or fake.requires_grad
+        or node.op != "placeholder"
+    ):
+        raise Unsupported("data_dependent", "_get_value", "a step counter read with .item()")
+    increments = 0
+    for user in node.users:
+        if not _adds_one(user, node):
+            raise Unsupported("data_dependent", "_get_value", "a step counter written otherwise")
+        increments += 1
+    value = tx.output.read_source(x.source).item()
+    if not (value.is_integer() and value >= 0 and value + increments < exact):
+        raise Unsupported("data_dependent", "_get_value", f"a step counter of {value!r}")
+    source = MethodCallSource(x.source, "item")
+    if tx.output.shape_env is None:  # a first compile: the value pinned, and noted, so that
+        # the next compile (the counter moved) takes it symbolic (automatic dynamic)
+        if tx.output.dynamic.dynamic is None:
+            tx.output.dynamic.history.floats[source] = value
+        tx.output.add_guard(source, GuardKind.CONSTANT_MATCH, value, tx.location_text())
+        return ConstantVariable(value + increments)
+    counter = tx.output.add_sym_input(source, float(value))
+    limit = exact - increments
+    tx.output.range_checks.setdefault(counter.value.node.expr, set()).add(
+        f"(___fjs0.is_integer() and 0 <= ___fjs0 < {limit!r})"
+    )
+    if not increments:
+        return counter
+    return tx.output.sym_op(operator.add, [counter, ConstantVariable(float(increments))])
+
+
+def _adds_one(user: Any, node: Any) -> bool:
+    """Whether fx node `user` adds 1 to `node` in place (`step_t += 1`, `step_t.add_(1)`)."""
+    if user.kwargs or len(user.args) != 2 or user.args[0] is not node:
+        return False
+    if type(user.args[1]) not in (int, float) or user.args[1] != 1:
+        return False
+    if user.op == "call_function":
+        return user.target in (operator.iadd, torch.Tensor.add_)
+    return user.op == "call_method" and user.target == "add_"
 
 
 def _under_dynamos_disable(fn: Any) -> Any:
@@ -160,7 +262,7 @@ def _use_grad(
     opt = args[0]
     cls = type(getattr(opt, "obj", None))
     if cls not in _TRACED_CLASSES:
-        why = _NOT_TRACED.get(cls, "torch code run as Python (optimizer steps traced: SGD)")
+        why = "torch code run as Python (optimizer steps traced: SGD, Adam, AdamW)"
         raise Unsupported("unsupported_call", f"{cls.__name__}.step", why)
     for group in opt.getattr(tx, "param_groups").unpack(tx):
         for option in _REFUSED_OPTIONS:

@@ -28,6 +28,7 @@ from framejit.frontend.dynamic import (
     DynamicInputs,
     ShapeCheck,
     dynamic_fake,
+    exact_printer,
     new_shape_env,
     resumed_range_bound,
     shape_guard_checks,
@@ -355,8 +356,9 @@ class OutputGraph:
                     self.range_checks.setdefault(symbol, set()).add(text)
                 return
             if all(isinstance(v, SymNodeVariable) for v in inputs.values()):
-                for v in inputs.values():  # pin the inputs, not the expression: its inverse
-                    specialize(v.value)  # in floats need not give them back (a False guard)
+                # anything else (Adam's `-lr / (1 - beta1 ** step)`): the check on the
+                # expression itself, computed from the inputs at each call
+                self.range_checks.setdefault(expr, set()).add(check)
                 return
         specialize(number)  # other integer arithmetic on inputs: pin its value
 
@@ -790,13 +792,23 @@ class OutputGraph:
     # --- finishing --------------------------------------------------------------------------------
     def shape_guards(self) -> list[Guard]:
         """SHAPE_EXPR guards: everything the trace relied on about symbolic sizes."""
+        import sympy
+
         checks: list[tuple[ShapeCheck, str]] = shape_guard_checks(
             self.shape_env, self.dynamic.symbols
         )
-        for symbol, texts in self.range_checks.items():  # see frontend/scalar_ranges.py
-            origin = "a number eager converts to a dtype with an overflow check"
+        origin = "a number eager converts to a dtype with an overflow check"
+        for expr, texts in self.range_checks.items():  # see frontend/scalar_ranges.py
+            if expr in self.dynamic.symbols:
+                for text in sorted(texts):
+                    checks.append((ShapeCheck(text, (self.dynamic.symbols[expr],)), origin))
+                continue
+            free = sorted(expr.free_symbols, key=str)  # an expression over float inputs
+            names = {s: sympy.Symbol(f"___fjs{k}", **s.assumptions0) for k, s in enumerate(free)}
+            value = f"({exact_printer().doprint(expr.xreplace(names))})"
+            symbols = tuple(self.dynamic.symbols[s] for s in free)
             for text in sorted(texts):
-                checks.append((ShapeCheck(text, (self.dynamic.symbols[symbol],)), origin))
+                checks.append((ShapeCheck(text.replace("___fjs0", value), symbols), origin))
         return [Guard(None, GuardKind.SHAPE_EXPR, c, origin) for c, origin in checks]
 
     def op_count(self) -> int:

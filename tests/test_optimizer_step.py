@@ -1,11 +1,12 @@
 """Optimizer steps inside compiled functions (`frontend/optimizers.py`).
 
 Each case trains the same model twice from the same seed, eagerly and with a jitted step, and
-compares losses, parameters and `opt.state_dict()` exactly. With `config.capture_optimizer_steps`
-on (the fixture; it is off by default), SGD's step (with or without
-momentum) is captured into the graph from its second call on (the first creates the state, a
-break); Adam and AdamW stay a break (their compiling path rounds differently from eager), and
-so does `zero_grad` when it has gradients to drop.
+compares losses, parameters and `opt.state_dict()` exactly (Adam under `aot_eager`: within
+float32 rounding, as the AOT stage's decompositions of `lerp_`/`addcmul_` round differently
+from eager's fused CPU kernels). With `config.capture_optimizer_steps` on (the fixture; it is
+off by default), the steps of SGD (with or without momentum), Adam and AdamW are captured
+into the graph from their second call on (the first creates the state, a break); `zero_grad`
+stays a break when it has gradients to drop.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     ),
     "adam": lambda p: torch.optim.Adam(p),
     "adamw": lambda p: torch.optim.AdamW(p),
+    "adam_amsgrad": lambda p: torch.optim.Adam(
+        p, lr=1e-2, amsgrad=True, weight_decay=1e-2, maximize=True
+    ),
 }
-CAPTURED = ("sgd", "sgd_momentum", "sgd_nesterov")
+CAPTURED = ("sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw", "adam_amsgrad")
 
 
 @pytest.fixture(autouse=True)
@@ -63,17 +67,26 @@ def _pair(kind: str) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, torch
 
 
 def _assert_same_training(
-    model: nn.Module, opt: torch.optim.Optimizer, twin: nn.Module, twin_opt: torch.optim.Optimizer
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    twin: nn.Module,
+    twin_opt: torch.optim.Optimizer,
+    exact: bool = True,
 ) -> None:
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        if exact:
+            return torch.equal(a, b)
+        return torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
     for p, q in zip(model.parameters(), twin.parameters()):
-        assert torch.equal(p, q)
+        assert same(p, q)
     expected, got = opt.state_dict(), twin_opt.state_dict()
     assert expected["param_groups"] == got["param_groups"]
     assert expected["state"].keys() == got["state"].keys()
     for key, state in expected["state"].items():
         assert state.keys() == got["state"][key].keys()
         for name, value in state.items():
-            assert torch.equal(value, got["state"][key][name]), (key, name)
+            assert same(value, got["state"][key][name]), (key, name)
 
 
 def _eager_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor):
@@ -92,7 +105,9 @@ def _break_reasons(fn: Callable[[], Any]) -> list[str]:
 @pytest.mark.parametrize("kind", list(OPTIMIZERS))
 def test_a_jitted_optimizer_step_matches_eager(kind: str, backend: str) -> None:
     """`@jit def step(): opt.step(); opt.zero_grad()` next to an eager forward and backward:
-    parameters, optimizer state and losses equal eager's exactly, under both backends."""
+    parameters, optimizer state and losses equal eager's exactly, under both backends (Adam's
+    under aot_eager within float32 rounding)."""
+    exact = backend == "eager" or kind.startswith("sgd")
     model, opt, twin, twin_opt = _pair(kind)
 
     @framejit.jit(backend=backend)
@@ -105,16 +120,20 @@ def test_a_jitted_optimizer_step_matches_eager(kind: str, backend: str) -> None:
         loss = F.cross_entropy(twin(x), y)
         loss.backward()
         step()
-        assert loss.item() == expected.item()
+        if exact:
+            assert loss.item() == expected.item()
         assert all(p.grad is None for p in twin.parameters())
-    _assert_same_training(model, opt, twin, twin_opt)
+    _assert_same_training(model, opt, twin, twin_opt, exact)
 
 
 @pytest.mark.parametrize("kind", CAPTURED)
-def test_sgd_step_is_captured_from_the_second_call(kind: str) -> None:
-    """The first step creates the optimizer's state (momentum buffers; SGD without momentum
-    creates none) and runs as Python; from then on the step is one graph whose inputs are the
-    parameters, their gradients and the momentum buffers, written in place."""
+def test_the_step_is_captured_from_the_second_call(kind: str) -> None:
+    """The first step creates the optimizer's state (momentum buffers, Adam's moments and step
+    counters; SGD without momentum creates none) and runs as Python; from then on the step is
+    one graph whose inputs are the parameters, their gradients and the state, written in
+    place. Adam's step counters are read at each call as float inputs (its bias corrections
+    are Python-float nodes of the graph, as eager computes them from `.item()`), so the moving
+    counter costs no recompile."""
     model, opt, twin, twin_opt = _pair(kind)
     counter = CompileCounter()
 
@@ -141,8 +160,9 @@ def test_sgd_step_is_captured_from_the_second_call(kind: str) -> None:
             step()
         twin_opt.zero_grad(set_to_none=True)
     _assert_same_training(model, opt, twin, twin_opt)
-    # one graph with the update, compiled at the third step (explain compiles on its own)
-    assert counter.frame_count == 1
+    # one graph with the update, compiled at the third step (explain compiles on its own);
+    # Adam's pins the step counters there, and the fourth step compiles the one that reads them
+    assert counter.frame_count == (1 if kind.startswith("sgd") else 2)
     graph = counter.graphs[-1].graph
     written = [n for n in graph.nodes if n.op == "call_method" and str(n.target).endswith("_")]
     assert written, graph
@@ -176,20 +196,66 @@ def test_a_whole_training_step_matches_eager(kind: str) -> None:
     assert any("Tensor.grad" in r for r in reasons)  # zero_grad's `p.grad = None`: a clean break
 
 
-@pytest.mark.parametrize("kind", ["adam", "adamw"])
-def test_adam_steps_run_as_python_with_their_reason(kind: str) -> None:
-    _, _, _, twin_opt = _pair(kind)
-    (x, y) = _data(1)[0]
+def test_an_adam_step_compiled_first_with_its_counter_pinned() -> None:
+    """A jitted step whose first call already finds the state (and no dynamic shapes yet):
+    the counter is pinned by value in that graph, and the next call, where it moved, compiles
+    the graph that reads it at each call. Later steps reuse that one."""
+    model, opt, twin, twin_opt = _pair("adam")
+    counter = CompileCounter()
 
+    @framejit.jit(backend=counter)
     def step() -> None:
         twin_opt.step()
 
-    reasons = _break_reasons(step)  # a step without gradients: nothing to do
-    assert reasons == [
-        f"`{type(twin_opt).__name__}.step` is not captured: calls to this function are not "
-        "captured (its bias corrections would be float32 tensor math where eager computes them "
-        "in Python floats: it runs as Python)"
-    ]
+    for i, (x, y) in enumerate(_data(8)):
+        _eager_step(model, opt, x, y)
+        F.cross_entropy(twin(x), y).backward()
+        if i == 0:
+            twin_opt.step()  # the state, created eagerly
+        else:
+            step()
+        twin_opt.zero_grad()
+    _assert_same_training(model, opt, twin, twin_opt)
+    assert counter.frame_count == 2, counter.frame_count
+
+
+def test_an_adam_step_counter_set_by_hand_runs_as_python() -> None:
+    """A step counter that is not a whole number (state edited by hand), or one at which its
+    float32 value no longer counts exactly: eager's `.item()` arithmetic runs as Python."""
+    model, opt, twin, twin_opt = _pair("adam")
+
+    @framejit.jit(backend="eager")
+    def step() -> None:
+        twin_opt.step()
+
+    for i, (x, y) in enumerate(_data(6)):
+        if i == 3:
+            for o in (opt, twin_opt):
+                for state in o.state.values():
+                    state["step"].fill_(2.5)
+        _eager_step(model, opt, x, y)
+        F.cross_entropy(twin(x), y).backward()
+        step()
+        twin_opt.zero_grad()
+        if i == 4:
+            for o in (opt, twin_opt):
+                for state in o.state.values():
+                    state["step"].fill_(2.0**24)
+    x, y = _data(1)[0]
+    _eager_step(model, opt, x, y)
+    F.cross_entropy(twin(x), y).backward()
+    reasons = _break_reasons(step)  # explain runs the step
+    twin_opt.zero_grad()
+    _assert_same_training(model, opt, twin, twin_opt)
+    assert any("a step counter of 16777216.0" in r for r in reasons), reasons
+
+
+def test_adams_foreach_update_runs_as_python() -> None:
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), foreach=True)
+    F.cross_entropy(model(_data(1)[0][0]), _data(1)[0][1]).backward()
+    reasons = _break_reasons(lambda: opt.step())
+    assert len(reasons) == 1 and "runs as Python" in reasons[0], reasons
 
 
 def test_options_that_take_another_path_run_as_python() -> None:

@@ -215,6 +215,7 @@ _FLOAT_OPERATORS = {
     operator.sub: "({0} - {1})",
     operator.mul: "({0} * {1})",
     operator.truediv: "({0} / {1})",
+    operator.pow: "({0} ** {1})",
     operator.neg: "(-{0})",
     abs: "abs({0})",
     operator.abs: "abs({0})",

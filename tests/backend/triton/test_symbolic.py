@@ -348,6 +348,38 @@ def test_arithmetic_on_a_float_argument_is_computed_for_the_kernels() -> None:
     assert sum(cache.STATS.values()) == loads, "a new float value compiled a new module"
 
 
+def test_a_captured_adam_step_computes_its_bias_corrections_per_call(monkeypatch) -> None:
+    """Adam's step (captured, `capture_optimizer_steps`): each step counter is a float input,
+    its bias corrections (`0.9 ** (s + 1)`, ...) derived floats the wrapper computes per call;
+    the steps after the symbolic graph compile no module. Parameters as eager's, within
+    float32 rounding."""
+    require_interpreter()
+    monkeypatch.setattr(framejit.config, "capture_optimizer_steps", True)
+    framejit.reset()
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(6, 3) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-2, weight_decay=1e-2) for m in models]
+
+    def step() -> None:
+        opts[1].step()
+
+    jitted = framejit.jit(step, backend="triton")
+    x = torch.randn(5, 6)
+    loads = None
+    for i in range(6):
+        for m, o in zip(models, opts):
+            o.zero_grad()
+            m(x).square().sum().backward()
+        opts[0].step()
+        jitted()
+        if i == 3:  # state created (0), counters pinned (1), read per call (2)
+            loads = sum(cache.STATS.values())
+        for p, q in zip(models[0].parameters(), models[1].parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    assert sum(cache.STATS.values()) == loads, "a later step compiled a new module"
+
+
 def test_gradients_through_growing_slices_of_a_leaf() -> None:
     """The input is a non-leaf view that requires grad (`p[:, :n]`), non-contiguous: the
     kernels read it with its own strides at every symbolic size, forward and backward."""
