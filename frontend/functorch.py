@@ -18,6 +18,9 @@ only its tensor ops are kept:
   constants: the tensors become inputs of the node, and the target rebuilds the closure from
   them on each call, so vmap sees them unbatched and grad as constants, as in eager;
 - a function from outside the frame has no closure, and is pinned by a guard on its identity;
+- a module it calls is guarded whole (`_guard_tree`): the AOT stage bakes into the graph
+  whatever the real forwards read, so every module of the tree, its settings and its entries
+  are pinned, and what cannot be pinned is a break;
 - the transform's own options (`in_dims`, `argnums`, `has_aux`, `randomness`, ...) and the
   call's non-tensor arguments are constants; tensor arguments may sit in tuples, lists and
   dicts (a dict of parameters for `grad`).
@@ -28,6 +31,7 @@ Anything else is a graph break at the call, which then runs as Python.
 from __future__ import annotations
 
 import contextlib
+import copy
 import types
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -157,17 +161,10 @@ class ModuleState:
 
         if not isinstance(module_vt, NNModuleVariable) or module_vt.source is None:
             raise Unsupported("unsupported_call", label, "a module made inside the function")
-        module_vt.pin(tx, label)  # its state is swapped in as this instance's
         module = module_vt.obj
         if id(module) in self._seen:
             return module
-        for sub in module.modules():
-            if sub._forward_hooks or sub._forward_pre_hooks or sub._backward_hooks:
-                raise Unsupported("unsupported_call", label, f"{type(sub).__name__} has hooks")
-            forward = getattr(type(sub).forward, "__code__", None) and type(sub).forward
-            why = scan(forward) if isinstance(forward, types.FunctionType) else "no forward"
-            if why is not None:
-                raise Unsupported("unsupported_call", label, f"the module's forward: {why}")
+        _guard_tree(tx, module_vt, label)
         names: list[str] = []
         for method in ("named_parameters", "named_buffers"):
             for pair in module_vt.call_method(tx, method, [], {}).unpack(tx):
@@ -189,6 +186,83 @@ class ModuleState:
                 at += len(names)
                 stack.enter_context(_reparametrize_module(module, given, tie_weights=True))
             yield
+
+
+# nn.Module's own bookkeeping in an instance dict (hook dicts, state-dict hooks, the dicts of
+# parameters, buffers and submodules): `training`, and the rest of the dict, is the module's
+_MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) - {"training"}
+
+
+def _guard_tree(tx: Translator, module_vt: VariableTracker, label: str) -> None:
+    """Pin everything of a module tree that a call of the real module may read: a transform's
+    op calls it for real, and the AOT stage bakes what the forwards read into the graph. Each
+    module is guarded by identity, `training` and class, with no hooks, the same class
+    `forward` (and code), the same keys in its instance dict and in its dicts of parameters,
+    buffers and submodules, each entry of those (a tensor's metadata, a None, a submodule, in
+    turn), and each of its other attributes: a constant's value, a torch function's identity.
+    Anything else it holds (a Python function that may shadow a method, a plain tensor, an
+    object) makes the call a break. A forward whose bytecode has effects is a break too."""
+    from framejit.frontend.sources import AttrSource, ItemSource, TypeSource
+    from framejit.frontend.variables.builder import _guard
+    from framejit.frontend.variables.objects import NNModuleVariable, _plain_constant
+    from framejit.frontend.variables.torch_rules import is_torch_callable
+    from framejit.guards import GuardKind
+    from torch.nn.modules import module as nn_module
+
+    if (
+        nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    ):
+        raise Unsupported("module_hooks", "global nn.Module hooks are registered")
+    tx.output.calls_modules = True  # the entry checks that none is registered later
+    seen: set[int] = set()
+    stack = [module_vt]
+    while stack:
+        vt = stack.pop()
+        if not isinstance(vt, NNModuleVariable) or vt.source is None:
+            raise Unsupported("unsupported_call", label, "a submodule not tracked")
+        vt.pin(tx, label)  # its state is swapped in as this instance's
+        sub, src = vt.obj, vt.source
+        if id(sub) in seen:
+            continue
+        seen.add(id(sub))
+        name = type(sub).__name__
+        if sub._forward_hooks or sub._forward_pre_hooks or sub._backward_hooks:
+            raise Unsupported("unsupported_call", label, f"{name} has hooks")
+        _guard(tx, src, GuardKind.MODULE_NO_HOOKS, None)
+        forward = type(sub).forward
+        why = scan(forward) if isinstance(forward, types.FunctionType) else "no forward"
+        if why is not None:
+            raise Unsupported("unsupported_call", label, f"the module's forward: {why}")
+        _guard(tx, AttrSource(TypeSource(src), "forward"), GuardKind.ID_MATCH, forward)
+        code = AttrSource(AttrSource(TypeSource(src), "forward"), "__code__")
+        _guard(tx, code, GuardKind.ID_MATCH, forward.__code__)
+        state = vars(sub)
+        _guard(tx, AttrSource(src, "__dict__"), GuardKind.DICT_KEYS, tuple(state))
+        for attr, value in state.items():
+            if attr in _MODULE_BOOKKEEPING or attr == "training":
+                continue
+            where = AttrSource(src, attr)
+            if _plain_constant(value):
+                _guard(tx, where, GuardKind.CONSTANT_MATCH, copy.deepcopy(value))
+            elif is_torch_callable(value) or isinstance(value, (torch.dtype, torch.device)):
+                _guard(tx, where, GuardKind.ID_MATCH, value)
+            else:
+                what = type(value).__name__
+                raise Unsupported("unsupported_call", label, f"{name}.{attr} holds a {what}")
+        for attr in ("_parameters", "_buffers", "_modules"):
+            entries = getattr(sub, attr)
+            where = AttrSource(src, attr)
+            _guard(tx, where, GuardKind.DICT_KEYS, tuple(entries))
+            for key, value in entries.items():
+                if value is None:
+                    _guard(tx, ItemSource(where, key), GuardKind.CONSTANT_MATCH, None)
+                elif attr == "_modules":
+                    stack.append(tx.wrap_source(ItemSource(where, key)))
+                else:  # its metadata, and which other entries are the same tensor
+                    tx.wrap_source(ItemSource(where, key))
 
 
 def _apply_transform(transform: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
