@@ -125,3 +125,63 @@ def test_a_global_module_hook_registered_later_is_seen_under_a_transform(model, 
     finally:
         handle.remove()
     torch.testing.assert_close(compiled(x), per_row_sums(x))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.out = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.lin(x)))
+
+
+def l2_penalized(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).sum() + sum(p.pow(2).sum() for p in model.parameters())
+
+
+def scaled_by_counts(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    counts = len(list(model.named_parameters())) + 10 * len(list(model.buffers()))
+    return model(x) * (counts + 100 * len(list(model.modules())))
+
+
+def evaluated(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[bool]]:
+    model.eval()
+    return model(x), [m.training for m in model.modules()]
+
+
+def _new_linear(seed: int) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(3, 3)
+
+
+# changes to the tree a walk (`parameters()`, `modules()`, `eval()`) lists
+TREE_CHANGES: dict[str, Callable[[Net], Any]] = {
+    "submodule added": lambda n: setattr(n, "extra", _new_linear(1)),
+    "submodule added deeper": lambda n: setattr(n.lin, "inner", _new_linear(2)),
+    "parameter added": lambda n: n.out.register_parameter("gain", nn.Parameter(torch.ones(3))),
+    "buffer added": lambda n: n.lin.register_buffer("seen", torch.zeros(2)),
+    "bias set to None": lambda n: setattr(n.out, "bias", None),
+    "parameters tied": lambda n: setattr(n.out, "weight", n.lin.weight),
+    "submodule registered twice": lambda n: setattr(n, "again", n.lin),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("change", list(TREE_CHANGES))
+@pytest.mark.parametrize("step", [l2_penalized, scaled_by_counts, evaluated])
+def test_a_tree_walk_in_a_step_sees_the_changed_tree(step, change, backend) -> None:
+    torch.manual_seed(0)
+    model, reference = Net(), Net()
+    reference.load_state_dict(model.state_dict())
+    compiled = framejit.jit(step, backend=backend)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        model.train(), reference.train()
+        torch.testing.assert_close(compiled(model, x), step(reference, x))
+    TREE_CHANGES[change](model)
+    TREE_CHANGES[change](reference)
+    for _ in range(2):
+        model.train(), reference.train()
+        torch.testing.assert_close(compiled(model, x), step(reference, x))

@@ -665,6 +665,7 @@ class NNModuleVariable(UserObjectVariable):
                 "unsupported_call", f"Module.{name}", "inside torch.func.functional_call"
             )
         src = self._need_source(name)
+        _guard_walk(tx, self.obj, src, _WALKED_DICTS[name])
         try:
             found = list(
                 getattr(self.obj, name)(
@@ -704,6 +705,7 @@ class NNModuleVariable(UserObjectVariable):
             mode = False
         src = self._need_source(name)
         self.pin(tx, f"Module.{name}() walks this instance's tree")
+        _guard_walk(tx, self.obj, src, ())
         for module_source in _tree_paths(self.obj, src, modules_only=True).values():
             module = tx.wrap_source(module_source)
             if not isinstance(module, NNModuleVariable):
@@ -878,6 +880,61 @@ def _plain_tree_method(mod: torch.nn.Module, name: str) -> bool:
         ):
             return False
     return True
+
+
+# the tensor dicts each tree method lists, besides the tree of `_modules` it walks
+_WALKED_DICTS: dict[str, tuple[str, ...]] = {
+    "parameters": ("_parameters",),
+    "named_parameters": ("_parameters",),
+    "buffers": ("_buffers",),
+    "named_buffers": ("_buffers",),
+    "children": (),
+    "named_children": (),
+    "modules": (),
+    "named_modules": (),
+}
+
+
+def _guard_walk(tx: Translator, mod: torch.nn.Module, src: Source, dicts: tuple[str, ...]) -> None:
+    """Guard what a walk of `mod`'s tree found (`parameters()`, `modules()`, `train()`), so that
+    a submodule, parameter or buffer added, removed, set to None or tied to another later is a
+    recompile, not a stale list: each module's `_modules` and `dicts` keys, each entry (a None,
+    a submodule by identity, a tensor's metadata, an entry that is another's object), and that
+    the tensors found distinct are still distinct (a later tie would shorten the list). Two
+    tensors can become one object unseen by their own guards only where their metadata match,
+    so distinctness is checked within such groups (each source is a lookup on every call)."""
+    seen: set[int] = set()
+    distinct: dict[int, tuple[Any, Source]] = {}
+    stack = [(mod, src)]
+    while stack:
+        module, source = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        for attr in ("_modules", *dicts):
+            entries = getattr(module, attr)
+            where = AttrSource(source, attr)
+            tx.output.add_guard(where, GuardKind.DICT_KEYS, tuple(entries), tx.location_text())
+            for key, value in entries.items():
+                item = ItemSource(where, key)
+                if value is None:
+                    tx.output.add_guard(item, GuardKind.CONSTANT_MATCH, None, tx.location_text())
+                    continue
+                vt = tx.wrap_source(item)
+                if attr == "_modules":
+                    if isinstance(vt, NNModuleVariable):
+                        vt.pin(tx, "a module tree walk reaches it")
+                    stack.append((value, item))
+                else:
+                    strides = value.stride() if value.layout == torch.strided else None
+                    meta = (type(value), value.dtype, value.device, value.shape, strides)
+                    distinct.setdefault(id(value), ((*meta, value.requires_grad), item))
+    groups: dict[Any, list[Source]] = {}
+    for meta, item in distinct.values():
+        groups.setdefault(meta, []).append(item)
+    for sources in groups.values():
+        if len(sources) > 1:
+            tx.output.add_guard(None, GuardKind.NO_ALIASING, sources, tx.location_text())
 
 
 def _tree_paths(mod: torch.nn.Module, src: Source, modules_only: bool = False) -> dict[int, Source]:
