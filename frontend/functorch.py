@@ -469,7 +469,7 @@ def functional_call(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTrack
     those attributes during the call answer with the given tensors
     (`OutputGraph.reparametrized`); the module itself is never changed."""
     from framejit.frontend.variables.containers import DictVariable, TupleVariable
-    from framejit.frontend.variables.objects import NNModuleVariable
+    from framejit.frontend.variables.objects import NNModuleVariable, guard_tree_walk
     from framejit.frontend.variables.tensor import TensorVariable
 
     label = "torch.func.functional_call"
@@ -506,6 +506,8 @@ def functional_call(tx: Translator, args: Args, kwargs: Kwargs) -> VariableTrack
             given[key] = value
 
     real = module.obj
+    if module.source is not None:  # which names there are, and which are one tensor
+        guard_tree_walk(tx, real, module.source, ("_parameters", "_buffers"))
     named = dict(real.named_parameters(remove_duplicate=False))
     named.update(real.named_buffers(remove_duplicate=False))
     if strict and set(named) != set(given):

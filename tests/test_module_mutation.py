@@ -185,3 +185,25 @@ def test_a_tree_walk_in_a_step_sees_the_changed_tree(step, change, backend) -> N
     for _ in range(2):
         model.train(), reference.train()
         torch.testing.assert_close(compiled(model, x), step(reference, x))
+
+
+def with_first_weight(model: Net, weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return functional_call(model, {"lin.weight": weight}, (x,))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_functional_call_follows_weights_tied_later(backend) -> None:
+    """With tie_weights=True, a given tensor replaces every name of the same parameter."""
+    torch.manual_seed(0)
+    model = Net()
+    compiled = framejit.jit(with_first_weight, backend=backend)
+    weight, x = torch.ones(3, 3), torch.randn(2, 3)
+    for tie in (None, "out", "lin", None):
+        if tie == "out":
+            model.out.weight = model.lin.weight
+        elif tie == "lin":
+            model.lin.weight = model.out.weight = nn.Parameter(torch.randn(3, 3))
+        else:
+            model.out.weight = nn.Parameter(torch.randn(3, 3))
+        want = with_first_weight(model, weight, x)
+        torch.testing.assert_close(compiled(model, weight, x), want)

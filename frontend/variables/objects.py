@@ -665,7 +665,7 @@ class NNModuleVariable(UserObjectVariable):
                 "unsupported_call", f"Module.{name}", "inside torch.func.functional_call"
             )
         src = self._need_source(name)
-        _guard_walk(tx, self.obj, src, _WALKED_DICTS[name])
+        guard_tree_walk(tx, self.obj, src, _WALKED_DICTS[name])
         try:
             found = list(
                 getattr(self.obj, name)(
@@ -705,7 +705,7 @@ class NNModuleVariable(UserObjectVariable):
             mode = False
         src = self._need_source(name)
         self.pin(tx, f"Module.{name}() walks this instance's tree")
-        _guard_walk(tx, self.obj, src, ())
+        guard_tree_walk(tx, self.obj, src, ())
         for module_source in _tree_paths(self.obj, src, modules_only=True).values():
             module = tx.wrap_source(module_source)
             if not isinstance(module, NNModuleVariable):
@@ -895,7 +895,9 @@ _WALKED_DICTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _guard_walk(tx: Translator, mod: torch.nn.Module, src: Source, dicts: tuple[str, ...]) -> None:
+def guard_tree_walk(
+    tx: Translator, mod: torch.nn.Module, src: Source, dicts: tuple[str, ...]
+) -> None:
     """Guard what a walk of `mod`'s tree found (`parameters()`, `modules()`, `train()`), so that
     a submodule, parameter or buffer added, removed, set to None or tied to another later is a
     recompile, not a stale list: each module's `_modules` and `dicts` keys, each entry (a None,
