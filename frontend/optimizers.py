@@ -27,8 +27,10 @@ ask, but for `_get_value`. These pieces of that code are modelled here instead o
   tensor itself under torch.compile, whose float32 tensor math would round the bias
   corrections differently): the counter read at the call as a float graph input plus the
   graph's increments (see `_get_value` below).
-- Adam's foreach and fused updates (`_multi_tensor_adam`, `_fused_adam`; foreach is torch's
-  default for CUDA parameters): a break, unless there is nothing to update.
+- `_default_to_fused_or_foreach`, torch's choice of update where `foreach` is None (foreach
+  for CUDA parameters): the for-loop update, which computes the same values.
+- Adam's foreach and fused updates (`_multi_tensor_adam`, `_fused_adam`), should they be
+  reached: a break, unless there is nothing to update.
 
 Invariant: anything traced here computes what eager computes on the same optimizer, bit for
 bit with the `eager` backend (the AOT stage's decompositions may round `lerp_`/`addcmul_`
@@ -113,6 +115,8 @@ def modeled(fn: Any) -> Any:
         return _use_grad
     if fn is _GET_VALUE:
         return _get_value
+    if fn is _DEFAULT_PATH:
+        return _for_loop_path
     if fn in _MULTI_TENSOR:
         return _multi_tensor
     if fn is _ZERO_GRAD and fn.__wrapped__.__code__ is _ZERO_GRAD_CODE:
@@ -121,6 +125,22 @@ def modeled(fn: Any) -> Any:
 
 
 _GET_VALUE = _optimizer_module._get_value
+_DEFAULT_PATH = _optimizer_module._default_to_fused_or_foreach
+
+
+def _for_loop_path(
+    tx: Translator, fn_vt: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+) -> VariableTracker:
+    """`_default_to_fused_or_foreach(...)`: `(False, False)`, the for-loop update, where eager
+    picks foreach for CUDA parameters. The two compute the same values element by element
+    (the same operations per tensor, the foreach ones over a list; step sizes negated exactly),
+    and the graph's kernels fuse the loop's updates anyway. An explicit `foreach=True` is
+    refused (`_REFUSED_OPTIONS`)."""
+    from framejit.frontend.variables.containers import TupleVariable
+
+    return TupleVariable([ConstantVariable(False), ConstantVariable(False)])
+
+
 # Adam's foreach and fused updates (foreach is its default for CUDA parameters)
 _MULTI_TENSOR = frozenset(
     f
@@ -141,8 +161,7 @@ def _multi_tensor(
     raise Unsupported(
         "unsupported_call",
         f"{fn_vt.fn.__qualname__}",
-        "the foreach and fused updates (the default for CUDA parameters) run as Python; "
-        "foreach=False is traced",
+        "the foreach and fused updates run as Python (foreach=None and False are traced)",
     )
 
 

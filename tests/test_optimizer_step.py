@@ -250,6 +250,34 @@ def test_an_adam_step_counter_set_by_hand_runs_as_python() -> None:
     assert any("a step counter of 16777216.0" in r for r in reasons), reasons
 
 
+@pytest.mark.parametrize("kind", ["sgd_momentum", "adam_amsgrad"])
+def test_where_torch_would_pick_foreach_the_for_loop_is_traced(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `foreach` left to torch, eager picks its foreach update for CUDA parameters (made
+    to pick it here for the CPU ones); the captured step traces the for-loop update, whose
+    values are the same."""
+    from torch.optim import optimizer
+
+    monkeypatch.setattr(optimizer, "_get_foreach_kernels_supported_devices", lambda: ["cpu"])
+    model, opt, twin, twin_opt = _pair(kind)
+    counter = CompileCounter()
+
+    @framejit.jit(backend=counter)
+    def step() -> None:
+        twin_opt.step()
+
+    for x, y in _data():
+        _eager_step(model, opt, x, y)
+        F.cross_entropy(twin(x), y).backward()
+        step()
+        twin_opt.zero_grad()
+    _assert_same_training(model, opt, twin, twin_opt)
+    assert counter.frame_count >= 1
+    graph = counter.graphs[-1].graph
+    assert not any("_foreach" in str(n.target) for n in graph.nodes), graph
+
+
 def test_adams_foreach_update_runs_as_python() -> None:
     model = _model()
     opt = torch.optim.Adam(model.parameters(), foreach=True)
