@@ -35,9 +35,24 @@ def _pow(ctx: Lowering, node: torch.fx.Node, a: Any, b: Any):
     if not out.dtype.is_floating_point:
         raise NotLowered("integer pow")
     if not isinstance(b, TensorValue):
+        if isinstance(a, TensorValue) and not _exponent_fits(a.dtype, b):
+            raise NotLowered(f"an exponent {b!r} {a.dtype} cannot hold (eager raises)")
         scalar = _cuda_pow_scalar if eager_is_cuda(str(out.device)) else _pow_scalar
         return elementwise(ctx, out.shape, out.dtype, [a], lambda x: scalar(x, b, out.dtype))
     return elementwise(ctx, out.shape, out.dtype, [a, b], _pow_tensor)
+
+
+def _exponent_fits(dtype: torch.dtype, exponent: Any) -> bool:
+    """Whether eager accepts number `exponent` for a `dtype` tensor: it converts it to the
+    tensor's dtype with an overflow check (`half ** 70000.0`, `bfloat16 ** 1e300` raise). A
+    symbolic exponent is left to the graph's own checks."""
+    if type(exponent) not in (bool, int, float):
+        return True
+    try:
+        torch.ones(2, dtype=dtype) ** exponent
+    except RuntimeError:
+        return False
+    return True
 
 
 # Whole exponents below this (in magnitude) of whole bases are computed by repeated squaring

@@ -271,3 +271,15 @@ def test_fill_values_eager_accepts_still_run(fn: Callable[..., Any]) -> None:
     require_interpreter()
     x = torch.zeros(1, dtype=torch.uint8)
     torch.testing.assert_close(framejit.jit(fn, backend="triton")(x), fn(x), rtol=0, atol=0)
+
+
+POWERS = {
+    "half_huge": (lambda x: x**2**40, torch.tensor([-2.5, 0.0, 0.5, 1.5], dtype=torch.half)),
+    "half_70000": (lambda x: x**70000.0, torch.ones(3, dtype=torch.half)),
+    "bfloat16_1e300": (lambda x: torch.pow(x, 1e300), torch.ones(3, dtype=torch.bfloat16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POWERS))
+def test_an_exponent_the_tensors_dtype_cannot_hold_raises(name: str) -> None:
+    check_raises(*POWERS[name])
