@@ -1081,6 +1081,28 @@ def test_lru_cache_functions_of_constant_arguments_fold() -> None:
     assert _NOISY_CALLS == [2]  # run once, by the first real call, as in eager
 
 
+@functools.lru_cache(maxsize=4)
+def _cached_mask(n: int) -> torch.Tensor:
+    return torch.triu(torch.ones(n, n), diagonal=1)
+
+
+def test_lru_cache_function_returning_a_tensor_is_called_once_per_call() -> None:
+    """A cached function of constant arguments whose value the trace cannot hold (a tensor)
+    is a break: the cache and its counters see the calls eager makes, no more."""
+
+    def fn(x):
+        return x @ _cached_mask(x.shape[0])
+
+    _cached_mask.cache_clear()
+    jitted = framejit.jit(fn, backend="eager")
+    x = torch.randn(3, 3)
+    infos = []
+    for _ in range(3):
+        torch.testing.assert_close(jitted(x), x @ torch.triu(torch.ones(3, 3), diagonal=1))
+        infos.append(_cached_mask.cache_info()[:2])
+    assert infos == [(0, 1), (1, 1), (2, 1)]
+
+
 class _QuantParam(nn.Parameter):
     """A quantization library's parameter class: extra methods, nothing torch sees."""
 

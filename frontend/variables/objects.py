@@ -481,7 +481,9 @@ class UserObjectVariable(VariableTracker):
           cached value, read without running the function;
         - of constant arguments (`is_torch_greater_or_equal("2.3")`), when the function passes
           the purity scan: called now, so the cache holds the value as it would after the first
-          eager call, and every later eager call would answer from it too.
+          eager call, and every later eager call would answer from it too. The function itself
+          (`__wrapped__`) runs first: a value the trace cannot hold (a tensor) leaves the cache
+          and its counters untouched, for the break to make the one call eager makes.
         Otherwise the call stays a break."""
         from framejit.frontend.purity import scan
         from framejit.frontend.variables.builder import CONSTANT_TYPES
@@ -496,11 +498,12 @@ class UserObjectVariable(VariableTracker):
                 return None
             if not isinstance(wrapped, types.FunctionType) or scan(wrapped) is not None:
                 return None
+            consts = [a.as_constant() for a in args]
+            kwconsts = {k: v.as_constant() for k, v in kwargs.items()}
             try:
-                value = wrapper(
-                    *[a.as_constant() for a in args],
-                    **{k: v.as_constant() for k, v in kwargs.items()},
-                )
+                if type(wrapped(*consts, **kwconsts)) not in CONSTANT_TYPES:
+                    return None
+                value = wrapper(*consts, **kwconsts)
             except Exception:  # noqa: BLE001 - the call then raises for real, at the break
                 return None
         elif wrapper.cache_info().currsize == 0:
