@@ -14,6 +14,7 @@ Process state: a graph runs with no side effect on it, so
 
 from __future__ import annotations
 
+import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +121,16 @@ _SETTER_PREFIXES = ("set_", "clear_", "use_", "enable_", "disable_", "init_", "r
 _SETTER_NAMES = frozenset({"manual_seed", "seed"})
 
 
+def method_owner(fn: Any) -> Any:
+    """`fn.__objclass__`, the class a method descriptor (`torch.Tensor.add`, `list.append`)
+    belongs to; None for anything else. Read without calling a `__getattr__` of the object's
+    class: a user's wrapper that delegates every missing attribute (`getattr(self.module,
+    name)`) would run its code, or recurse without end before its own `__init__` has run."""
+    if inspect.getattr_static(fn, "__objclass__", None) is None:
+        return None
+    return getattr(fn, "__objclass__", None)
+
+
 def changes_global_state(fn: Any) -> bool:
     """Is `fn` a function of torch's namespaces that changes process state (refused)? Tensor
     methods and operator overloads act on tensors (`x.set_(y)`), not on the process."""
@@ -127,7 +138,7 @@ def changes_global_state(fn: Any) -> bool:
         return True
     if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return False
-    if getattr(fn, "__objclass__", None) is not None or isinstance(fn, type):
+    if method_owner(fn) is not None or isinstance(fn, type):
         return False
     if getattr(fn, "__module__", None) not in GRAPH_MODULES:
         return False
@@ -204,7 +215,7 @@ def is_graph_function(fn: Any) -> bool:
         return False
     if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return True  # torch.ops.aten.add, torch.ops.mylib.op.default (custom ops too)
-    owner = getattr(fn, "__objclass__", None)
+    owner = method_owner(fn)
     if owner in (torch._C.TensorBase, torch.Tensor):
         return True
     return getattr(fn, "__module__", None) in GRAPH_MODULES and callable(fn)
@@ -289,7 +300,7 @@ def _reads_unpinned_state(
         return False
     if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return False
-    if getattr(fn, "__objclass__", None) is not None:
+    if method_owner(fn) is not None:
         return False
     if getattr(fn, "__module__", None) in _PURE_MODULES:
         return False
