@@ -70,12 +70,15 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., 
 # Under the AOT stage, `eager` runs random ops as torch's kernels on the default generators,
 # drawing what eager draws: a double backward may replay them (backend/aot/compile.py).
 eager._framejit_eager_random = True  # type: ignore[attr-defined]
+# and the AOT stage keeps torch's ops undecomposed for it: decompositions would only round
+# differently (in the last bits of gradients) and run more kernels
+eager._framejit_eager_kernels = True  # type: ignore[attr-defined]
 
 
 @register_backend("aot_eager")
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The AOT stage (functional core-aten graphs; forward/backward split when training), with
-    each aten graph run as Python."""
+    """The AOT stage (functional aten graphs, torch's ops kept whole; forward/backward split
+    when training), with each aten graph run as Python."""
     from framejit.backend.aot import aot_compile  # imported on first use: it loads torch._decomp
 
     return aot_compile(gm, example_inputs, eager)
@@ -113,8 +116,8 @@ def auto(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., A
     """The best backend available for these inputs: `triton` for CUDA tensors when Triton is
     usable. Otherwise (CPU tensors): `aot_eager` for graphs that will be differentiated (its
     partition saves less for backward than eager autograd) and `eager` for inference graphs —
-    on a CPU, decomposed aten run op by op is slower than the captured ops (the demo model runs
-    at 0.60x eager through `aot_eager`, 1.17x through `eager`)."""
+    on a CPU, functional aten run op by op is slower than the captured ops (the demo model ran
+    at 0.60x eager through `aot_eager` while it decomposed, 1.17x through `eager`)."""
     if _wants_triton(example_inputs):
         return triton(gm, example_inputs)
     if _training(example_inputs):

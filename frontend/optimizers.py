@@ -32,10 +32,9 @@ ask, but for `_get_value`. These pieces of that code are modelled here instead o
 - Adam's foreach and fused updates (`_multi_tensor_adam`, `_fused_adam`), should they be
   reached: a break, unless there is nothing to update.
 
-Invariant: anything traced here computes what eager computes on the same optimizer, bit for
-bit with the `eager` backend (the AOT stage's decompositions may round `lerp_`/`addcmul_`
-differently, as in any graph); whatever could differ (a profiler, the options above, a
-missing state, a step counter float32 cannot count exactly) runs as Python.
+Invariant: anything traced here computes what eager computes on the same optimizer, bit for bit
+with the `eager` and `aot_eager` backends; whatever could differ (a profiler, the options above,
+a missing state, a step counter float32 cannot count exactly) runs as Python.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Optimizer steps inside compiled functions (`frontend/optimizers.py`).
 
 Each case trains the same model twice from the same seed, eagerly and with a jitted step, and
-compares losses, parameters and `opt.state_dict()` exactly (Adam under `aot_eager`: within
-float32 rounding, as the AOT stage's decompositions of `lerp_`/`addcmul_` round differently
-from eager's fused CPU kernels). With `config.capture_optimizer_steps` on (the fixture; it is
-off by default), the steps of SGD (with or without momentum), Adam and AdamW are captured
-into the graph from their second call on (the first creates the state, a break); `zero_grad`
-stays a break when it has gradients to drop.
+compares losses, parameters and `opt.state_dict()` exactly (`aot_eager` keeps torch's ops
+undecomposed, so Adam's `lerp_`/`addcmul_` round as eager's). With
+`config.capture_optimizer_steps` on (the fixture; it is off by default), the steps of SGD (with
+or without momentum), Adam and AdamW are captured into the graph from their second call on (the
+first creates the state, a break); `zero_grad` stays a break when it has gradients to drop.
 """
 
 from __future__ import annotations
@@ -67,26 +66,17 @@ def _pair(kind: str) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, torch
 
 
 def _assert_same_training(
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    twin: nn.Module,
-    twin_opt: torch.optim.Optimizer,
-    exact: bool = True,
+    model: nn.Module, opt: torch.optim.Optimizer, twin: nn.Module, twin_opt: torch.optim.Optimizer
 ) -> None:
-    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-        if exact:
-            return torch.equal(a, b)
-        return torch.allclose(a, b, rtol=1e-5, atol=1e-7)
-
     for p, q in zip(model.parameters(), twin.parameters()):
-        assert same(p, q)
+        assert torch.equal(p, q)
     expected, got = opt.state_dict(), twin_opt.state_dict()
     assert expected["param_groups"] == got["param_groups"]
     assert expected["state"].keys() == got["state"].keys()
     for key, state in expected["state"].items():
         assert state.keys() == got["state"][key].keys()
         for name, value in state.items():
-            assert same(value, got["state"][key][name]), (key, name)
+            assert torch.equal(value, got["state"][key][name]), (key, name)
 
 
 def _eager_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor):
@@ -105,9 +95,7 @@ def _break_reasons(fn: Callable[[], Any]) -> list[str]:
 @pytest.mark.parametrize("kind", list(OPTIMIZERS))
 def test_a_jitted_optimizer_step_matches_eager(kind: str, backend: str) -> None:
     """`@jit def step(): opt.step(); opt.zero_grad()` next to an eager forward and backward:
-    parameters, optimizer state and losses equal eager's exactly, under both backends (Adam's
-    under aot_eager within float32 rounding)."""
-    exact = backend == "eager" or kind.startswith("sgd")
+    parameters, optimizer state and losses equal eager's exactly, under both backends."""
     model, opt, twin, twin_opt = _pair(kind)
 
     @framejit.jit(backend=backend)
@@ -120,10 +108,9 @@ def test_a_jitted_optimizer_step_matches_eager(kind: str, backend: str) -> None:
         loss = F.cross_entropy(twin(x), y)
         loss.backward()
         step()
-        if exact:
-            assert loss.item() == expected.item()
+        assert loss.item() == expected.item()
         assert all(p.grad is None for p in twin.parameters())
-    _assert_same_training(model, opt, twin, twin_opt, exact)
+    _assert_same_training(model, opt, twin, twin_opt)
 
 
 @pytest.mark.parametrize("kind", CAPTURED)

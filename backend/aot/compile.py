@@ -39,7 +39,7 @@ from framejit.backend.aot.analysis import (
 from framejit.backend.aot.partition import has_checkpoint_regions, partition
 from framejit.backend.aot.runtime import InferenceRunner, TrainingRunner
 from framejit.backend.aot.split import Split, split_at_chained_output
-from framejit.backend.aot.trace import trace_inference, trace_joint
+from framejit.backend.aot.trace import EAGER_KERNELS, trace_inference, trace_joint
 from framejit.frontend.layouts import long_strides
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import (
@@ -86,7 +86,19 @@ def aot_compile(
     """Compile captured graph `gm` through the AOT stage; see the module docstring.
 
     A graph the stage cannot trace (an op whose output shape depends on values once
-    decomposed, for example) runs as captured: the stage never makes a graph fail."""
+    decomposed, for example) runs as captured: the stage never makes a graph fail. For an
+    `inner` that runs aten graphs with torch's kernels (`_framejit_eager_kernels`: aot_eager),
+    the graphs keep torch's ops undecomposed, so they compute what eager computes."""
+    token = EAGER_KERNELS.set(bool(getattr(inner, "_framejit_eager_kernels", False)))
+    try:
+        return _aot_compile(gm, example_inputs, inner, cut)
+    finally:
+        EAGER_KERNELS.reset(token)
+
+
+def _aot_compile(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], inner: Inner, cut: bool
+) -> Callable[..., Any]:
     if any(_is_functorch_wrapped(v) for v in example_inputs):
         # called inside `torch.func.vmap`/`grad`/`jvp` (a batched or grad-tracking tensor): the
         # captured ops run through the transform as eager's do; a functional trace of them

@@ -113,6 +113,22 @@ def decomposition_table() -> dict[Any, Any]:
     return table
 
 
+@functools.cache
+def eager_kernel_table() -> dict[Any, Any]:
+    """What the stage decomposes for a runner that keeps torch's ops (`trace.EAGER_KERNELS`):
+    `random.from`, which fx cannot print, and batch norm's backward ops, which take the
+    running statistics as arguments even in train mode, where they do not read them: whole,
+    they would seem to read what the graph writes, and a double backward through the graph
+    (a gradient penalty) would be refused."""
+    table = {
+        op: fn
+        for op, fn in decomposition_table().items()
+        if "batch_norm" in op_name(op) and "backward" in op_name(op)
+    }
+    table[getattr(torch.ops.aten.random, "from")] = _random_from_to
+    return table
+
+
 def _log_ndtr(x: torch.Tensor) -> torch.Tensor:
     """`special.log_ndtr` with eager's formulas: log(erfcx(-t) / 2) - t^2 below x = -1, else
     log1p(-erfc(t) / 2), t = x / sqrt(2), in float32 for half types. torch's reference takes

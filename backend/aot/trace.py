@@ -2,7 +2,8 @@
 
 Two traces, both through C++ functionalization (`torch._enable_functionalization`) under the
 python dispatcher (so `native_batch_norm` takes its mutation-aware route and running stats show
-up as mutations) and `make_fx` with the core decomposition table (`core_ops.py`):
+up as mutations) and `make_fx` with the core decomposition table (`core_ops.py`; only what fx
+needs while `EAGER_KERNELS` is set, for `aot_eager`, whose graphs then keep torch's ops):
 
 - `trace_inference(fn, inputs, mutated)`: the graph takes the deduplicated tensor inputs and
   returns `computed values + new values of the mutated inputs`. No mutation, no op that
@@ -13,19 +14,21 @@ up as mutations) and `make_fx` with the core decomposition table (`core_ops.py`)
   differentiable forward output.
 
 Invariants: user saved-tensor hooks never see the trace's tensors; the returned graphs contain
-only aten ops (core set, see `core_ops.py`) plus `operator.getitem`; every node carries
-`meta["val"]` (a FakeTensor) from make_fx; dead nodes without side effects are removed.
+only aten ops (core set, see `core_ops.py`, unless `EAGER_KERNELS`) plus `operator.getitem`;
+every node carries `meta["val"]` (a FakeTensor) from make_fx; dead nodes without side effects
+are removed.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx
 from framejit.backend.aot.analysis import no_user_hooks, quiet
-from framejit.backend.aot.core_ops import decomposition_table
+from framejit.backend.aot.core_ops import decomposition_table, eager_kernel_table
 from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -120,11 +123,21 @@ def trace_joint(
     return _make_fx(joint, [*inputs, *tangents], mode)
 
 
+# Whether the graphs traced now keep torch's own ops (set by `aot_compile` for an inner backend
+# that runs aten graphs with torch's kernels: `aot_eager`): decomposing them would only change
+# how they round (a layer norm's or a SiLU's backward, cross-entropy's gradient in their last
+# bits) and run more, smaller kernels.
+EAGER_KERNELS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "framejit_aot_eager_kernels", default=False
+)
+
+
 def _make_fx(fn: Callable[..., Any], fake_inputs: list[Any], mode: Any) -> torch.fx.GraphModule:
     # identity saved-tensor hooks shadow any the user has installed: theirs are for real tensors
     # quiet: the user saw the graph's warnings at their line (the frontend's run)
+    table = eager_kernel_table() if EAGER_KERNELS.get() else decomposition_table()
     with mode, enable_python_dispatcher(), no_user_hooks(), quiet():
-        gm = make_fx(fn, decomposition_table=decomposition_table())(*fake_inputs)
+        gm = make_fx(fn, decomposition_table=table)(*fake_inputs)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm

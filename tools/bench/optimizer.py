@@ -13,10 +13,8 @@ parameter has a gradient (set once, kept: no `zero_grad`), and each timed call i
   torch.compile  `torch.compile(step)` (default mode), the usual recipe for a fused step
 
 Each variant steps its own copy of the model and optimizer; after the timed calls the three
-copies' parameters are compared (framejit's SGD must equal eager's exactly on the CPU, as must
-Adam's with the `eager` backend; otherwise within float32 rounding, as fused kernels and the
-AOT stage's decompositions of `lerp`/`addcmul` may contract multiply-adds where eager does not,
-or the other way round).
+copies' parameters are compared (framejit's must equal eager's exactly on the CPU; on CUDA
+within float32 rounding, as fused kernels may contract multiply-adds).
 
 Printed: median milliseconds per step (CUDA events on CUDA, wall time on the CPU) and the
 ratios eager / framejit (> 1: faster than eager) and framejit / torch.compile. This decides
@@ -104,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     reference = list(models["eager"].parameters())
     for name, m in models.items():
         for p, q in zip(m.parameters(), reference):
-            exact = args.optimizer == "sgd" or backend == "eager"
-            if device.type == "cpu" and name == "framejit" and exact:
+            if device.type == "cpu" and name == "framejit" and backend != "triton":
                 assert torch.equal(p, q), "framejit's step differs from eager's"
             else:
                 torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
