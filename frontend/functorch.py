@@ -202,21 +202,14 @@ def _guard_tree(tx: Translator, module_vt: VariableTracker, label: str) -> None:
     turn), and each of its other attributes: a constant's value, a torch function's identity.
     Anything else it holds (a Python function that may shadow a method, a plain tensor, an
     object) makes the call a break. A forward whose bytecode has effects is a break too."""
+    from framejit.frontend.inlining import no_global_module_hooks
     from framejit.frontend.sources import AttrSource, ItemSource, TypeSource
     from framejit.frontend.variables.builder import _guard
     from framejit.frontend.variables.objects import NNModuleVariable, _plain_constant
     from framejit.frontend.variables.torch_rules import is_torch_callable
     from framejit.guards import GuardKind
-    from torch.nn.modules import module as nn_module
 
-    if (
-        nn_module._global_forward_hooks
-        or nn_module._global_forward_pre_hooks
-        or nn_module._global_backward_hooks
-        or nn_module._global_backward_pre_hooks
-    ):
-        raise Unsupported("module_hooks", "global nn.Module hooks are registered")
-    tx.output.calls_modules = True  # the entry checks that none is registered later
+    no_global_module_hooks(tx.output)
     seen: set[int] = set()
     stack = [module_vt]
     while stack:

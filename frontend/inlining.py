@@ -84,6 +84,22 @@ def _lazy_disable_wrapper(fn: Any) -> bool:
     )
 
 
+def no_global_module_hooks(output: Any) -> None:
+    """A break while global nn.Module hooks are registered (they would run around every module
+    call); else the entry notes that it calls modules, so it checks that none is registered
+    later."""
+    from torch.nn.modules import module as nn_module
+
+    if (
+        nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    ):
+        raise Unsupported("module_hooks", "global nn.Module hooks are registered")
+    output.calls_modules = True
+
+
 def runs_as_python(fn: Any) -> bool:
     """Is `fn` (a function or bound method) torch code that a break calls as it is?"""
     fn = getattr(fn, "__func__", fn)
@@ -365,7 +381,6 @@ class InliningMixin:
         the way nn.Module.__call__ runs them. Backward hooks, keyword hooks and global hooks
         are not captured (the call then runs for real, at a graph break)."""
         mod = module.obj
-        from torch.nn.modules import module as nn_module
 
         override = _class_attr(type(mod), "__call__")
         if override is not None and override[1] is not torch.nn.Module.__call__:
@@ -387,14 +402,7 @@ class InliningMixin:
             or mod._forward_hooks_always_called
         ):
             raise Unsupported("module_hooks", f"calling {type(mod).__name__} with these hooks")
-        if (
-            nn_module._global_forward_hooks
-            or nn_module._global_forward_pre_hooks
-            or nn_module._global_backward_hooks
-            or nn_module._global_backward_pre_hooks
-        ):
-            raise Unsupported("module_hooks", "global nn.Module hooks are registered")
-        self.output.calls_modules = True
+        no_global_module_hooks(self.output)
         if not (mod._forward_hooks or mod._forward_pre_hooks):
             if module.source is not None:  # the common case: one cheap guard, no hooks at all
                 self.output.add_guard(
