@@ -378,8 +378,11 @@ class InliningMixin:
         kwargs: dict[str, VariableTracker],
     ) -> VariableTracker:
         """`module(*args)`: forward pre-hooks, forward (or the RNN op), forward hooks, inlined
-        the way nn.Module.__call__ runs them. Backward hooks, keyword hooks and global hooks
-        are not captured (the call then runs for real, at a graph break)."""
+        the way nn.Module.__call__ runs them, keyword hooks (`with_kwargs=True`: they get and
+        may replace the keyword arguments) and `always_call` ones included (called after a
+        forward that raises too: a raise in traced code ends the trace, and the call runs as
+        Python). Backward hooks and global hooks are not captured (the call then runs for real,
+        at a graph break)."""
         mod = module.obj
 
         override = _class_attr(type(mod), "__call__")
@@ -394,13 +397,7 @@ class InliningMixin:
                 )
             method = module._class_function(self, owner, "__call__", fn)
             return UserMethodVariable(method, module).call(self, args, kwargs)
-        if (
-            mod._backward_hooks
-            or mod._backward_pre_hooks
-            or mod._forward_hooks_with_kwargs
-            or mod._forward_pre_hooks_with_kwargs
-            or mod._forward_hooks_always_called
-        ):
+        if mod._backward_hooks or mod._backward_pre_hooks:
             raise Unsupported("module_hooks", f"calling {type(mod).__name__} with these hooks")
         no_global_module_hooks(self.output)
         if not (mod._forward_hooks or mod._forward_pre_hooks):
@@ -413,25 +410,45 @@ class InliningMixin:
             self._module_hooks(module, attr)
         pre_hooks = self._module_hooks(module, "_forward_pre_hooks")
         post_hooks = self._module_hooks(module, "_forward_hooks")
-        for hook in pre_hooks:
+        # which hooks take keyword arguments (the always-called ones run as any other here)
+        pre_kw = self._module_hooks(module, "_forward_pre_hooks_with_kwargs")
+        post_kw = self._module_hooks(module, "_forward_hooks_with_kwargs")
+        self._module_hooks(module, "_forward_hooks_always_called")
+        given_kwargs = DictVariable(dict(kwargs))  # the one dict the keyword hooks get
+        for key, hook in pre_hooks.items():
+            if key in pre_kw:
+                result = hook.call(self, [module, TupleVariable(list(args)), given_kwargs], {})
+                if not (result.is_constant() and result.as_constant() is None):
+                    pair = result.unpack(self) if isinstance(result, TupleVariable) else None
+                    if pair is None or len(pair) != 2 or not isinstance(pair[1], DictVariable):
+                        why = "not an (args, kwargs) pair"
+                        raise Unsupported("module_hooks", "a keyword pre-hook's result", why)
+                    args, given_kwargs = pair[0].unpack(self), pair[1]
+                continue
             result = hook.call(self, [module, TupleVariable(list(args))], {})
             if not (result.is_constant() and result.as_constant() is None):
                 args = result.unpack(self) if isinstance(result, TupleVariable) else [result]
+        if pre_kw:  # as the hooks left it (written in place, or replaced)
+            kwargs = {str(k): v for k, v in given_kwargs.items.items()}
         out = self._module_forward(module, args, kwargs)
-        for hook in post_hooks:
-            result = hook.call(self, [module, TupleVariable(list(args)), out], {})
+        for key, hook in post_hooks.items():
+            given = [module, TupleVariable(list(args))]
+            if key in post_kw:
+                given.append(given_kwargs)
+            result = hook.call(self, [*given, out], {})
             if not (result.is_constant() and result.as_constant() is None):
                 out = result
         return out
 
-    def _module_hooks(self, module: NNModuleVariable, attr: str) -> list[VariableTracker]:
-        """The hooks in `module.<attr>`, guarded: same keys (handles), same functions."""
+    def _module_hooks(self, module: NNModuleVariable, attr: str) -> dict[Any, VariableTracker]:
+        """The hooks in `module.<attr>` by handle id, guarded: same keys (handles), same
+        functions (or flags)."""
         hooks = getattr(module.obj, attr)
         if module.source is None:
             if hooks:
                 raise Unsupported("module_hooks", "hooks on a module with no source")
-            return []
-        return list(self.wrap_source(AttrSource(module.source, attr)).items.values())
+            return {}
+        return dict(self.wrap_source(AttrSource(module.source, attr)).items)
 
     def _module_forward(
         self,

@@ -662,3 +662,72 @@ def test_jit_functions_and_modules_inside_compiled_code_are_traced_into_one_grap
     block.inner.register_forward_hook(lambda m, i, o: seen.append(type(m).__name__))
     torch.testing.assert_close(fast(x), want)
     assert seen == ["Linear"]  # the wrapped module's own hook, with the original
+
+
+# --- keyword and always-called hooks on modules called inside a compiled function -------------
+
+
+class _Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0, shift: Any = None) -> torch.Tensor:
+        y = self.lin(x) * scale
+        return y if shift is None else y + shift
+
+
+def _scale_in_place(mod: nn.Module, args: Any, kwargs: dict) -> None:
+    kwargs["scale"] = 2.0
+
+
+def _replace_args(mod: nn.Module, args: Any, kwargs: dict) -> Any:
+    return (args[0] * 3,), {**kwargs, "shift": torch.ones(3)}
+
+
+def _minus_scale(mod: nn.Module, args: Any, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
+    return out - kwargs.get("scale", 0.0)
+
+
+HOOKED = {
+    "kwargs_in_place": lambda m: (
+        m.register_forward_pre_hook(_scale_in_place, with_kwargs=True),
+        m.register_forward_hook(_minus_scale, with_kwargs=True),
+    ),
+    "kwargs_replaced_always_called": lambda m: (
+        m.register_forward_pre_hook(_replace_args, with_kwargs=True),
+        m.register_forward_hook(_minus_scale, with_kwargs=True, always_call=True),
+    ),
+    "always_called": lambda m: (
+        m.register_forward_hook(lambda mod, a, out: out * 2, always_call=True),
+        m.register_forward_pre_hook(lambda mod, a: (a[0] + 1,)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOOKED))
+def test_keyword_and_always_called_module_hooks_are_captured(name: str) -> None:
+    """Hooks registered `with_kwargs=True` (they get the call's keyword arguments, may change
+    them in place or return new `(args, kwargs)`; a forward hook gets them too) and
+    `always_call=True` run inside the graph, as nn.Module's call runs them: one graph, eager's
+    values. Registering another hook later compiles again."""
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        inner = _Scaled()
+        HOOKED[name](inner)
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return inner(x, scale=0.5) + inner(x)  # noqa: B023
+
+        counter = CompileCounter()
+        fn = framejit.jit(f, backend=counter) if compiled else f
+        x = torch.randn(2, 3)
+        out = [fn(x)]
+        inner.register_forward_hook(lambda mod, a, k, o: o + 10, with_kwargs=True)
+        out.append(fn(x))
+        results.append(out)
+        if compiled:
+            assert counter.frame_count == 2, counter.frame_count  # no break, one recompile
+    for got, want in zip(results[1], results[0]):
+        assert torch.equal(got, want)
