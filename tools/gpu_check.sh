@@ -23,8 +23,8 @@
 #                                    tests on CUDA, GPT-2 b=8: a short second run
 #   bash tools/gpu_check.sh models   models.py, GPT-2 b=1 and ResNet only, with --kernels
 #   bash tools/gpu_check.sh verify   the GPU battery, kernels.py --no-compile, models.py
-#                                    --kernels, optimizer.py: sessions 22-24's GPU-unmeasured
-#                                    changes
+#                                    --kernels, optimizer.py (ADAM=1: Adam's step too):
+#                                    sessions 22-25's GPU-unmeasured changes
 # The GPU battery is tests/backend/triton and tests/cudagraphs with real Triton kernels and real
 # CUDA graphs (see their conftest.py), the `cuda`-marked tests included.
 # Each step writes its log under $OUT (at most 8 files come back, so `all` writes exactly 8):
@@ -122,6 +122,10 @@ if [ "$WHAT" = verify ]; then
     # (session 24: the captured SGD step against eager's and torch.compile's, to decide
     # whether config.capture_optimizer_steps should be on for the Triton backend)
     step optimizer "${OPTIMIZER_S:-45}" python3 tools/bench/optimizer.py --repeats 20
+    if [ -n "${ADAM:-}" ]; then  # (session 25: the captured Adam step, the same question)
+        step optimizer_adam "${OPTIMIZER_S:-45}" python3 tools/bench/optimizer.py --repeats 20 \
+            --optimizer adam
+    fi
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     # (the graph trees and the end-to-end models first: a call cut at the session's device time
