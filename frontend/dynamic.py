@@ -257,11 +257,17 @@ class DynamicInputs:
         or a global (`_float_source`)."""
         if self.dynamic is not None or not _float_source(source):
             return False
-        previous = self.history.floats.get(source)
-        self.history.floats[source] = value
+        previous = self.remember_float(source, value)
         if previous is not None and previous != value and previous == previous:
             self.history.lazy_floats.add(source)
         return source in self.history.lazy_floats
+
+    def remember_float(self, source: Source, value: float) -> float | None:
+        """Note `value` as the float `source` held in this compile (the next compile of the
+        frame sees whether it changed; a change makes it symbolic); the value noted before."""
+        previous = self.history.floats.get(source)
+        self.history.floats[source] = value
+        return previous
 
     def make_float(self, shape_env: Any, source: Source, value: float) -> Any:
         """A SymFloat for float argument `value` read from `source` (a graph input)."""
@@ -423,29 +429,36 @@ def exact_printer() -> Any:
     return ExactFloats()
 
 
+def guard_text(expr: Any) -> tuple[str, list[Any]]:
+    """`expr` as the Python text of a ShapeCheck: its free symbols (sorted by name, returned)
+    written `___fjs0`, `___fjs1`, ... with their own assumptions (an integer stand-in for a
+    float symbol would make `Eq(s, 20000.3)` False), floats as their `repr`."""
+    import sympy
+
+    free = sorted(expr.free_symbols, key=str)
+    names = {s: sympy.Symbol(f"___fjs{k}", **s.assumptions0) for k, s in enumerate(free)}
+    return exact_printer().doprint(expr.xreplace(names)), free
+
+
 def shape_guard_checks(
     shape_env: Any, symbols: dict[Any, tuple[Source, int | None]]
 ) -> list[tuple]:
     """(ShapeCheck, origin) for every fact the trace relied on about symbolic sizes: each
     size symbol's range (>= 2, and any bound found; a float argument's symbol has none) and
     every guard the ShapeEnv recorded."""
-    import sympy
 
     if shape_env is None or not symbols:
         return []
-    printer = exact_printer()
     out: list[tuple] = []
 
     def check(expr: Any, origin: str) -> None:
-        free = sorted(expr.free_symbols, key=str)
-        if not free:
+        if not expr.free_symbols:
             if not bool(expr):  # a guard recorded as False cannot hold: never reuse the graph
                 out.append((ShapeCheck("False", ()), origin))
             return
-        if any(s not in symbols for s in free):
+        if any(s not in symbols for s in expr.free_symbols):
             raise AssertionError(f"shape guard {expr} over a symbol with no input")
-        names = {s: sympy.Symbol(f"___fjs{k}", **s.assumptions0) for k, s in enumerate(free)}
-        text = printer.doprint(expr.xreplace(names))
+        text, free = guard_text(expr)
         out.append((ShapeCheck(text, tuple(symbols[s] for s in free)), origin))
 
     def bound(value: Any) -> int | None:

@@ -213,13 +213,13 @@ def _get_value(
     if tx.output.shape_env is None:  # a first compile: the value pinned, and noted, so that
         # the next compile (the counter moved) takes it symbolic (automatic dynamic)
         if tx.output.dynamic.dynamic is None:
-            tx.output.dynamic.history.floats[source] = value
+            tx.output.dynamic.remember_float(source, value)
         tx.output.add_guard(source, GuardKind.CONSTANT_MATCH, value, tx.location_text())
         return ConstantVariable(value + increments)
     counter = tx.output.add_sym_input(source, float(value))
     limit = exact - increments
-    tx.output.range_checks.setdefault(counter.value.node.expr, set()).add(
-        f"(___fjs0.is_integer() and 0 <= ___fjs0 < {limit!r})"
+    tx.output.add_range_check(
+        counter.value.node.expr, f"(___fjs0.is_integer() and 0 <= ___fjs0 < {limit!r})"
     )
     if not increments:
         return counter

@@ -28,7 +28,7 @@ from framejit.frontend.dynamic import (
     DynamicInputs,
     ShapeCheck,
     dynamic_fake,
-    exact_printer,
+    guard_text,
     new_shape_env,
     resumed_range_bound,
     shape_guard_checks,
@@ -332,6 +332,11 @@ class OutputGraph:
         self._by_source[source] = vt  # type: ignore[assignment]
         return vt
 
+    def add_range_check(self, expr: Any, text: str) -> None:
+        """A guard `text` (over `___fjs0`) on the value of `expr`, a float or int input's symbol
+        or an expression over float inputs' symbols, checked at each call (`shape_guards`)."""
+        self.range_checks.setdefault(expr, set()).add(text)
+
     def _guard_range(self, number: Any, dtype: torch.dtype) -> None:
         """Guard that symbolic `number` fits `dtype` (frontend/scalar_ranges.py), so a later
         value that does not recompiles, and takes the graph break that lets eager raise."""
@@ -340,7 +345,7 @@ class OutputGraph:
         if check is None:
             return
         if expr in self.dynamic.symbols:
-            self.range_checks.setdefault(expr, set()).add(check)
+            self.add_range_check(expr, check)
             return
         if dtype.is_floating_point:
             # float arithmetic on inputs (`-lr`, `1 - beta`, `lr * wd`): a bound on each input
@@ -353,12 +358,12 @@ class OutputGraph:
             bounds = float_input_bounds(expr, hints, dtype)
             if bounds is not None:
                 for symbol, text in bounds.items():
-                    self.range_checks.setdefault(symbol, set()).add(text)
+                    self.add_range_check(symbol, text)
                 return
             if all(isinstance(v, SymNodeVariable) for v in inputs.values()):
                 # anything else (Adam's `-lr / (1 - beta1 ** step)`): the check on the
                 # expression itself, computed from the inputs at each call
-                self.range_checks.setdefault(expr, set()).add(check)
+                self.add_range_check(expr, check)
                 return
         specialize(number)  # other integer arithmetic on inputs: pin its value
 
@@ -792,8 +797,6 @@ class OutputGraph:
     # --- finishing --------------------------------------------------------------------------------
     def shape_guards(self) -> list[Guard]:
         """SHAPE_EXPR guards: everything the trace relied on about symbolic sizes."""
-        import sympy
-
         checks: list[tuple[ShapeCheck, str]] = shape_guard_checks(
             self.shape_env, self.dynamic.symbols
         )
@@ -803,9 +806,8 @@ class OutputGraph:
                 for text in sorted(texts):
                     checks.append((ShapeCheck(text, (self.dynamic.symbols[expr],)), origin))
                 continue
-            free = sorted(expr.free_symbols, key=str)  # an expression over float inputs
-            names = {s: sympy.Symbol(f"___fjs{k}", **s.assumptions0) for k, s in enumerate(free)}
-            value = f"({exact_printer().doprint(expr.xreplace(names))})"
+            value, free = guard_text(expr)  # an expression over float inputs
+            value = f"({value})"
             symbols = tuple(self.dynamic.symbols[s] for s in free)
             for text in sorted(texts):
                 checks.append((ShapeCheck(text.replace("___fjs0", value), symbols), origin))
